@@ -1,0 +1,83 @@
+"""``pipepool bench``: a quick race of pipepool against the standard library's pools.
+
+The workload is built in: many no-op calls, so what is measured is the pool's own
+overhead per task (dispatch, pipes, pickling, bookkeeping), which is what decides how
+small a task can be before parallelism stops paying.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import multiprocessing
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+from .executor import LocalExecutor
+
+
+def noop(x: int) -> int:
+    """The built-in task: return the argument (pickled both ways, no work)."""
+    return x
+
+
+def run_local(tasks: int, workers: int, prefetch: int) -> float:
+    with LocalExecutor(workers, prefetch=prefetch) as ex:
+        ex.queue(-1, noop, -1)
+        ex.wait_until_done()  # warm: workers are up before the clock starts
+        ex.get_event_buffer()
+        started = time.perf_counter()
+        for i in range(tasks):
+            ex.queue(i, noop, i)
+        ex.wait_until_done()
+        elapsed = time.perf_counter() - started
+        events = ex.get_event_buffer()
+    assert len(events) == tasks and all(e.result == k for k, e in events.items())
+    return tasks / elapsed
+
+
+def run_stdlib_submit(tasks: int, workers: int) -> float:
+    with concurrent.futures.ProcessPoolExecutor(workers) as pool:
+        list(pool.map(noop, range(workers)))
+        started = time.perf_counter()
+        futures = [pool.submit(noop, i) for i in range(tasks)]
+        results = [f.result() for f in futures]
+        elapsed = time.perf_counter() - started
+    assert results == list(range(tasks))
+    return tasks / elapsed
+
+
+def run_mp_pool(tasks: int, workers: int) -> float:
+    with multiprocessing.Pool(workers) as pool:
+        pool.map(noop, range(workers))
+        started = time.perf_counter()
+        results = sorted(pool.imap_unordered(noop, range(tasks), chunksize=1))
+        elapsed = time.perf_counter() - started
+    assert results == list(range(tasks))
+    return tasks / elapsed
+
+
+def race(tasks: int = 20000, workers: int | None = None, rounds: int = 3,
+         out: Callable[[str], object] = print) -> dict[str, float]:
+    """Run every contender ``rounds`` times, interleaved; print and return median tasks/s."""
+    workers = workers or os.cpu_count() or 1
+    contenders: dict[str, Callable[[], float]] = {
+        "pipepool LocalExecutor (prefetch 16)": lambda: run_local(tasks, workers, 16),
+        "pipepool LocalExecutor (prefetch 1)": lambda: run_local(tasks, workers, 1),
+        "concurrent.futures.ProcessPoolExecutor submit": lambda: run_stdlib_submit(tasks, workers),
+        "multiprocessing.Pool imap_unordered(chunksize=1)": lambda: run_mp_pool(tasks, workers),
+    }
+    samples: dict[str, list[float]] = {name: [] for name in contenders}
+    out(f"pipepool bench: {tasks} no-op tasks, {workers} workers, {rounds} rounds, "
+        f"median tasks/s (machine: {os.cpu_count()} cores)")
+    for _ in range(rounds):
+        for name, run in contenders.items():  # interleaved: noise hits everyone alike
+            samples[name].append(run())
+    medians = {name: statistics.median(values) for name, values in samples.items()}
+    stdlib = medians["concurrent.futures.ProcessPoolExecutor submit"]
+    width = max(map(len, medians))
+    out(f"{'contender':<{width}}  {'tasks/s':>10}  {'vs stdlib':>9}")
+    for name, value in medians.items():
+        out(f"{name:<{width}}  {value:>10,.0f}  {value / stdlib:>8.2f}x")
+    return medians

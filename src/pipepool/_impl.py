@@ -1,0 +1,38 @@
+"""The one switch between the compiled loop and its pure-Python twin.
+
+``PIPEPOOL_IMPL=python`` forces the pure-Python loop, ``PIPEPOOL_IMPL=cython`` makes a
+missing extension an ImportError, unset means "compiled when importable". Workers read
+the same variable (spawned children inherit the environment), so parent and workers agree.
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+
+def load(choice: str | None = None) -> tuple[str, ModuleType]:
+    """Return ``(name, module)`` of the loop implementation ``choice`` (default: the env)."""
+    if choice is None:
+        choice = os.environ.get("PIPEPOOL_IMPL", "").strip().lower() or "auto"
+    if choice not in ("auto", "python", "cython"):
+        raise ValueError(f"PIPEPOOL_IMPL must be 'python' or 'cython', not {choice!r}")
+    if choice != "python":
+        try:
+            from . import _loop
+        except ImportError as exc:
+            if choice == "cython":
+                raise ImportError(
+                    "PIPEPOOL_IMPL=cython but the compiled loop pipepool._loop did not load "
+                    f"({exc}); rebuild with 'pip install .' (without PIPEPOOL_PURE=1)"
+                ) from exc
+        else:
+            return "cython", _loop
+    from . import _pyloop
+
+    return "python", _pyloop
+
+
+IMPLEMENTATION, _module = load()
+PipeLoop = _module.PipeLoop
+FrameReader = _module.FrameReader

@@ -1,0 +1,300 @@
+"""The pure-Python PipeLoop: the readable specification of the hot loop.
+
+The compiled twin (``pipepool._loop``, from ``pyx/_loop.pyx``) has the same names,
+signatures, exceptions and behaviour; the docstrings live here, once.
+
+A PipeLoop knows file descriptors and bytes, nothing about tasks. Each channel is a pair
+of the parent's pipe ends to one worker: a non-blocking write end with a queue of
+outgoing frames and the offset already written of the first one, and a non-blocking read
+end with a buffer of incoming bytes. Nothing here ever blocks except ``wait``:
+
+* ``send`` queues a frame and writes what the pipe takes now. A partial write advances
+  the offset; the rest goes out when ``poll`` reports the pipe writable (EAGAIN is the
+  normal "pipe full" answer, not an error). This is what removes the deadlock: the
+  parent keeps reading results while its writes wait, so a worker blocked writing a
+  result always gets unblocked.
+* ``pump`` flushes writable channels, reads readable ones until they would block, and
+  returns whole frames plus the channels that closed. A channel is reported closed once,
+  when its read end reaches EOF (the worker exited; frames it wrote before exiting come
+  first, in the same call) or carries a frame that cannot be trusted. A write end whose
+  reader is gone (EPIPE) only stops being written: its EOF follows.
+* ``remove`` closes a channel and hands back every frame that did not fully leave, so
+  the layer above can dispatch those tasks again: a worker cannot have started a task
+  whose frame it never fully received.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import select
+from collections import deque
+
+from .errors import FrameError
+from .frames import HEADER_SIZE, MAX_PAYLOAD, FrameReader, encode_header, split_frames
+
+__all__ = ["PipeLoop", "FrameReader"]  # the twins export exactly these
+
+READ_SIZE = 1 << 18  # bytes per read(): big enough for large results, one page is wasteful
+READ_BUDGET = 1 << 24  # bytes read from one channel per pump, so one chatty worker cannot starve the rest
+WRITE_IOV = 64  # frames gathered into one writev(): under every platform's IOV_MAX
+
+_IN = select.POLLIN
+_OUT = select.POLLOUT
+
+Frame = tuple[int, int, int, bytes]  # (channel, kind, ident, payload)
+Closed = tuple[int, BaseException | None]  # (channel, None for EOF or the error)
+
+
+class _Channel:
+    __slots__ = ("channel", "write_fd", "read_fd", "out", "offset", "pending", "inbuf",
+                 "closed", "write_dead", "polling_out")
+
+    def __init__(self, channel: int, write_fd: int, read_fd: int) -> None:
+        self.channel = channel
+        self.write_fd = write_fd
+        self.read_fd = read_fd
+        self.out: deque[tuple[int, int, bytes, bytes]] = deque()  # (kind, ident, header, payload)
+        self.offset = 0  # bytes of out[0] already written
+        self.pending = 0  # bytes queued and not yet written
+        self.inbuf = bytearray()
+        self.closed = False  # reported closed by pump; nothing more is read
+        self.write_dead = False  # EPIPE seen: the reader is gone
+        self.polling_out = False
+
+
+class PipeLoop:
+    """Non-blocking frame transport over many pipe pairs, polled together."""
+
+    def __init__(self, max_payload: int = MAX_PAYLOAD) -> None:
+        self.max_payload = max_payload
+        self._channels: dict[int, _Channel] = {}
+        self._by_fd: dict[int, tuple[_Channel, bool]] = {}  # fd -> (channel, is write end)
+        self._poller = select.poll()
+        self._ready: list[tuple[int, int]] | None = None
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._poller.register(self._wake_r, _IN)
+        self._closed = False
+
+    # -- channels ---------------------------------------------------------------------
+
+    def add(self, channel: int, write_fd: int, read_fd: int) -> None:
+        """Take ownership of a worker's pipe ends (made non-blocking here) as ``channel``."""
+        if channel in self._channels:
+            raise ValueError(f"channel {channel} already exists")
+        os.set_blocking(write_fd, False)
+        os.set_blocking(read_fd, False)
+        ch = _Channel(channel, write_fd, read_fd)
+        self._channels[channel] = ch
+        self._by_fd[read_fd] = (ch, False)
+        self._by_fd[write_fd] = (ch, True)
+        self._poller.register(read_fd, _IN)
+
+    def remove(self, channel: int) -> list[tuple[int, int, bytes]]:
+        """Close a channel's fds; return ``(kind, ident, payload)`` of frames not fully written."""
+        ch = self._channels.pop(channel)
+        unsent = [(kind, ident, payload) for kind, ident, _, payload in ch.out]
+        ch.out.clear()
+        self._forget_fd(ch.read_fd)
+        self._forget_fd(ch.write_fd)
+        os.close(ch.read_fd)
+        os.close(ch.write_fd)
+        return unsent
+
+    def _forget_fd(self, fd: int) -> None:
+        if self._by_fd.pop(fd, None) is not None:
+            try:
+                self._poller.unregister(fd)
+            except KeyError:
+                pass
+
+    def __contains__(self, channel: int) -> bool:
+        return channel in self._channels
+
+    def __len__(self) -> int:
+        return len(self._channels)
+
+    def pending(self, channel: int) -> int:
+        """Bytes accepted by ``send`` on this channel and not yet written to its pipe."""
+        return self._channels[channel].pending
+
+    def unsent_frames(self, channel: int) -> int:
+        """Frames on this channel not yet fully written."""
+        return len(self._channels[channel].out)
+
+    # -- writing ----------------------------------------------------------------------
+
+    def send(self, channel: int, kind: int, ident: int, payload: bytes = b"") -> None:
+        """Queue one frame and write what the pipe takes now; never blocks."""
+        ch = self._channels[channel]
+        header = encode_header(kind, ident, len(payload))
+        ch.out.append((kind, ident, header, payload))
+        ch.pending += HEADER_SIZE + len(payload)
+        if len(ch.out) == 1 and not ch.write_dead:
+            self._flush(ch)
+
+    def _flush(self, ch: _Channel) -> None:
+        """Write queued frames until the pipe is full (EAGAIN) or the queue is empty."""
+        out = ch.out
+        while out:
+            iov: list[memoryview | bytes] = []
+            offset = ch.offset
+            for kind, ident, header, payload in out:
+                if offset < HEADER_SIZE:
+                    iov.append(memoryview(header)[offset:] if offset else header)
+                    if payload:
+                        iov.append(payload)
+                else:
+                    iov.append(memoryview(payload)[offset - HEADER_SIZE :])
+                offset = 0
+                if len(iov) >= WRITE_IOV:
+                    break
+            try:
+                written = os.writev(ch.write_fd, iov)
+            except BlockingIOError:
+                break
+            except OSError:  # EPIPE and friends: the worker is gone, its EOF will follow
+                ch.write_dead = True
+                break
+            ch.pending -= written
+            wanted = sum(map(len, iov))
+            self._advance(ch, written)
+            if written < wanted:
+                break  # the pipe is full; POLLOUT will say when to go on
+        self._want_out(ch, bool(out) and not ch.write_dead)
+
+    @staticmethod
+    def _advance(ch: _Channel, written: int) -> None:
+        out = ch.out
+        while written:
+            size = HEADER_SIZE + len(out[0][3]) - ch.offset
+            if written < size:
+                ch.offset += written
+                return
+            written -= size
+            out.popleft()
+            ch.offset = 0
+
+    def _want_out(self, ch: _Channel, want: bool) -> None:
+        if want != ch.polling_out:
+            if want:
+                self._poller.register(ch.write_fd, _OUT)
+            else:
+                self._poller.unregister(ch.write_fd)
+            ch.polling_out = want
+
+    # -- waiting and reading ----------------------------------------------------------
+
+    def wait(self, timeout: float | None) -> bool:
+        """Block until a pipe is readable, a queued one writable, ``wake`` was called or
+        ``timeout`` seconds passed (None: no limit). Changes no state a caller can see, so
+        a signal handler may interrupt it; returns whether anything is ready."""
+        ms = -1 if timeout is None else max(0, math.ceil(timeout * 1000))
+        self._ready = self._poller.poll(ms)
+        return bool(self._ready)
+
+    def pump(self) -> tuple[list[Frame], list[Closed]]:
+        """Flush, read and split without blocking; return ``(frames, closed)``.
+
+        ``frames`` holds ``(channel, kind, ident, payload)`` in arrival order per channel;
+        ``closed`` holds ``(channel, None)`` for EOF or ``(channel, error)`` for a read
+        error or a frame that cannot be trusted (``FrameError``). Each channel is reported
+        closed once; its frames read before the EOF are in ``frames``.
+        """
+        ready = self._ready
+        self._ready = None
+        if ready is None:
+            ready = self._poller.poll(0)
+        frames: list[Frame] = []
+        closed: list[Closed] = []
+        by_fd = self._by_fd
+        for fd, events in ready:
+            entry = by_fd.get(fd)
+            if entry is None:
+                if fd == self._wake_r:
+                    self._drain_wake()
+                continue
+            ch, is_write = entry
+            if is_write:
+                if ch.out and not ch.write_dead:
+                    self._flush(ch)
+            elif not ch.closed:
+                self._read(ch, frames, closed)
+        return frames, closed
+
+    def poll(self, timeout: float | None = 0.0) -> tuple[list[Frame], list[Closed]]:
+        """``wait(timeout)`` then ``pump()``."""
+        self.wait(timeout)
+        return self.pump()
+
+    def _read(self, ch: _Channel, frames: list[Frame], closed: list[Closed]) -> None:
+        fd = ch.read_fd
+        buf = ch.inbuf
+        budget = READ_BUDGET
+        eof = False
+        error: BaseException | None = None
+        while budget > 0:
+            try:
+                data = os.read(fd, READ_SIZE)
+            except BlockingIOError:
+                break
+            except OSError as exc:
+                error = exc
+                break
+            if not data:
+                eof = True
+                break
+            buf += data
+            budget -= len(data)
+            if len(data) < READ_SIZE:
+                break  # drained; an EOF behind it shows up on the next poll
+        if buf:
+            try:
+                split_frames(buf, frames, self.max_payload, ch.channel)
+            except FrameError as exc:
+                error = exc
+        if error is None and eof and buf:
+            error = FrameError(
+                f"channel {ch.channel}: EOF in the middle of a frame "
+                f"({len(buf)} bytes of an incomplete frame)"
+            )
+        if eof or error is not None:
+            self._close_channel(ch)
+            closed.append((ch.channel, error))
+
+    def _close_channel(self, ch: _Channel) -> None:
+        """Stop polling a channel that reached EOF or went bad; ``remove`` closes its fds."""
+        ch.closed = True
+        ch.inbuf.clear()
+        self._poller.unregister(ch.read_fd)
+        self._want_out(ch, False)
+        ch.write_dead = True
+
+    # -- waking -----------------------------------------------------------------------
+
+    def wake(self) -> None:
+        """Make a ``wait`` in another thread return now; safe from any thread."""
+        try:
+            os.write(self._wake_w, b"\0")
+        except BlockingIOError:
+            pass  # already full of wake-ups: the waiter will wake anyway
+
+    def _drain_wake(self) -> None:
+        try:
+            while os.read(self._wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def close(self) -> None:
+        """Close every channel's fds and the wake-up pipe; the loop is unusable after."""
+        if self._closed:
+            return
+        self._closed = True
+        for channel in list(self._channels):
+            self.remove(channel)
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+

@@ -1,0 +1,115 @@
+"""Exceptions of pipepool; each extends the standard library type a caller already catches."""
+
+from __future__ import annotations
+
+import pickle
+import signal
+from concurrent.futures.process import BrokenProcessPool
+
+
+class PipepoolError(Exception):
+    """Base class of the errors pipepool raises itself."""
+
+
+class FrameError(PipepoolError, ValueError):
+    """A frame on a pipe cannot be trusted: bad header, length beyond the limit, EOF mid-frame."""
+
+
+class RemoteTraceback(Exception):
+    """The worker's formatted traceback, attached as ``__cause__`` of a re-raised exception."""
+
+    def __init__(self, tb: str) -> None:
+        super().__init__(tb)
+        self.tb = tb
+
+    def __str__(self) -> str:
+        return self.tb
+
+
+class TaskPicklingError(PipepoolError, pickle.PicklingError):
+    """A task's function, arguments, result or exception could not be pickled.
+
+    ``part`` names which one ("function", "arguments", "result", "exception").
+    """
+
+    def __init__(self, message: str, *, key: object = None, part: str = "") -> None:
+        super().__init__(message)
+        self.key = key
+        self.part = part
+
+    def __reduce__(self):
+        return (_rebuild_pickling_error, (str(self), self.key, self.part))
+
+
+def _rebuild_pickling_error(message: str, key: object, part: str) -> TaskPicklingError:
+    return TaskPicklingError(message, key=key, part=part)
+
+
+class TaskUnpicklingError(PipepoolError, pickle.UnpicklingError):
+    """A task, its result or its exception could not be unpickled on the receiving side.
+
+    ``part`` names which one ("task" in the worker, "result" or "exception" in the parent).
+    """
+
+    def __init__(self, message: str, *, part: str = "") -> None:
+        super().__init__(message)
+        self.part = part
+
+    def __reduce__(self):
+        return (_rebuild_unpickling_error, (str(self), self.part))
+
+
+def _rebuild_unpickling_error(message: str, part: str) -> TaskUnpicklingError:
+    return TaskUnpicklingError(message, part=part)
+
+
+class WorkerLostError(BrokenProcessPool):
+    """The worker running a task died; only that task fails, the pool goes on.
+
+    ``exitcode`` is the process exit status, or minus the signal number when a signal
+    killed it (as ``multiprocessing`` reports it); ``signal`` is the signal's name or None.
+    """
+
+    def __init__(self, message: str, *, pid: int | None, exitcode: int | None) -> None:
+        super().__init__(message)
+        self.pid = pid
+        self.exitcode = exitcode
+        self.signal = signal_name(exitcode)
+
+    def __reduce__(self):
+        return (_rebuild_lost, (str(self), self.pid, self.exitcode))
+
+
+def _rebuild_lost(message: str, pid: int | None, exitcode: int | None) -> WorkerLostError:
+    return WorkerLostError(message, pid=pid, exitcode=exitcode)
+
+
+class InitializerError(BrokenProcessPool):
+    """The pool's initializer kept failing; queued work fails with this, its cause attached."""
+
+
+class TaskTimeoutError(PipepoolError, TimeoutError):
+    """A task ran past its timeout; its worker was killed and replaced."""
+
+
+class TaskKilledError(PipepoolError):
+    """A running task was killed on request; its worker was replaced."""
+
+
+def signal_name(exitcode: int | None) -> str | None:
+    """Name of the signal behind a negative exit code (``-9`` → ``"SIGKILL"``)."""
+    if exitcode is None or exitcode >= 0:
+        return None
+    try:
+        return signal.Signals(-exitcode).name
+    except ValueError:
+        return f"signal {-exitcode}"
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """Human words for an exit status: "killed by SIGKILL" or "exited with code 3"."""
+    if exitcode is None:
+        return "exit status unknown"
+    if exitcode < 0:
+        return f"killed by {signal_name(exitcode)}"
+    return f"exited with code {exitcode}"

@@ -1,0 +1,46 @@
+"""What a LocalExecutor reports about a task: its state and, when it ended, how."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+
+class State(str, enum.Enum):
+    """Task states as a scheduler sees them; SUCCESS and FAILED are terminal."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCESS = "success"
+    FAILED = "failed"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (State.SUCCESS, State.FAILED)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """The newest thing known about one key.
+
+    ``result`` is set on SUCCESS. On FAILED, ``exception`` says why, by its type:
+    the task's own exception (worker traceback as ``__cause__``), ``TaskPicklingError``
+    or ``TaskUnpicklingError`` (``part`` names what), ``WorkerLostError`` (pid, exit
+    code or signal), ``TaskTimeoutError``, ``TaskKilledError``, ``InitializerError``, or
+    ``concurrent.futures.CancelledError``. ``pid`` is the worker that ran it, if any.
+    """
+
+    key: Hashable
+    state: State
+    result: Any = None
+    exception: BaseException | None = None
+    pid: int | None = None
+
+    @property
+    def reason(self) -> str:
+        """One word for logs: "success", "running", "queued" or the failure's class name."""
+        if self.state is State.FAILED and self.exception is not None:
+            return type(self.exception).__name__
+        return self.state.value

@@ -1,0 +1,789 @@
+"""LocalExecutor: the queue, dispatch, bookkeeping, undo and worker lifecycle.
+
+Data flow (one pipe pair per worker; only the PipeLoop touches the parent's ends)::
+
+    queue(key, fn, *args) ─► _queue ─► dispatch ─► PipeLoop.send ─► activity pipe ─► worker
+                                                                                       │
+    get_event_buffer() ◄── _events ◄── collect ◄── PipeLoop.pump ◄── result pipe ◄─────┘
+
+``sync()`` is one round of named steps: collect (frames and closed channels), reap
+(retire workers that exited), expire (kill tasks past their timeout), start workers
+(while work is outstanding and fewer than ``parallelism`` are alive) and dispatch (give
+each worker with room the next task). It never blocks on a pipe: the loop writes what fits
+and keeps the rest.
+
+Bookkeeping is exact because every step that mutates it runs with signals deferred
+(``_signals``): a KeyboardInterrupt lands between steps, never inside one, so each task is
+at every return to user code in exactly one place: ``_queue`` (queued), a worker's
+``in_flight`` (running), or reported (its terminal event is in ``_events``). Nothing is
+counted separately, so no count can drift or go negative.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import multiprocessing
+import os
+import pickle
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Iterable
+from concurrent.futures import CancelledError
+from typing import Any
+
+from . import _impl, _signals
+from .errors import (
+    FrameError,
+    InitializerError,
+    RemoteTraceback,
+    TaskKilledError,
+    TaskPicklingError,
+    TaskTimeoutError,
+    TaskUnpicklingError,
+    WorkerLostError,
+    describe_exit,
+)
+from .events import Event, State
+from .frames import MAX_PAYLOAD, PICKLE_PROTOCOL, Kind
+from .worker import ChildFd
+from .worker import main as worker_main
+
+log = logging.getLogger("pipepool")
+
+EXIT_GRACE = 2.0  # s a worker may live on after its result pipe closed before it is killed
+STOP_GRACE = 10.0  # s end() waits for idle workers to exit before terminating them
+TERM_GRACE = 1.0  # s between SIGTERM and SIGKILL in terminate()
+REAP_INTERVAL = 0.25  # s between exit checks of every worker: catches a worker whose
+# result pipe a grandchild still holds open (no EOF), at a cost of one waitpid per worker
+INIT_RETRIES = 3  # consecutive initializer failures before queued work fails
+INIT_BACKOFF = 0.1  # s before the first restart after an initializer failure; doubles
+
+# Every parent-side pipepool fd open in this process. A forked worker closes all of them
+# but its own, so that no worker holds another's pipe ends: otherwise one worker's EOF or
+# the parent's death would stay hidden while the other lives.
+_PARENT_FDS: set[int] = set()
+
+_QUEUED, _RUNNING, _DONE = 0, 1, 2
+
+
+class _Task:
+    __slots__ = ("tid", "key", "fn", "args", "kwargs", "timeout", "phase", "started",
+                 "deadline")
+
+    def __init__(self, tid: int, key: Hashable, fn: Callable[..., Any], args: tuple,
+                 kwargs: dict, timeout: float | None) -> None:
+        self.tid = tid
+        self.key = key
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+        self.timeout = timeout
+        self.phase = _QUEUED
+        self.started = False
+        self.deadline: float | None = None
+
+
+class _Worker:
+    __slots__ = ("wid", "proc", "pid", "fds", "in_flight", "sent", "closing", "closed_at",
+                 "close_error", "init_error", "init_round", "kill_reason", "killed", "heard")
+
+    def __init__(self, wid: int, proc: multiprocessing.process.BaseProcess,
+                 fds: tuple[int, int], init_round: int) -> None:
+        self.wid = wid
+        self.proc = proc
+        self.pid: int | None = proc.pid
+        self.fds = fds  # the parent's ends, owned by the loop from add() to remove()
+        self.init_round = init_round  # initializer failures counted when it started
+        self.in_flight: dict[int, _Task] = {}  # tid -> task, in dispatch order
+        self.sent = 0  # tasks ever sent, for max_tasks_per_child
+        self.closing = False  # its result pipe closed (EOF or a bad frame)
+        self.closed_at = 0.0
+        self.close_error: BaseException | None = None
+        self.init_error: BaseException | None = None
+        self.kill_reason: BaseException | None = None  # why we killed it, for its task
+        self.killed = False
+        self.heard = False  # any frame received: it got through start-up
+
+
+class LocalExecutor:
+    """Run callables in a pool of local worker processes, scheduler style.
+
+    ``queue`` work under a key, call ``sync`` (or ``heartbeat``) regularly, read outcomes
+    from ``get_event_buffer``. Every queued task ends with exactly one terminal event.
+    """
+
+    def __init__(
+        self,
+        parallelism: int | None = None,
+        *,
+        start_method: str | None = None,
+        prefetch: int = 1,
+        pipe_size: int | None = None,
+        max_tasks_per_child: int | None = None,
+        initializer: Callable[..., object] | None = None,
+        initargs: Iterable[Any] = (),
+        _loop_impl: str | None = None,
+    ) -> None:
+        if parallelism is None:
+            parallelism = os.cpu_count() or 1
+        if parallelism < 1:
+            raise ValueError("parallelism must be at least 1")
+        if prefetch < 1:
+            raise ValueError("prefetch must be at least 1")
+        if max_tasks_per_child is not None and max_tasks_per_child < 1:
+            raise ValueError("max_tasks_per_child must be at least 1 or None")
+        if start_method not in (None, "fork", "spawn", "forkserver"):
+            raise ValueError(f"unknown start_method {start_method!r}")
+        self.parallelism = parallelism
+        self.prefetch = prefetch
+        self.pipe_size = pipe_size
+        self.max_tasks_per_child = max_tasks_per_child
+        self.initializer = initializer
+        self.initargs = tuple(initargs)
+        self._context = multiprocessing.get_context(start_method)
+        self.start_method = self._context.get_start_method()
+        self.implementation, loop_module = _impl.load(_loop_impl)
+        self._loop_class = loop_module.PipeLoop
+        self._loop: Any = None
+        self._queue: deque[_Task] = deque()
+        self._workers: dict[int, _Worker] = {}
+        self._events: dict[Hashable, Event] = {}
+        self._tids = itertools.count(1)
+        self._wids = itertools.count(1)
+        self._lifeline: tuple[int, int] | None = None
+        self._state = "new"  # new -> started -> ended
+        self._init_failures = 0
+        self._init_retry_at = 0.0
+        self._broken: InitializerError | None = None
+        self._next_reap = 0.0
+        self._timed: dict[int, _Task] = {}  # started tasks with a deadline
+        self._stats = dict.fromkeys(
+            ("done", "failed", "lost", "crashes", "recycles", "started_workers"), 0
+        )
+        self._last_progress = time.monotonic()
+
+    # -- public API -------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Create the loop and the lifeline; workers start as soon as work is queued."""
+        if self._state != "new":
+            raise RuntimeError(f"LocalExecutor already {self._state}")
+        if self.start_method == "forkserver":
+            # Start the server now, with signals unblocked: it would inherit a blocked
+            # mask if it were started lazily from inside a bookkeeping step.
+            from multiprocessing import forkserver
+
+            forkserver.ensure_running()
+        self._loop = self._loop_class()
+        lifeline_r, lifeline_w = os.pipe()
+        _PARENT_FDS.update((lifeline_r, lifeline_w))
+        self._lifeline = (lifeline_r, lifeline_w)
+        self._state = "started"
+
+    def queue(self, key: Hashable, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> None:
+        """Queue ``fn(*args, **kwargs)`` under ``key``; pickled when it is dispatched."""
+        self.queue_call(key, fn, args, kwargs)
+
+    def queue_call(
+        self,
+        key: Hashable,
+        fn: Callable[..., Any],
+        args: tuple = (),
+        kwargs: dict | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """Like ``queue`` with the call spelled out, plus a per-task ``timeout`` in seconds
+        (counted from the moment the task starts; past it the worker is killed and
+        replaced and the task fails with ``TaskTimeoutError``)."""
+        if self._state == "ended":
+            raise RuntimeError("cannot queue on an ended LocalExecutor")
+        if not callable(fn):
+            raise TypeError(f"{fn!r} is not callable")
+        task = _Task(next(self._tids), key, fn, tuple(args), kwargs or {}, timeout)
+        self._queue.append(task)  # one atomic append: queued, or (if interrupted) not at all
+
+    def sync(self, timeout: float = 0.0) -> None:
+        """One round: collect results, reap and start workers, dispatch what fits.
+
+        Never blocks on a pipe. With ``timeout`` > 0, first waits up to that long for
+        something to happen (a result, room in a pipe, a worker exit).
+        """
+        self._require_started()
+        if timeout > 0:
+            self._loop.wait(min(timeout, self._wait_bound()))
+        mask = None
+        try:
+            mask = _signals.current_mask()
+            _signals.block()
+            self._collect()
+            self._reap()
+            self._expire()
+            self._start_workers()
+            self._dispatch()
+        finally:
+            _signals.restore(mask)
+
+    heartbeat = sync
+
+    def get_event_buffer(self, keys: Iterable[Hashable] | None = None) -> dict[Hashable, Event]:
+        """Pop and return ``{key: newest event}``, for all keys or only ``keys``."""
+        if keys is None:
+            events, self._events = self._events, {}
+            return events
+        return {k: self._events.pop(k) for k in list(keys) if k in self._events}
+
+    @property
+    def queued(self) -> set[Hashable]:
+        """Keys with a task not yet sent to a worker."""
+        return {t.key for t in self._queue}
+
+    @property
+    def running(self) -> set[Hashable]:
+        """Keys with at least one dispatch in flight (sent, started or not)."""
+        return {t.key for w in self._workers.values() for t in w.in_flight.values()}
+
+    def running_counts(self) -> dict[Hashable, int]:
+        """``{key: dispatches in flight}``, for keys queued again while running."""
+        counts: dict[Hashable, int] = {}
+        for w in self._workers.values():
+            for t in w.in_flight.values():
+                counts[t.key] = counts.get(t.key, 0) + 1
+        return counts
+
+    def has_work(self) -> bool:
+        """True while any task is queued or in flight."""
+        return bool(self._queue) or any(w.in_flight for w in self._workers.values())
+
+    def cancel(self, key: Hashable) -> int:
+        """Cancel the queued (never sent) tasks of ``key``; returns how many.
+
+        Each gets a FAILED event with ``concurrent.futures.CancelledError``.
+        """
+        mask = None
+        try:
+            mask = _signals.current_mask()
+            _signals.block()
+            doomed = [t for t in self._queue if t.key == key]
+            if doomed:
+                self._queue = deque(t for t in self._queue if t.key != key)
+                for t in doomed:
+                    self._finish(t, State.FAILED, exception=CancelledError(f"task {key!r} cancelled"))
+            return len(doomed)
+        finally:
+            _signals.restore(mask)
+
+    def kill(self, key: Hashable) -> int:
+        """Kill the workers running started tasks of ``key`` (they are replaced); those
+        tasks fail with ``TaskKilledError``. Returns how many were killed."""
+        killed = 0
+        for w in list(self._workers.values()):
+            for t in w.in_flight.values():
+                if t.key == key and t.started and not w.killed:
+                    self._kill_worker(w, TaskKilledError(f"task {key!r} was killed on request"))
+                    killed += 1
+        return killed
+
+    def wait_until_done(self, timeout: float | None = None) -> bool:
+        """Drive the loop until nothing is queued or in flight; False if ``timeout`` hit."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self.sync()
+        while self.has_work():
+            remaining = 1.0 if deadline is None else deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            self.sync(timeout=min(remaining, 1.0))
+        return True
+
+    def end(self) -> None:
+        """Finish every queued and running task, collect all results, stop the workers."""
+        if self._state == "new":
+            self._state = "ended"
+            return
+        if self._state == "ended":
+            return
+        self.wait_until_done()
+        self._stop_workers()
+
+    def terminate(self) -> None:
+        """Stop now: SIGTERM the workers, SIGKILL after a bound; unfinished tasks fail."""
+        if self._state != "started":
+            self._state = "ended"
+            return
+        for w in self._workers.values():
+            _signal_process(w.proc, "terminate")
+        deadline = time.monotonic() + TERM_GRACE
+        for w in self._workers.values():
+            w.proc.join(max(0.0, deadline - time.monotonic()))
+            if w.proc.exitcode is None:
+                _signal_process(w.proc, "kill")
+        mask = None
+        try:
+            mask = _signals.current_mask()
+            _signals.block()
+            self._collect()  # results that made it out before the signal still count
+            for w in list(self._workers.values()):
+                w.proc.join()
+                w.kill_reason = w.kill_reason or TaskKilledError("the executor was terminated")
+                self._retire(w, w.proc.exitcode, requeue=False)
+            while self._queue:
+                t = self._queue[0]
+                self._finish(t, State.FAILED,
+                             exception=CancelledError(f"task {t.key!r} cancelled: executor terminated"))
+                self._queue.popleft()
+        finally:
+            _signals.restore(mask)
+        self._close()
+
+    def stats(self) -> dict[str, Any]:
+        """Counters from the parent's own state (no IPC): workers and tasks."""
+        busy = sum(1 for w in self._workers.values() if w.in_flight)
+        alive = sum(1 for w in self._workers.values() if not w.closing)
+        return {
+            "workers_alive": alive,
+            "workers_busy": busy,
+            "workers_idle": alive - busy,
+            "tasks_queued": len(self._queue),
+            "tasks_running": sum(len(w.in_flight) for w in self._workers.values()),
+            "tasks_done": self._stats["done"],
+            "tasks_failed": self._stats["failed"],
+            "tasks_lost": self._stats["lost"],
+            "worker_crashes": self._stats["crashes"],
+            "worker_recycles": self._stats["recycles"],
+            "workers_started": self._stats["started_workers"],
+            "last_progress": self._last_progress,
+        }
+
+    def worker_pids(self) -> list[int]:
+        """Pids of the live workers."""
+        return [w.pid for w in self._workers.values() if w.pid is not None and not w.closing]
+
+    def __enter__(self) -> LocalExecutor:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        if exc_type is not None and not issubclass(exc_type, Exception):
+            self.terminate()  # KeyboardInterrupt, SystemExit: stop now, do not wait for work
+        else:
+            self.end()
+
+    def __del__(self) -> None:
+        if getattr(self, "_state", None) == "started":
+            try:
+                self.terminate()
+            except Exception:  # noqa: BLE001 - best effort at interpreter teardown
+                pass
+
+    # -- the steps of a round -----------------------------------------------------------
+
+    def _collect(self) -> None:
+        frames, closed = self._loop.pump()
+        workers = self._workers
+        for channel, kind, ident, payload in frames:
+            w = workers.get(channel)
+            if w is not None:
+                w.heard = True
+                self._on_frame(w, kind, ident, payload)
+        for channel, error in closed:
+            w = workers.get(channel)
+            if w is not None:
+                w.closing = True
+                w.closed_at = time.monotonic()
+                w.close_error = error
+                if error is not None:  # a stream we cannot trust: the worker must go
+                    self._kill_worker(w, None)
+
+    def _on_frame(self, w: _Worker, kind: int, ident: int, payload: bytes) -> None:
+        if kind == Kind.STARTED:
+            t = w.in_flight.get(ident)
+            if t is not None:
+                t.started = True
+                if t.timeout is not None:
+                    t.deadline = time.monotonic() + t.timeout
+                    self._timed[t.tid] = t
+                self._publish(Event(t.key, State.RUNNING, pid=w.pid), terminal=False)
+            return
+        if kind == Kind.DONE or kind == Kind.RAISED:
+            t = w.in_flight.get(ident)
+            if t is None:
+                return
+            self._init_failures = 0  # a task ran, so the initializer works
+            self._last_progress = time.monotonic()
+            if kind == Kind.DONE:
+                try:
+                    result = pickle.loads(payload)
+                except Exception as exc:  # noqa: BLE001 - the result's own unpickling code
+                    error = TaskUnpicklingError(
+                        f"task {t.key!r}: its result could not be unpickled in the parent "
+                        f"({type(exc).__name__}: {exc})", part="result")
+                    error.__cause__ = exc
+                    self._finish(t, State.FAILED, exception=error, pid=w.pid)
+                else:
+                    self._finish(t, State.SUCCESS, result=result, pid=w.pid)
+            else:
+                self._finish(t, State.FAILED, exception=_remote_exception(t.key, payload),
+                             pid=w.pid)
+            del w.in_flight[ident]
+            return
+        if kind == Kind.INIT_FAILED:
+            w.init_error = _remote_exception(None, payload)
+            return
+        # Any other kind from a worker is a broken stream.
+        w.close_error = FrameError(f"unexpected frame kind {kind} from worker pid {w.pid}")
+        self._kill_worker(w, None)
+
+    def _reap(self) -> None:
+        now = time.monotonic()
+        periodic = now >= self._next_reap
+        if periodic:
+            self._next_reap = now + REAP_INTERVAL
+        if not periodic and not any(w.closing for w in self._workers.values()):
+            return
+        exited: list[tuple[_Worker, int]] = []
+        for w in self._workers.values():
+            if not (w.closing or periodic):
+                continue
+            code = w.proc.exitcode
+            if code is None:
+                if w.closing and not w.killed and now - w.closed_at > EXIT_GRACE:
+                    self._kill_worker(w, None)  # closed its pipe but lingers
+                continue
+            exited.append((w, code))
+        if any(not w.closing for w, _ in exited):
+            # It exited without its pipe closing (a grandchild holds the write end):
+            # what it wrote before exiting is in the pipe now; read it before retiring.
+            self._collect()
+        for w, code in exited:
+            self._retire(w, code)
+
+    def _expire(self) -> None:
+        if not self._timed:
+            return
+        now = time.monotonic()
+        for tid, t in list(self._timed.items()):
+            if t.phase != _RUNNING:
+                del self._timed[tid]
+            elif t.deadline is not None and now >= t.deadline:
+                del self._timed[tid]
+                for w in self._workers.values():
+                    if w.in_flight.get(tid) is t and not w.killed:
+                        self._kill_worker(w, TaskTimeoutError(
+                            f"task {t.key!r} timed out after {t.timeout} s; "
+                            f"its worker pid {w.pid} was killed"))
+
+    def _start_workers(self) -> None:
+        if self._broken is not None:
+            self._fail_queued_broken()
+            return
+        alive = sum(1 for w in self._workers.values() if not w.closing)
+        outstanding = len(self._queue) + sum(len(w.in_flight) for w in self._workers.values())
+        wanted = min(self.parallelism, outstanding) - alive
+        if wanted <= 0 or time.monotonic() < self._init_retry_at:
+            return
+        if self._init_failures:
+            # The initializer failed lately: probe with one worker at a time, not a
+            # burst of them that would all fail together.
+            if alive:
+                return
+            wanted = 1
+        for _ in range(wanted):
+            self._start_worker()
+
+    def _dispatch(self) -> None:
+        queue = self._queue
+        if not queue:
+            return
+        prefetch = self.prefetch
+        limit = self.max_tasks_per_child
+        open_workers = [
+            w for w in self._workers.values()
+            if not w.closing and len(w.in_flight) < prefetch
+            and (limit is None or w.sent < limit)
+        ]
+        loop = self._loop
+        # Breadth first: one task per worker per pass, so a deep prefetch stays fair.
+        while queue and open_workers:
+            still_open = []
+            for w in open_workers:
+                if not queue:
+                    break
+                t = queue[0]
+                try:
+                    payload = _pickle_call(t)
+                except TaskPicklingError as exc:
+                    self._finish(t, State.FAILED, exception=exc)
+                    queue.popleft()
+                    still_open.append(w)
+                    continue
+                # Order matters: the send is the step that can fail, the bookkeeping
+                # follows it and cannot, so a task is never counted as sent unless it was.
+                loop.send(w.wid, Kind.TASK, t.tid, payload)
+                queue.popleft()
+                t.phase = _RUNNING
+                w.in_flight[t.tid] = t
+                w.sent += 1
+                if len(w.in_flight) < prefetch and (limit is None or w.sent < limit):
+                    still_open.append(w)
+            open_workers = still_open
+
+    # -- worker lifecycle -----------------------------------------------------------------
+
+    def _start_worker(self) -> None:
+        activity_r, activity_w = os.pipe()
+        result_r, result_w = os.pipe()
+        mine = (activity_r, result_w)
+        _PARENT_FDS.update((activity_r, activity_w, result_r, result_w))
+        if self.pipe_size:
+            _set_pipe_size(activity_w, self.pipe_size)
+            _set_pipe_size(result_w, self.pipe_size)
+        assert self._lifeline is not None
+        lifeline_r = self._lifeline[0]
+        close_fds = (
+            sorted(_PARENT_FDS.difference(mine + (lifeline_r,)))
+            if self.start_method == "fork" else []
+        )
+        wid = next(self._wids)
+        proc = self._context.Process(
+            target=worker_main,
+            args=(ChildFd(activity_r), ChildFd(result_w), ChildFd(lifeline_r), close_fds,
+                  self.initializer, self.initargs, self.max_tasks_per_child,
+                  self.implementation),
+            name=f"pipepool-worker-{wid}",
+            daemon=True,
+        )
+        try:
+            proc.start()
+        except BaseException:
+            for fd in (activity_w, result_r):
+                _PARENT_FDS.discard(fd)
+                os.close(fd)
+            raise
+        finally:
+            for fd in mine:  # the child has its copies now (or never will)
+                _PARENT_FDS.discard(fd)
+                os.close(fd)
+        w = _Worker(wid, proc, (activity_w, result_r), self._init_failures)
+        self._loop.add(wid, activity_w, result_r)
+        self._workers[wid] = w
+        self._stats["started_workers"] += 1
+
+    def _kill_worker(self, w: _Worker, reason: BaseException | None) -> None:
+        if reason is not None and w.kill_reason is None:
+            w.kill_reason = reason
+        if not w.killed:
+            w.killed = True
+            _signal_process(w.proc, "kill")
+
+    def _retire(self, w: _Worker, exitcode: int | None, *, requeue: bool = True) -> None:
+        """Forget an exited worker: dispatch again what it never started, fail what it ran."""
+        self._remove_channel(w)  # frames it never fully received: it cannot have started them
+        del self._workers[w.wid]
+        lost_error = self._lost_error(w, exitcode)
+        unstarted = []
+        for t in w.in_flight.values():
+            if t.started or not requeue:
+                self._finish(t, State.FAILED, exception=lost_error(t), pid=w.pid)
+                self._stats["lost"] += 1
+            else:
+                t.phase = _QUEUED
+                unstarted.append(t)
+        w.in_flight.clear()
+        self._queue.extendleft(reversed(unstarted))  # back to the front, in their order
+        if w.init_error is None and not w.heard and not w.killed and exitcode != 0:
+            # Died before saying anything: start-up failed (a spawn child that cannot
+            # import __main__, say). Treated like an initializer failure, so a pool that
+            # cannot start workers backs off instead of respawning in a busy loop.
+            w.init_error = WorkerLostError(
+                f"worker pid {w.pid} {describe_exit(exitcode)} during start-up, before "
+                "running any task (with spawn or forkserver, is the main module guarded "
+                "by if __name__ == '__main__'?)", pid=w.pid, exitcode=exitcode)
+        if w.init_error is not None:
+            if w.init_round == self._init_failures:  # one count per probe round
+                self._on_init_failure(w.init_error)
+        elif w.killed or exitcode != 0:
+            self._stats["crashes"] += 1
+        else:
+            self._stats["recycles"] += 1
+        try:
+            w.proc.close()
+        except ValueError:
+            pass
+
+    def _remove_channel(self, w: _Worker) -> list[tuple[int, int, bytes]]:
+        """Close a worker's parent ends (once) and drop them from the fork registry."""
+        if w.wid not in self._loop:
+            return []
+        _PARENT_FDS.difference_update(w.fds)
+        return self._loop.remove(w.wid)
+
+    def _lost_error(self, w: _Worker, exitcode: int | None) -> Callable[[_Task], BaseException]:
+        reason = w.kill_reason
+        bad_frame = w.close_error
+
+        def error_for(t: _Task) -> BaseException:
+            if reason is not None:
+                return reason
+            if bad_frame is not None:
+                err = WorkerLostError(
+                    f"worker pid {w.pid} sent a frame that cannot be trusted ({bad_frame}) "
+                    f"and was killed while running task {t.key!r}",
+                    pid=w.pid, exitcode=exitcode)
+                err.__cause__ = bad_frame
+                return err
+            return WorkerLostError(
+                f"worker pid {w.pid} {describe_exit(exitcode)} while running task {t.key!r}; "
+                "the task may have crashed the interpreter (segfault, os._exit) or been "
+                "killed from outside (OOM killer, kill -9)",
+                pid=w.pid, exitcode=exitcode)
+
+        return error_for
+
+    def _on_init_failure(self, error: BaseException) -> None:
+        self._init_failures += 1
+        if self._init_failures >= INIT_RETRIES:
+            broken = InitializerError(
+                f"the initializer {self.initializer!r} failed in {self._init_failures} "
+                f"workers in a row: {type(error).__name__}: {error}")
+            broken.__cause__ = error
+            self._broken = broken
+            log.error("pipepool: %s", broken)
+        else:
+            self._init_retry_at = time.monotonic() + INIT_BACKOFF * 2 ** (self._init_failures - 1)
+
+    def _fail_queued_broken(self) -> None:
+        while self._queue:
+            t = self._queue[0]
+            self._finish(t, State.FAILED, exception=self._broken)
+            self._queue.popleft()
+
+    def _stop_workers(self) -> None:
+        mask = None
+        try:
+            mask = _signals.current_mask()
+            _signals.block()
+            for w in self._workers.values():
+                # Closing its activity pipe is the stop signal: the worker reads EOF and
+                # exits. It holds no task, so nothing can be lost.
+                self._remove_channel(w)
+        finally:
+            _signals.restore(mask)
+        deadline = time.monotonic() + STOP_GRACE
+        for w in self._workers.values():
+            w.proc.join(max(0.0, deadline - time.monotonic()))
+            if w.proc.exitcode is None:
+                _signal_process(w.proc, "kill")
+                w.proc.join()
+            w.proc.close()
+        self._workers.clear()
+        self._close()
+
+    def _close(self) -> None:
+        if self._loop is not None:
+            for w in self._workers.values():
+                self._remove_channel(w)
+            self._loop.close()
+        if self._lifeline is not None:
+            for fd in self._lifeline:
+                _PARENT_FDS.discard(fd)
+                os.close(fd)
+            self._lifeline = None
+        self._state = "ended"
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _finish(self, t: _Task, state: State, *, result: Any = None,
+                exception: BaseException | None = None, pid: int | None = None) -> None:
+        """Record a task's terminal event (the caller removes it from where it was)."""
+        t.phase = _DONE
+        t.fn = t.args = t.kwargs = None  # type: ignore[assignment]  # free memory early
+        if state is State.SUCCESS:
+            self._stats["done"] += 1
+        else:
+            self._stats["failed"] += 1
+        self._publish(Event(t.key, state, result, exception, pid), terminal=True)
+
+    def _publish(self, event: Event, *, terminal: bool) -> None:
+        # Newest event per key, except that a RUNNING event never hides an unread
+        # terminal one (the same key may be queued again while its first run ends).
+        if not terminal:
+            old = self._events.get(event.key)
+            if old is not None and old.state.terminal:
+                return
+        self._events[event.key] = event
+
+    def _wait_bound(self) -> float:
+        """How long a wait may last before a step in this object has work to do."""
+        bound = REAP_INTERVAL
+        if any(w.closing for w in self._workers.values()):
+            bound = 0.001  # an exit code is due any moment
+        if self._timed:
+            now = time.monotonic()
+            bound = min([bound] + [t.deadline - now for t in self._timed.values()
+                                   if t.deadline is not None])
+        if self._queue and self._init_retry_at > time.monotonic():
+            bound = min(bound, self._init_retry_at - time.monotonic())
+        return max(bound, 0.0)
+
+    def _require_started(self) -> None:
+        if self._state != "started":
+            raise RuntimeError(
+                "LocalExecutor is not running: call start() first"
+                if self._state == "new" else "LocalExecutor has ended")
+
+
+def _pickle_call(t: _Task) -> bytes:
+    """Pickle a task's call; on failure name the key and the part that failed."""
+    try:
+        payload = pickle.dumps((t.fn, t.args, t.kwargs), PICKLE_PROTOCOL)
+    except Exception as exc:  # noqa: BLE001 - user __reduce__ code can raise anything
+        try:
+            pickle.dumps(t.fn, PICKLE_PROTOCOL)
+        except Exception:  # noqa: BLE001
+            part = "function"
+        else:
+            part = "arguments"
+        raise TaskPicklingError(
+            f"task {t.key!r}: cannot pickle its {part} ({type(exc).__name__}: {exc}); "
+            "functions must be importable (no lambdas or local functions) and "
+            "arguments picklable",
+            key=t.key, part=part) from exc
+    if len(payload) > MAX_PAYLOAD:
+        raise TaskPicklingError(
+            f"task {t.key!r}: its pickled call is {len(payload)} bytes, above the "
+            f"frame limit of {MAX_PAYLOAD}", key=t.key, part="arguments")
+    return payload
+
+
+def _remote_exception(key: Hashable, payload: bytes) -> BaseException:
+    """Rebuild a worker's exception with its traceback as ``__cause__``."""
+    tb, exc_bytes = pickle.loads(payload)
+    try:
+        exc = pickle.loads(exc_bytes)
+    except Exception as unpickling:  # noqa: BLE001
+        exc = TaskUnpicklingError(
+            f"task {key!r} raised an exception that could not be unpickled in the parent "
+            f"({type(unpickling).__name__}: {unpickling})", part="exception")
+    exc.__cause__ = RemoteTraceback(tb)
+    return exc
+
+
+def _set_pipe_size(fd: int, size: int) -> None:
+    """Ask for a pipe capacity where the OS lets us (Linux F_SETPIPE_SZ); else keep it."""
+    import fcntl
+
+    setter = getattr(fcntl, "F_SETPIPE_SZ", None)
+    if setter is None:
+        return  # macOS and others: the capacity is the kernel's choice
+    try:
+        fcntl.fcntl(fd, setter, size)
+    except OSError as exc:
+        log.debug("pipepool: F_SETPIPE_SZ(%d) refused: %s", size, exc)
+
+
+def _signal_process(proc: multiprocessing.process.BaseProcess, how: str) -> None:
+    try:
+        getattr(proc, how)()
+    except (OSError, ValueError, AttributeError):
+        pass  # already gone or closed

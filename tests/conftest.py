@@ -1,0 +1,102 @@
+"""Shared fixtures: both loop implementations, every start method, leak checks."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from pipepool import _impl
+
+START_METHODS = ["fork", "spawn", "forkserver"]
+
+
+def implementations() -> list[str]:
+    """Both twins, unless PIPEPOOL_IMPL pins one (a pure build sets it to "python")."""
+    forced = os.environ.get("PIPEPOOL_IMPL", "").strip().lower()
+    if forced in ("python", "cython"):
+        return [forced]
+    return ["python", "cython"]
+
+
+@pytest.fixture(params=implementations())
+def impl(request: pytest.FixtureRequest) -> str:
+    """The loop implementation under test; "cython" fails loudly if it did not build."""
+    _impl.load(request.param)  # raises ImportError when the compiled loop is missing
+    return request.param
+
+
+@pytest.fixture
+def loop_module(impl: str):
+    return _impl.load(impl)[1]
+
+
+@pytest.fixture(params=START_METHODS)
+def start_method(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+def open_fds() -> set[int]:
+    return {int(fd) for fd in os.listdir("/proc/self/fd")} if os.path.isdir(
+        "/proc/self/fd") else set()
+
+
+def child_pids() -> set[int]:
+    """Pids whose parent is this process (zombies included), from /proc."""
+    me = os.getpid()
+    kids = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == me:
+            kids.add(int(entry))
+    return kids
+
+
+@pytest.fixture
+def no_leaks():
+    """Fail the test if it leaves a child, a thread or an fd behind."""
+    import multiprocessing
+
+    fds_before = open_fds()
+    threads_before = {t.ident for t in threading.enumerate()}
+    kids_before = child_pids()
+    yield
+    multiprocessing.active_children()  # reaps multiprocessing's own finished children
+    leaked_kids = child_pids() - kids_before
+    # The forkserver process is shared and lives on purpose; it is not ours to leak.
+    leaked_kids = {p for p in leaked_kids if not _is_forkserver(p)}
+    assert not leaked_kids, f"child processes left behind: {sorted(leaked_kids)}"
+    leaked_threads = [t for t in threading.enumerate() if t.ident not in threads_before]
+    assert not leaked_threads, f"threads left behind: {leaked_threads}"
+    leaked_fds = open_fds() - fds_before
+    leaked_fds = {fd for fd in leaked_fds if not _is_forkserver_fd(fd)}
+    assert not leaked_fds, f"fds left open: {sorted(leaked_fds)}"
+
+
+def _is_forkserver(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"forkserver" in f.read()
+    except OSError:
+        return False
+
+
+def _is_forkserver_fd(fd: int) -> bool:
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    return fd in (server._forkserver_alive_fd,) or _is_resource_tracker_fd(fd)
+
+
+def _is_resource_tracker_fd(fd: int) -> bool:
+    from multiprocessing import resource_tracker
+
+    return fd == getattr(resource_tracker._resource_tracker, "_fd", None)
