@@ -7,6 +7,28 @@ import os
 
 from setuptools import setup
 
+PXD_ALIASES = os.path.join("build", "pxd")
+
+
+def alias_pxds() -> str:
+    """Make pyx/_loop.pxd findable as the declarations of module ``pipepool._loop``.
+
+    Cython looks a module's .pxd up by its full name (``pipepool/_loop.pxd`` on the include
+    path), while the layout keeps it beside its .pyx under the short name; a link in the
+    build directory bridges them (it follows edits, so Cython's rebuild check sees the
+    real file).
+    """
+    package = os.path.join(PXD_ALIASES, "pipepool")
+    os.makedirs(package, exist_ok=True)
+    for name in os.listdir("pyx"):
+        if name.endswith(".pxd"):
+            alias = os.path.join(package, name)
+            if os.path.lexists(alias):
+                os.remove(alias)
+            os.symlink(os.path.abspath(os.path.join("pyx", name)), alias)
+    return PXD_ALIASES
+
+
 ext_modules = []
 if os.environ.get("PIPEPOOL_PURE", "") != "1" and os.path.exists("pyx/_loop.pyx"):
     from Cython.Build import cythonize
@@ -14,6 +36,7 @@ if os.environ.get("PIPEPOOL_PURE", "") != "1" and os.path.exists("pyx/_loop.pyx"
 
     ext_modules = cythonize(
         [Extension("pipepool._loop", ["pyx/_loop.pyx"], include_dirs=["pyx"])],
+        include_path=[alias_pxds()],
         language_level=3,
         compiler_directives={"boundscheck": False, "wraparound": False, "cdivision": True},
     )

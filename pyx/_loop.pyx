@@ -1,0 +1,613 @@
+# cython: language_level=3
+"""The compiled PipeLoop and FrameReader: the twin of ``pipepool._pyloop``.
+
+Same names, signatures, exceptions and behaviour, down to the order of frames and closed
+reports and what ``remove`` hands back; ``src/pipepool/_pyloop.py`` is the specification
+and carries the docstrings, ``pyx/_loop.pxd`` declares the state. What changes is where
+the work happens: frames are queued as C records that point into the caller's bytes
+(the unsent tail of a partial write is an offset, never a copy), written with
+``writev``, read into one reusable chunk and split in C (one copy per payload, into its
+bytes object), and ``wait`` polls with the GIL released. Python's ``select.poll`` is
+replaced by a C array kept in the same (registration) order, so both twins visit ready
+pipes in the same order.
+"""
+
+import math
+import os
+
+from cpython.bytes cimport (
+    PyBytes_AS_STRING,
+    PyBytes_CheckExact,
+    PyBytes_FromStringAndSize,
+    PyBytes_GET_SIZE,
+)
+from cpython.exc cimport PyErr_CheckSignals
+from cpython.long cimport PyLong_Check
+from cpython.mem cimport PyMem_Free, PyMem_Realloc
+from cpython.memoryview cimport PyMemoryView_GET_BUFFER
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_DECREF, Py_INCREF, Py_XDECREF
+from libc.errno cimport EBADF, EINTR, errno
+from libc.limits cimport INT_MAX
+from libc.string cimport memcpy, memmove
+from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
+from posix.uio cimport iovec, writev
+from posix.unistd cimport _SC_IOV_MAX, sysconf
+from posix.unistd cimport read as c_read
+from posix.unistd cimport write as c_write
+
+from pipepool import frames as _frames
+from pipepool.errors import FrameError
+
+__all__ = ["PipeLoop", "FrameReader"]  # the twins export exactly these
+
+MAX_PAYLOAD = _frames.MAX_PAYLOAD
+if _frames.HEADER_SIZE != HEADER_SIZE or _frames.MAGIC != MAGIC:
+    raise ImportError("pipepool._loop was built for another wire format than frames.py; rebuild it")
+
+
+cdef extern from "Python.h":
+    # Pausing the cyclic GC inside pump(): a collection could run a finalizer (Python
+    # code) in the middle of it, and with it a signal handler or another thread.
+    int PyGC_Enable()
+    int PyGC_Disable()
+
+
+include "_wire.pxi"
+
+
+# writev() takes at most IOV_MAX entries; POSIX only promises 16, real systems 1024.
+cdef int iov_limit = WRITE_IOV
+cdef long _iov_max = sysconf(_SC_IOV_MAX)
+if 0 < _iov_max < IOV_SLOTS:
+    iov_limit = <int>_iov_max - 1
+
+
+cdef inline long long monotonic_ns() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return <long long>ts.tv_sec * 1000000000 + ts.tv_nsec
+
+
+cdef extern from *:
+    # In C: EWOULDBLOCK equals EAGAIN on most systems, which a Cython switch would reject.
+    """
+    static int pipepool_would_block(int err) { return err == EAGAIN || err == EWOULDBLOCK; }
+    """
+    bint would_block "pipepool_would_block"(int err) noexcept nogil
+
+
+cdef object os_error(int err):
+    return OSError(err, os.strerror(err))  # the subclass os.read would raise (errno-mapped)
+
+
+cdef inline void release(OutFrame *f) noexcept:
+    Py_DECREF(<object>f.kind)
+    Py_DECREF(<object>f.ident)
+    Py_DECREF(<object>f.payload)
+    Py_XDECREF(f.view)
+
+
+cdef class _Channel:
+
+    def __cinit__(self, channel, int write_fd, int read_fd):
+        self.channel = channel
+        self.write_fd = write_fd
+        self.read_fd = read_fd
+
+    def __dealloc__(self):
+        while self.count:
+            release(&self.out[self.head])
+            self.head = (self.head + 1) & (self.capacity - 1)
+            self.count -= 1
+        PyMem_Free(self.out)
+        PyMem_Free(self.inbuf)
+
+    cdef int push(self, object kind, object ident, object payload) except -1:
+        cdef OutFrame *f
+        cdef OutFrame *ring
+        cdef Py_ssize_t i, size, capacity
+        cdef const char *data
+        cdef object view = None
+        cdef bytes header
+        if PyBytes_CheckExact(payload):
+            data = PyBytes_AS_STRING(payload)
+            size = PyBytes_GET_SIZE(payload)
+        else:  # any C-contiguous buffer; the memoryview pins it until it is written
+            view = memoryview(payload)
+            if not view.c_contiguous:
+                raise BufferError("a frame payload must be a C-contiguous buffer")
+            data = <const char *>PyMemoryView_GET_BUFFER(view).buf
+            size = PyMemoryView_GET_BUFFER(view).len
+        if self.count == self.capacity:
+            capacity = self.capacity * 2 if self.capacity else 8
+            ring = <OutFrame *>PyMem_Realloc(NULL, capacity * sizeof(OutFrame))
+            if ring == NULL:
+                raise MemoryError()
+            for i in range(self.count):
+                ring[i] = self.out[(self.head + i) & (self.capacity - 1)]
+            PyMem_Free(self.out)
+            self.out = ring
+            self.head = 0
+            self.capacity = capacity
+        f = &self.out[(self.head + self.count) & (self.capacity - 1)]
+        if (PyLong_Check(kind) and PyLong_Check(ident) and size <= 0xFFFFFFFF
+                and 0 <= kind <= 0xFF and 0 <= ident <= 0xFFFFFFFFFFFFFFFF):
+            put_header(f.header, <unsigned char>kind, <uint64_t>ident, <uint32_t>size)
+        else:  # anything unusual: frames.encode_header packs it or raises what it raises
+            header = _frames.encode_header(kind, ident, size)
+            memcpy(f.header, PyBytes_AS_STRING(header), HEADER_SIZE)
+        Py_INCREF(kind)
+        Py_INCREF(ident)
+        Py_INCREF(payload)
+        f.kind = <PyObject *>kind
+        f.ident = <PyObject *>ident
+        f.payload = <PyObject *>payload
+        f.view = NULL
+        if view is not None:
+            Py_INCREF(view)
+            f.view = <PyObject *>view
+        f.data = data
+        f.size = size
+        self.count += 1
+        self.pending += HEADER_SIZE + size
+        return 0
+
+    cdef void advance(self, Py_ssize_t written) noexcept:
+        cdef Py_ssize_t left
+        cdef OutFrame *f
+        while written:
+            f = &self.out[self.head]
+            left = HEADER_SIZE + f.size - self.offset
+            if written < left:
+                self.offset += written
+                return
+            written -= left
+            release(f)
+            self.head = (self.head + 1) & (self.capacity - 1)
+            self.count -= 1
+            self.offset = 0
+
+    cdef list take_unsent(self):
+        cdef list unsent = []
+        cdef OutFrame *f
+        while self.count:
+            f = &self.out[self.head]
+            unsent.append((<object>f.kind, <object>f.ident, <object>f.payload))
+            release(f)
+            self.head = (self.head + 1) & (self.capacity - 1)
+            self.count -= 1
+        self.offset = 0
+        return unsent
+
+    cdef int keep_in(self, const unsigned char *data, Py_ssize_t size,
+                     Py_ssize_t frame_size) except -1:
+        cdef Py_ssize_t needed = self.in_len + size
+        if needed > self.in_cap:
+            # What arrived plus at most one more read chunk, never what the header claims
+            # (frame_size is trusted only as an upper bound once it passed the limit check).
+            if frame_size:
+                grow(&self.inbuf, &self.in_cap, min(frame_size, needed + READ_SIZE))
+            else:
+                grow(&self.inbuf, &self.in_cap, max(needed, HEADER_SIZE))
+        memcpy(self.inbuf + self.in_len, data, size)
+        self.in_len = needed
+        return 0
+
+    cdef void drop_in(self) noexcept:
+        PyMem_Free(self.inbuf)
+        self.inbuf = NULL
+        self.in_len = self.in_cap = 0
+
+
+cdef class PipeLoop:
+
+    def __cinit__(self, *args, **kwargs):
+        self._channels = {}
+        self._by_fd = {}
+        self.wake_r = self.wake_w = -1
+        self._closed = True  # until __init__ has the wake-up pipe
+        self.chunk = <unsigned char *>PyMem_Realloc(NULL, READ_SIZE)
+        if self.chunk == NULL:
+            raise MemoryError()
+
+    def __init__(self, max_payload=MAX_PAYLOAD):
+        self.max_payload = max_payload
+        wake_r, wake_w = os.pipe()  # os.pipe: close-on-exec, as in the pure loop
+        os.set_blocking(wake_r, False)
+        os.set_blocking(wake_w, False)
+        self.wake_r, self.wake_w = wake_r, wake_w
+        self._register(self.wake_r, POLLIN)
+        self._closed = False
+
+    def __dealloc__(self):
+        # Like the pure loop, a loop that was never closed leaves its fds open.
+        PyMem_Free(self.pfds)
+        PyMem_Free(self.wait_pfds)
+        PyMem_Free(self.ready)
+        PyMem_Free(self.chunk)
+
+    @property
+    def max_payload(self):
+        return self._max_payload
+
+    @max_payload.setter
+    def max_payload(self, value):
+        self.max_len = limit_of(value)
+        self._max_payload = value
+
+    # -- channels ---------------------------------------------------------------------
+
+    def add(self, channel, write_fd, read_fd):
+        if channel in self._channels:
+            raise ValueError(f"channel {channel} already exists")
+        os.set_blocking(write_fd, False)
+        os.set_blocking(read_fd, False)
+        cdef _Channel ch = _Channel(channel, write_fd, read_fd)
+        self._channels[channel] = ch
+        self._by_fd[ch.read_fd] = ch
+        self._by_fd[ch.write_fd] = ch
+        self._register(ch.read_fd, POLLIN)
+
+    def remove(self, channel):
+        cdef _Channel ch = self._channels.pop(channel)
+        # Unreachable first (no fd maps to it), then emptied: nothing can see it half-done.
+        self._forget_fd(ch.read_fd)
+        self._forget_fd(ch.write_fd)
+        unsent = ch.take_unsent()
+        ch.drop_in()
+        os.close(ch.read_fd)
+        os.close(ch.write_fd)
+        return unsent
+
+    cdef int _forget_fd(self, int fd) except -1:
+        if self._by_fd.pop(fd, None) is not None:
+            self._unregister(fd)
+        return 0
+
+    def __contains__(self, channel):
+        return channel in self._channels
+
+    def __len__(self):
+        return len(self._channels)
+
+    def pending(self, channel):
+        return (<_Channel>self._channels[channel]).pending
+
+    def unsent_frames(self, channel):
+        return (<_Channel>self._channels[channel]).count
+
+    # -- the poll set -------------------------------------------------------------------
+
+    cdef int _register(self, int fd, short events) except -1:
+        cdef Py_ssize_t i, nbytes
+        for i in range(self.npfds):
+            if self.pfds[i].fd == fd:
+                self.pfds[i].events = events  # as a dict update: keeps its place
+                return 0
+        nbytes = self.pfds_cap * sizeof(pollfd)
+        if self.npfds == self.pfds_cap:
+            grow(<unsigned char **>&self.pfds, &nbytes, (2 * self.pfds_cap + 8) * sizeof(pollfd))
+            self.pfds_cap = nbytes // sizeof(pollfd)
+        self.pfds[self.npfds].fd = fd
+        self.pfds[self.npfds].events = events
+        self.pfds[self.npfds].revents = 0
+        self.npfds += 1
+        return 0
+
+    cdef bint _unregister(self, int fd) noexcept:
+        cdef Py_ssize_t i
+        for i in range(self.npfds):
+            if self.pfds[i].fd == fd:
+                memmove(&self.pfds[i], &self.pfds[i + 1], (self.npfds - i - 1) * sizeof(pollfd))
+                self.npfds -= 1
+                return True
+        return False
+
+    cdef int _want_out(self, _Channel ch, bint want) except -1:
+        if want != ch.polling_out:
+            if want:
+                self._register(ch.write_fd, POLLOUT)
+            else:
+                self._unregister(ch.write_fd)
+            ch.polling_out = want
+        return 0
+
+    # -- writing ----------------------------------------------------------------------
+
+    def send(self, channel, kind, ident, payload=b""):
+        cdef _Channel ch = self._channels[channel]
+        ch.push(kind, ident, payload)
+        if ch.count == 1 and not ch.write_dead:
+            self._flush(ch)
+
+    cdef int _flush(self, _Channel ch) except -1:
+        cdef iovec iov[IOV_SLOTS]
+        cdef int n, err
+        cdef Py_ssize_t i, offset, skip, wanted
+        cdef Py_ssize_t mask = ch.capacity - 1
+        cdef ssize_t written
+        cdef OutFrame *f
+        while ch.count:
+            # The same gather list as _pyloop builds, so both make the same writev() calls.
+            n = 0
+            wanted = 0
+            offset = ch.offset
+            i = 0
+            while i < ch.count:
+                f = &ch.out[(ch.head + i) & mask]
+                if offset < HEADER_SIZE:
+                    iov[n].iov_base = &f.header[offset]
+                    iov[n].iov_len = HEADER_SIZE - offset
+                    n += 1
+                    if f.size:
+                        iov[n].iov_base = <void *>f.data
+                        iov[n].iov_len = f.size
+                        n += 1
+                    wanted += HEADER_SIZE - offset + f.size
+                else:
+                    skip = offset - HEADER_SIZE
+                    iov[n].iov_base = <void *>(f.data + skip)
+                    iov[n].iov_len = f.size - skip
+                    n += 1
+                    wanted += f.size - skip
+                offset = 0
+                i += 1
+                if n >= iov_limit:
+                    break
+            while True:
+                written = writev(ch.write_fd, iov, n)
+                if written >= 0:
+                    break
+                err = errno
+                if err != EINTR:
+                    break
+            if written < 0:
+                if not would_block(err):
+                    ch.write_dead = True  # EPIPE and friends: the worker is gone, its EOF will follow
+                break  # EAGAIN: the pipe is full, POLLOUT will say when to go on
+            ch.pending -= written
+            ch.advance(written)
+            if written < wanted:
+                break  # a partial write: the rest waits for POLLOUT
+        self._want_out(ch, ch.count > 0 and not ch.write_dead)
+        return 0
+
+    # -- waiting and reading ----------------------------------------------------------
+
+    def wait(self, timeout):
+        cdef int ms, rc, err
+        cdef Py_ssize_t i, n, nbytes
+        cdef long long deadline = 0, left
+        if timeout is None:
+            ms = -1
+        else:
+            whole = max(0, math.ceil(timeout * 1000))
+            if whole > INT_MAX:
+                raise OverflowError("timeout is too large")
+            ms = whole
+        if self._closed:  # as the pure loop's poll of its closed wake-up fd (POLLNVAL)
+            self.nready = 0
+            self.have_ready = True
+            return True
+        if self.waiting:
+            raise RuntimeError("concurrent poll() invocation")
+        n = self.npfds
+        nbytes = self.wait_cap * sizeof(pollfd)
+        grow(<unsigned char **>&self.wait_pfds, &nbytes, n * sizeof(pollfd))
+        self.wait_cap = nbytes // sizeof(pollfd)
+        memcpy(self.wait_pfds, self.pfds, n * sizeof(pollfd))
+        if ms >= 0:
+            deadline = monotonic_ns() + <long long>ms * 1000000
+        self.waiting = True
+        try:
+            while True:
+                with nogil:  # the private copy: add/remove from other threads stay safe
+                    rc = c_poll(self.wait_pfds, <nfds_t>n, ms)
+                    err = errno
+                if rc >= 0:
+                    break
+                if err != EINTR:
+                    raise os_error(err)
+                PyErr_CheckSignals()  # a KeyboardInterrupt raises here; no state changed yet
+                if ms >= 0:
+                    left = deadline - monotonic_ns()
+                    if left < 0:
+                        rc = 0
+                        break
+                    ms = <int>((left + 999999) // 1000000)
+        finally:
+            self.waiting = False
+        self._keep_ready(self.wait_pfds, n, rc)
+        return self.nready > 0
+
+    cdef int _keep_ready(self, pollfd *pfds, Py_ssize_t n, int rc) except -1:
+        cdef Py_ssize_t i, nbytes = self.ready_cap * sizeof(int)
+        grow(<unsigned char **>&self.ready, &nbytes, n * sizeof(int))
+        self.ready_cap = nbytes // sizeof(int)
+        self.nready = 0
+        if rc > 0:
+            for i in range(n):
+                if pfds[i].revents:
+                    self.ready[self.nready] = pfds[i].fd
+                    self.nready += 1
+        self.have_ready = True
+        return 0
+
+    cdef int _poll_now(self) except -1:
+        cdef int rc, err
+        while True:
+            rc = c_poll(self.pfds, <nfds_t>self.npfds, 0)
+            if rc >= 0:
+                break
+            err = errno
+            if err != EINTR:  # EINTR: retried without running handlers, pump stays atomic
+                raise os_error(err)
+        self._keep_ready(self.pfds, self.npfds, rc)
+        return 0
+
+    def pump(self):
+        cdef list frames = []
+        cdef list closed = []
+        cdef Py_ssize_t i
+        cdef int fd, gc_was_on
+        cdef _Channel ch
+        if self._closed:  # as the pure loop's read of its closed wake-up fd
+            self.have_ready = False
+            raise os_error(EBADF)
+        if not self.have_ready:
+            if self.waiting:
+                raise RuntimeError("concurrent poll() invocation")
+            self._poll_now()
+        self.have_ready = False
+        gc_was_on = PyGC_Disable()
+        try:
+            for i in range(self.nready):
+                fd = self.ready[i]
+                entry = self._by_fd.get(fd)
+                if entry is None:
+                    if fd == self.wake_r:
+                        self._drain_wake()
+                    continue
+                ch = <_Channel>entry
+                if fd == ch.write_fd:
+                    if ch.count and not ch.write_dead:
+                        self._flush(ch)
+                elif not ch.closed:
+                    self._read(ch, frames, closed)
+        finally:
+            if gc_was_on:
+                PyGC_Enable()
+        return frames, closed
+
+    def poll(self, timeout=0.0):
+        self.wait(timeout)
+        return self.pump()
+
+    cdef int _read(self, _Channel ch, list frames, list closed) except -1:
+        cdef Py_ssize_t budget = READ_BUDGET
+        cdef ssize_t n
+        cdef int err
+        cdef bint eof = False
+        cdef object error = None
+        cdef object frame_error = None
+        while budget > 0:
+            n = c_read(ch.read_fd, self.chunk, READ_SIZE)
+            if n < 0:
+                err = errno
+                if err == EINTR:
+                    continue
+                if not would_block(err):
+                    error = os_error(err)
+                break
+            if n == 0:
+                eof = True
+                break
+            budget -= n
+            if frame_error is None:  # after a bad header the stream means nothing
+                try:
+                    self._take(ch, self.chunk, n, frames)
+                except FrameError as exc:
+                    frame_error = exc
+            if n < READ_SIZE:
+                break  # drained; an EOF behind it shows up on the next poll
+        if frame_error is not None:
+            error = frame_error
+        elif error is None and eof and ch.in_len:
+            error = FrameError(
+                f"channel {ch.channel}: EOF in the middle of a frame "
+                f"({ch.in_len} bytes of an incomplete frame)"
+            )
+        if eof or error is not None:
+            self._close_channel(ch)
+            closed.append((ch.channel, error))
+        return 0
+
+    cdef int _take(self, _Channel ch, const unsigned char *data, Py_ssize_t size,
+                   list frames) except -1:
+        cdef Py_ssize_t take, frame_size, consumed = 0
+        if ch.in_len:  # finish the frame carried over from earlier reads
+            if ch.in_len < HEADER_SIZE:
+                take = min(HEADER_SIZE - ch.in_len, size)
+                ch.keep_in(data, take, 0)
+                data += take
+                size -= take
+                if ch.in_len < HEADER_SIZE:
+                    return 0
+                if not header_ok(ch.inbuf, self.max_len):
+                    raise header_error(ch.inbuf, self._max_payload)
+            frame_size = HEADER_SIZE + <Py_ssize_t>le32(ch.inbuf + 4)
+            take = min(frame_size - ch.in_len, size)
+            ch.keep_in(data, take, frame_size)
+            data += take
+            size -= take
+            if ch.in_len < frame_size:
+                return 0
+            frames.append((ch.channel, ch.inbuf[1], le64(ch.inbuf + 8),
+                           PyBytes_FromStringAndSize(<const char *>ch.inbuf + HEADER_SIZE,
+                                                     frame_size - HEADER_SIZE)))
+            ch.in_len = 0
+            if ch.in_cap > READ_SIZE:
+                ch.drop_in()  # a big frame's memory goes back at once
+        if size:  # the common case: whole frames straight out of the read chunk
+            split_frames(data, size, frames, ch.channel, True, self.max_len,
+                         self._max_payload, &consumed)
+            if consumed < size:
+                frame_size = 0
+                if size - consumed >= HEADER_SIZE:
+                    frame_size = HEADER_SIZE + <Py_ssize_t>le32(data + consumed + 4)
+                ch.keep_in(data + consumed, size - consumed, frame_size)
+        return 0
+
+    cdef int _close_channel(self, _Channel ch) except -1:
+        ch.closed = True
+        ch.drop_in()
+        self._unregister(ch.read_fd)
+        self._want_out(ch, False)
+        ch.write_dead = True
+        return 0
+
+    # -- waking -----------------------------------------------------------------------
+
+    def wake(self):
+        cdef ssize_t n
+        cdef int err
+        cdef char zero = 0
+        while True:
+            n = c_write(self.wake_w, &zero, 1)
+            if n >= 0:
+                return
+            err = errno
+            if err == EINTR:
+                continue
+            if would_block(err):
+                return  # already full of wake-ups: the waiter will wake anyway
+            raise os_error(err)
+
+    cdef int _drain_wake(self) except -1:
+        cdef ssize_t n
+        cdef int err
+        while True:
+            n = c_read(self.wake_r, self.chunk, 4096)
+            if n > 0:
+                continue
+            if n == 0:
+                return 0
+            err = errno
+            if err == EINTR:
+                continue
+            if would_block(err):
+                return 0
+            raise os_error(err)
+
+    def close(self):
+        if self._closed:
+            return
+        self._closed = True
+        for channel in list(self._channels):
+            self.remove(channel)
+        self._unregister(self.wake_r)
+        wake_r, wake_w = self.wake_r, self.wake_w
+        self.wake_r = self.wake_w = -1  # a later wake() fails with EBADF, never hits a reused fd
+        os.close(wake_r)
+        os.close(wake_w)
