@@ -1,44 +1,101 @@
-"""Defer signal handlers (and so KeyboardInterrupt) across a bookkeeping step.
+"""Defer Python signal handlers (and so KeyboardInterrupt) across a bookkeeping step.
 
 Python runs signal handlers in the main thread between bytecodes, so a KeyboardInterrupt
 can land between "bytes handed to the pipe" and "task marked running" and leave a task
-counted nowhere, or sent twice. Blocking signals for the whole step (not around each
-system call, which costs 10-30%) makes the step atomic: a signal that arrives meanwhile
-stays pending in the kernel and its handler runs right after ``restore``.
+counted nowhere, or sent twice, or a pipe's write offset behind the bytes really written.
 
-Only the main thread runs handlers, so elsewhere these calls are free no-ops. Limit: a
-signal the kernel delivers to another thread of the process that does not block it still
-trips the main thread's handler; threads pipepool starts block every signal for that reason.
+Blocking the signal with ``pthread_sigmask`` is not enough: the mask is per thread, and
+in a process with any other thread (a scheduler's, pytest-timeout's) the kernel delivers
+the signal there and the main thread still runs the handler mid-step. So for the length
+of a step (never around a wait) every Python-level handler is swapped for a recorder; at
+the end the real handlers go back and each recorded signal is raised again, so its
+handler runs right after the step with Python's usual semantics. About 5 µs per step:
+one ``getsignal`` per signal number, a swap only where a Python handler is installed.
+
+Only the main thread runs handlers, so elsewhere ``defer`` is a free no-op.
 """
 
 from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable
+from typing import Any
 
-_ALL = signal.valid_signals()
 _main_ident = threading.main_thread().ident
+_SIGNALS = tuple(s for s in signal.valid_signals()
+                 if s not in (signal.SIGKILL, signal.SIGSTOP))
+
+Handler = Callable[[int, Any], Any]
 
 
-def current_mask() -> set[signal.Signals] | None:
-    """The main thread's signal mask, or None when called from another thread."""
+class _Recorder:
+    """Stands in for the real handlers during a step; forwards once the step is over."""
+
+    __slots__ = ("originals", "pending", "done")
+
+    def __init__(self) -> None:
+        self.originals: dict[int, Handler] = {}
+        self.pending: list[int] = []
+        self.done = False
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        if self.done:  # a restore was cut short: behave exactly like the real handler
+            self.originals[signum](signum, frame)
+        else:
+            self.pending.append(signum)
+
+
+def defer() -> _Recorder | None:
+    """Swap every Python signal handler for a recorder; pair with ``undefer``."""
     if threading.get_ident() != _main_ident:
         return None
-    return signal.pthread_sigmask(signal.SIG_BLOCK, ())
+    recorder = _Recorder()
+    getsignal = signal.getsignal
+    try:
+        for signum in _SIGNALS:
+            handler = getsignal(signum)
+            if isinstance(handler, _Recorder):
+                # Left behind by a restore that a handler cut short: it only forwards.
+                handler = handler.originals.get(signum, signal.SIG_DFL)
+            if callable(handler):
+                recorder.originals[signum] = handler
+                signal.signal(signum, recorder)
+    except BaseException:
+        undefer(recorder)
+        raise
+    return recorder
 
 
-def block() -> None:
-    """Block every signal in the main thread; pair with ``restore(current_mask())``."""
-    if threading.get_ident() == _main_ident:
-        signal.pthread_sigmask(signal.SIG_BLOCK, _ALL)
+def undefer(recorder: _Recorder | None) -> None:
+    """Put the real handlers back, then raise again every signal that came meanwhile.
+
+    A real handler may run (and raise) part way through; every handler not yet restored
+    is then a recorder that forwards, and the next ``defer`` replaces it.
+    """
+    if recorder is None:
+        return
+    recorder.done = True
+    restore = list(recorder.originals.items())
+    try:
+        while restore:
+            signum, handler = restore.pop()
+            if signal.getsignal(signum) is recorder:
+                signal.signal(signum, handler)
+    finally:
+        pending, recorder.pending = recorder.pending, []
+        for signum in dict.fromkeys(pending):  # Python coalesces repeats too
+            signal.raise_signal(signum)
 
 
-def restore(mask: set[signal.Signals] | None) -> None:
-    """Put back a mask from ``current_mask``; pending handlers run right after."""
-    if mask is not None:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+def reset_in_child() -> None:
+    """In a forked worker: reinstate the real handlers a step had swapped out."""
+    for signum in _SIGNALS:
+        handler = signal.getsignal(signum)
+        if isinstance(handler, _Recorder):
+            signal.signal(signum, handler.originals.get(signum, signal.SIG_DFL))
 
 
 def block_all_in_this_thread() -> None:
-    """For helper threads: never take a process-directed signal meant for the main thread."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, _ALL)
+    """For helper threads: leave process-directed signals to the threads that want them."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())

@@ -12,8 +12,8 @@ Data flow (one pipe pair per worker; only the PipeLoop touches the parent's ends
 each worker with room the next task). It never blocks on a pipe: the loop writes what fits
 and keeps the rest.
 
-Bookkeeping is exact because every step that mutates it runs with signals deferred
-(``_signals``): a KeyboardInterrupt lands between steps, never inside one, so each task is
+Bookkeeping is exact because every step that mutates it runs with Python's signal
+handlers deferred (``_signals``): a KeyboardInterrupt lands between steps, never inside one, so each task is
 at every return to user code in exactly one place: ``_queue`` (queued), a worker's
 ``in_flight`` (running), or reported (its terminal event is in ``_events``). Nothing is
 counted separately, so no count can drift or go negative.
@@ -213,17 +213,16 @@ class LocalExecutor:
         self._require_started()
         if timeout > 0:
             self._loop.wait(min(timeout, self._wait_bound()))
-        mask = None
+        deferred = None
         try:
-            mask = _signals.current_mask()
-            _signals.block()
+            deferred = _signals.defer()
             self._collect()
             self._reap()
             self._expire()
             self._start_workers()
             self._dispatch()
         finally:
-            _signals.restore(mask)
+            _signals.undefer(deferred)
 
     heartbeat = sync
 
@@ -261,10 +260,9 @@ class LocalExecutor:
 
         Each gets a FAILED event with ``concurrent.futures.CancelledError``.
         """
-        mask = None
+        deferred = None
         try:
-            mask = _signals.current_mask()
-            _signals.block()
+            deferred = _signals.defer()
             doomed = [t for t in self._queue if t.key == key]
             if doomed:
                 self._queue = deque(t for t in self._queue if t.key != key)
@@ -272,7 +270,7 @@ class LocalExecutor:
                     self._finish(t, State.FAILED, exception=CancelledError(f"task {key!r} cancelled"))
             return len(doomed)
         finally:
-            _signals.restore(mask)
+            _signals.undefer(deferred)
 
     def kill(self, key: Hashable) -> int:
         """Kill the workers running started tasks of ``key`` (they are replaced); those
@@ -318,10 +316,9 @@ class LocalExecutor:
             w.proc.join(max(0.0, deadline - time.monotonic()))
             if w.proc.exitcode is None:
                 _signal_process(w.proc, "kill")
-        mask = None
+        deferred = None
         try:
-            mask = _signals.current_mask()
-            _signals.block()
+            deferred = _signals.defer()
             self._collect()  # results that made it out before the signal still count
             for w in list(self._workers.values()):
                 w.proc.join()
@@ -333,7 +330,7 @@ class LocalExecutor:
                              exception=CancelledError(f"task {t.key!r} cancelled: executor terminated"))
                 self._queue.popleft()
         finally:
-            _signals.restore(mask)
+            _signals.undefer(deferred)
         self._close()
 
     def stats(self) -> dict[str, Any]:
@@ -358,6 +355,16 @@ class LocalExecutor:
     def worker_pids(self) -> list[int]:
         """Pids of the live workers."""
         return [w.pid for w in self._workers.values() if w.pid is not None and not w.closing]
+
+    @property
+    def broken(self) -> InitializerError | None:
+        """The error queued work now fails with (the initializer kept failing), or None."""
+        return self._broken
+
+    def wake(self) -> None:
+        """Make a ``sync(timeout=...)`` waiting in another thread return now. The one
+        method safe to call from another thread; not after ``end()``/``terminate()``."""
+        self._loop.wake()
 
     def __enter__(self) -> LocalExecutor:
         self.start()
@@ -428,7 +435,9 @@ class LocalExecutor:
             del w.in_flight[ident]
             return
         if kind == Kind.INIT_FAILED:
-            w.init_error = _remote_exception(None, payload)
+            # Counted now, not when the worker is retired: by then a replacement would
+            # already be on its way and the back-off would come too late.
+            self._note_init_failure(w, _remote_exception(None, payload))
             return
         # Any other kind from a worker is a broken stream.
         w.close_error = FrameError(f"unexpected frame kind {kind} from worker pid {w.pid}")
@@ -595,13 +604,12 @@ class LocalExecutor:
             # Died before saying anything: start-up failed (a spawn child that cannot
             # import __main__, say). Treated like an initializer failure, so a pool that
             # cannot start workers backs off instead of respawning in a busy loop.
-            w.init_error = WorkerLostError(
+            self._note_init_failure(w, WorkerLostError(
                 f"worker pid {w.pid} {describe_exit(exitcode)} during start-up, before "
                 "running any task (with spawn or forkserver, is the main module guarded "
-                "by if __name__ == '__main__'?)", pid=w.pid, exitcode=exitcode)
+                "by if __name__ == '__main__'?)", pid=w.pid, exitcode=exitcode))
         if w.init_error is not None:
-            if w.init_round == self._init_failures:  # one count per probe round
-                self._on_init_failure(w.init_error)
+            pass  # counted by _note_init_failure, not a crash of a serving worker
         elif w.killed or exitcode != 0:
             self._stats["crashes"] += 1
         else:
@@ -640,7 +648,10 @@ class LocalExecutor:
 
         return error_for
 
-    def _on_init_failure(self, error: BaseException) -> None:
+    def _note_init_failure(self, w: _Worker, error: BaseException) -> None:
+        w.init_error = error
+        if w.init_round != self._init_failures:
+            return  # started before the last failure was counted: same probe round
         self._init_failures += 1
         if self._init_failures >= INIT_RETRIES:
             broken = InitializerError(
@@ -659,16 +670,15 @@ class LocalExecutor:
             self._queue.popleft()
 
     def _stop_workers(self) -> None:
-        mask = None
+        deferred = None
         try:
-            mask = _signals.current_mask()
-            _signals.block()
+            deferred = _signals.defer()
             for w in self._workers.values():
                 # Closing its activity pipe is the stop signal: the worker reads EOF and
                 # exits. It holds no task, so nothing can be lost.
                 self._remove_channel(w)
         finally:
-            _signals.restore(mask)
+            _signals.undefer(deferred)
         deadline = time.monotonic() + STOP_GRACE
         for w in self._workers.values():
             w.proc.join(max(0.0, deadline - time.monotonic()))

@@ -26,7 +26,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import _impl
+from . import _impl, _signals
 from .errors import FrameError, TaskPicklingError, TaskUnpicklingError
 from .frames import PICKLE_PROTOCOL, Kind, encode_header
 
@@ -178,9 +178,11 @@ def main(
     impl: str | None = None,
 ) -> None:
     """Entry point of a worker process (the ``multiprocessing.Process`` target)."""
-    # The parent may have had every signal blocked while it started us; undo that, and
-    # leave Ctrl-C to the parent, which decides what happens to running work.
+    # A parent thread may have had every signal blocked, or its handlers deferred, while
+    # it started us; undo both, and leave Ctrl-C to the parent, which decides what
+    # happens to running work.
     signal.pthread_sigmask(signal.SIG_SETMASK, ())
+    _signals.reset_in_child()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Under fork we inherited the parent's ends of every other pipe: a worker holding
     # another worker's activity write end would hide the parent's death from it.
