@@ -1,0 +1,338 @@
+"""The worker side of ``pipepool run``: run one command as a process tree the pool owns.
+
+``run_job`` executes in a pool worker (it is importable by module name, so it is
+spawn-safe). Each command runs in its own session, so its process group holds the
+command and everything it starts: the terminal's Ctrl-C does not reach it (the runner
+decides), and one ``killpg`` takes down the command with its grandchildren.
+
+No descendant outlives its job, whichever way the job ends:
+
+* **The command exits** (or runs past its timeout, then gets SIGTERM and, after
+  ``KILL_GRACE``, SIGKILL): the worker SIGKILLs what is left of the group. On Linux the
+  worker is a child subreaper, so a descendant that left the group (``setsid``, a
+  daemon's double fork) is reparented to the worker instead of init; the worker kills
+  and reaps every such child before returning.
+* **The worker dies** (the runner killed it on a second Ctrl-C, ``--halt now``, the
+  executor's backstop timeout, or the runner itself was SIGKILLed and the worker followed
+  through its lifeline): a *guardian* process, forked once per worker, blocks reading a
+  pipe whose only writer is the worker. The worker tells it each job's process group as
+  the job starts and ends; at EOF (the worker is gone, however it died) the guardian
+  SIGKILLs every group still listed. It ignores SIGINT, SIGTERM and SIGHUP, so a signal
+  sent to the runner's whole process group takes the worker down first and the
+  guardian still does its job.
+
+Limits: a descendant that left the job's process group survives the *worker's* death
+(the subreaper died with it), and a job killed in the microseconds between its fork and
+its registration with the guardian is not listed there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import glob
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+KILL_GRACE = 0.5  # s between SIGTERM and SIGKILL of a timed-out job: long enough for a
+# well-behaved command to clean up, short enough that a timeout ends promptly
+SWEEP_ROUNDS = 50  # bound on kill-and-reap rounds over reparented descendants; each round
+# goes one generation deeper, so only a fork bomb outlasts it
+
+_PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """One attempt of one job, as sent to a worker."""
+
+    seq: int
+    attempt: int
+    argv: tuple[str, ...]  # what to exec: ("/bin/sh", "-c", line) or the split words
+    stdout_path: str
+    stderr_path: str
+    timeout: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult:
+    """How an attempt ended. ``exitval`` and ``signal`` follow GNU parallel's joblog:
+    a job killed by a signal has ``exitval`` 0 and ``signal`` N; a timed-out job has
+    ``exitval`` -1 and the signal that ended it."""
+
+    seq: int
+    attempt: int
+    start: float  # epoch seconds
+    runtime: float  # seconds
+    exitval: int
+    signal: int
+    timed_out: bool
+    stdout_size: int
+    stderr_size: int
+    pid: int
+
+    @property
+    def ok(self) -> bool:
+        return self.exitval == 0 and self.signal == 0 and not self.timed_out
+
+
+# Per-worker state, created by the first job a worker runs (and again after a fork).
+_owner_pid = 0
+_guardian_pid = 0
+_guardian_fd = -1
+
+
+def run_job(spec: JobSpec) -> JobResult:
+    """Run ``spec.argv`` in a new session with output to files; never leave a descendant."""
+    _setup_worker()
+    out_fd = _open_output(spec.stdout_path)
+    err_fd = _open_output(spec.stderr_path)
+    # Set in this worker's own environment, which the child inherits: a copy of the
+    # environment per job costs more than the fork does.
+    os.environ["PIPEPOOL_SEQ"] = os.environ["PARALLEL_SEQ"] = str(spec.seq)
+    start = time.time()
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            spec.argv, stdin=subprocess.DEVNULL, stdout=out_fd, stderr=err_fd,
+            start_new_session=True, close_fds=True)
+    except OSError as exc:  # no such program, not executable: report it as a shell would
+        os.write(err_fd, f"pipepool: {spec.argv[0]}: {exc.strerror}\n".encode())
+        sizes = _size(out_fd), _size(err_fd)
+        os.close(out_fd)
+        os.close(err_fd)
+        code = 127 if exc.errno == errno.ENOENT else 126
+        return JobResult(spec.seq, spec.attempt, start, time.monotonic() - t0, code, 0,
+                         False, *sizes, 0)
+    os.close(out_fd)  # the child holds its copies; ours would only keep the files open
+    os.close(err_fd)
+    pgid = proc.pid  # a session leader's pid is its process group id
+    _tell_guardian(b"+%d\n" % pgid)
+    timed_out = False
+    try:
+        if not _wait(proc, spec.timeout):
+            timed_out = True
+            sent = signal.SIGTERM
+            _killpg(pgid, signal.SIGTERM)
+            if not _wait(proc, KILL_GRACE):
+                sent = signal.SIGKILL
+                _killpg(pgid, signal.SIGKILL)
+                proc.wait()
+    finally:
+        # Whatever the command left running in its group (background jobs, a pipeline's
+        # other half) ends with it: a batch job is its whole process tree.
+        _killpg(pgid, signal.SIGKILL)
+        if proc.returncode is None:
+            proc.wait()
+        _sweep_orphans()
+        _tell_guardian(b"-%d\n" % pgid)
+    runtime = time.monotonic() - t0
+    code = proc.returncode
+    if timed_out:
+        exitval, sig = -1, int(sent)
+    elif code < 0:
+        exitval, sig = 0, -code
+    else:
+        exitval, sig = code, 0
+    return JobResult(spec.seq, spec.attempt, start, runtime, exitval, sig, timed_out,
+                     _file_size(spec.stdout_path), _file_size(spec.stderr_path), proc.pid)
+
+
+def _open_output(path: str) -> int:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
+    try:
+        return os.open(path, flags, 0o644)
+    except FileNotFoundError:  # --results DIR/<seq>/ not made yet: workers make it
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return os.open(path, flags, 0o644)
+
+
+def _size(fd: int) -> int:
+    return os.fstat(fd).st_size
+
+
+def _file_size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def _wait(proc: subprocess.Popen, timeout: float | None) -> bool:
+    """Wait for ``proc`` up to ``timeout`` s; True if it exited (and is reaped).
+
+    Popen.wait(timeout) polls with sleeps of up to 50 ms; a pidfd (Linux 5.3+) wakes
+    exactly when the process exits, so a short job's result is not held back.
+    """
+    if timeout is None:
+        proc.wait()
+        return True
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+    try:
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or poller.poll(remaining * 1000):
+                break
+    finally:
+        os.close(pidfd)
+    return proc.poll() is not None
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    # ESRCH: the group is already empty; EPERM: only a zombie is left in it
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+# -- per-worker set-up: subreaper and guardian ----------------------------------------------
+
+
+def _setup_worker() -> None:
+    global _owner_pid
+    if _owner_pid == os.getpid():
+        return
+    _owner_pid = os.getpid()
+    # A runner that installed its own SIGTERM handler passed it on to its forked workers;
+    # a worker must die of SIGTERM (LocalExecutor.terminate relies on it, and so does the
+    # guardian, which takes over at the worker's death).
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _become_subreaper()
+    _start_guardian()
+    # A worker that exits normally (the pool ends) stops its guardian and waits for it,
+    # so that once the pool has joined its workers nothing of the run is left; one that
+    # is killed skips this, and its guardian sees EOF instead.
+    from multiprocessing import util
+
+    util.Finalize(None, _stop_guardian, exitpriority=10)
+
+
+def _become_subreaper() -> None:
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # no prctl: descendants that leave the job's group go to init instead
+
+
+def _start_guardian() -> None:
+    global _guardian_pid, _guardian_fd
+    if _guardian_fd >= 0:  # a dead guardian's pipe, or one inherited through a fork
+        with contextlib.suppress(OSError):
+            os.close(_guardian_fd)
+    read_fd, write_fd = os.pipe()  # both close-on-exec: no job inherits the write end
+    pid = os.fork()
+    if pid == 0:  # the guardian: only os-level calls, and it never returns
+        try:
+            _guard(read_fd)
+        finally:
+            os._exit(0)
+    os.close(read_fd)
+    _guardian_pid, _guardian_fd = pid, write_fd
+
+
+def _guard(read_fd: int) -> None:
+    """Body of the guardian: collect process groups until EOF, then SIGKILL them."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    # Hold nothing of the worker's: not its pool pipes (the runner must see the worker's
+    # EOF the moment it dies) and not the runner's stdout (a reader waits for its EOF).
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.closerange(3, read_fd)
+    os.closerange(read_fd + 1, max(read_fd + 2, os.sysconf("SC_OPEN_MAX")))
+    groups: set[int] = set()
+    pending = b""
+    while True:
+        try:
+            data = os.read(read_fd, 4096)
+        except InterruptedError:
+            continue
+        if not data:
+            break
+        *lines, pending = (pending + data).split(b"\n")
+        for line in lines:
+            if line[:1] == b"+":
+                groups.add(int(line[1:]))
+            elif line[:1] == b"-":
+                groups.discard(int(line[1:]))
+    for pgid in groups:
+        _killpg(pgid, signal.SIGKILL)
+
+
+def _stop_guardian() -> None:
+    global _guardian_fd, _guardian_pid
+    if _guardian_fd >= 0:
+        with contextlib.suppress(OSError):
+            os.close(_guardian_fd)
+        _guardian_fd = -1
+    if _guardian_pid:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(_guardian_pid, 0)
+        _guardian_pid = 0
+
+
+def _tell_guardian(message: bytes) -> None:
+    global _guardian_fd
+    for _ in range(2):
+        try:
+            os.write(_guardian_fd, message)  # a few bytes: far below PIPE_BUF, never split
+            return
+        except OSError:
+            _start_guardian()  # it died (someone SIGKILLed it): start another, say it again
+
+
+def _children() -> set[int]:
+    pids: set[int] = set()
+    for path in glob.glob(f"/proc/{os.getpid()}/task/*/children"):
+        try:
+            with open(path) as f:
+                pids.update(int(p) for p in f.read().split())
+        except OSError:
+            pass
+    return pids
+
+
+def _sweep_orphans() -> None:
+    """Kill and reap every child but the guardian: descendants of the finished job that
+    were reparented to this worker (it is their subreaper). A no-op off Linux."""
+    global _guardian_pid
+    for _ in range(SWEEP_ROUNDS):
+        while True:  # reap zombies first (a killed group's members, reparented here)
+            try:
+                pid, _status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                pid = 0
+            if pid == 0:
+                break
+            if pid == _guardian_pid:
+                _guardian_pid = 0
+                _start_guardian()
+        strays = _children() - {_guardian_pid}
+        if not strays:
+            return
+        for pid in strays:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in strays:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)

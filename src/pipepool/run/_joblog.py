@@ -1,0 +1,133 @@
+"""The joblog: GNU parallel's format, written so that a killed runner never tears a row.
+
+One tab-separated row per finished job under a header::
+
+    Seq  Host  Starttime  JobRuntime  Send  Receive  Exitval  Signal  Command
+
+Each row is one ``os.write`` of the whole line on an ``O_APPEND`` descriptor: the kernel
+appends it in one piece or not at all, so SIGKILL between two rows leaves whole rows
+only, and ``--resume`` can trust every line. A tail without its newline (a full disk, a
+crash of the machine) is cut off when the log is opened for appending, so the next row
+starts on a line of its own.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+COLUMNS = ("Seq", "Host", "Starttime", "JobRuntime", "Send", "Receive", "Exitval", "Signal",
+           "Command")
+HEADER = "\t".join(COLUMNS) + "\n"
+HOST = ":"  # GNU parallel's name for the local machine
+
+
+@dataclass(frozen=True, slots=True)
+class JoblogRow:
+    seq: int
+    start: float
+    runtime: float
+    receive: int
+    exitval: int
+    signal: int
+    command: str
+
+    @property
+    def ok(self) -> bool:
+        return self.exitval == 0 and self.signal == 0
+
+    def format(self) -> str:
+        # The same number formats as GNU parallel, so tools that read its joblog read ours.
+        return (f"{self.seq}\t{HOST}\t{self.start:10.3f}\t{self.runtime:10.3f}\t0\t"
+                f"{self.receive}\t{self.exitval}\t{self.signal}\t{_escape(self.command)}\n")
+
+
+class Joblog:
+    """An open joblog. ``append=False`` starts it afresh, ``True`` continues it (resume)."""
+
+    def __init__(self, path: str, *, append: bool, fsync: bool = False) -> None:
+        # Read-write only to look for a torn tail; every write appends (O_APPEND).
+        flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+        self.path = path
+        self.fsync = fsync
+        self._fd = os.open(path, flags, 0o644)
+        try:
+            if append:
+                _cut_torn_tail(self._fd)
+            else:
+                os.ftruncate(self._fd, 0)
+            if os.fstat(self._fd).st_size == 0:
+                self._write_line(HEADER)
+        except BaseException:
+            os.close(self._fd)
+            raise
+
+    def write(self, row: JoblogRow) -> None:
+        self._write_line(row.format())
+
+    def _write_line(self, line: str) -> None:
+        data = line.encode("utf-8", "surrogateescape")
+        written = os.write(self._fd, data)
+        if written != len(data):  # a regular file writes all or fails, short of a full disk
+            raise OSError(f"joblog {self.path}: short write ({written} of {len(data)} bytes)")
+        if self.fsync:
+            os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> Joblog:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def read_joblog(path: str) -> dict[int, JoblogRow]:
+    """``{seq: newest row}`` from a joblog; a missing file is empty. The header, blank
+    lines and a torn last line are skipped; a later row for a seq replaces an earlier one
+    (``--resume-failed`` appends the new outcome of a job that failed before)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return {}
+    rows: dict[int, JoblogRow] = {}
+    lines = data.split(b"\n")
+    lines.pop()  # after the last newline: empty, or a torn row
+    for raw in lines:
+        fields = raw.decode("utf-8", "surrogateescape").split("\t", 8)
+        if len(fields) != 9 or not fields[0].strip().isdigit():
+            continue  # the header, or a line that is not ours
+        try:
+            row = JoblogRow(int(fields[0]), float(fields[2]), float(fields[3]),
+                            int(fields[5]), int(fields[6]), int(fields[7]),
+                            fields[8])
+        except ValueError:
+            continue
+        rows[row.seq] = row
+    return rows
+
+
+def _cut_torn_tail(fd: int) -> None:
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    keep = size
+    while keep > 0:
+        chunk = os.pread(fd, min(keep, 65536), max(0, keep - 65536))
+        newline = chunk.rfind(b"\n")
+        if newline >= 0:
+            keep = keep - len(chunk) + newline + 1
+            break
+        keep -= len(chunk)
+    os.ftruncate(fd, keep)
+
+
+def _escape(command: str) -> str:
+    # A row is one line: a newline or tab inside a command would split it. Only those two
+    # are escaped (backslashes stay as typed, as GNU parallel writes them): the command
+    # column is for people; --resume matches jobs by Seq.
+    return command.replace("\n", "\\n").replace("\t", "\\t")

@@ -1,0 +1,99 @@
+"""Job output, grouped: each job's stdout then stderr, whole, never interleaved.
+
+Workers write a job's output to files (the run's temporary directory, or ``--results``),
+so nothing is lost when a job is killed and the parent never holds a job's pipe. When a
+job is final, the runner copies its files to its own stdout and stderr in one go,
+optionally prefixing each line with the job's tag, and optionally in input order
+(``--keep-order`` holds a finished job back until every earlier one is out).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Callable
+from typing import BinaryIO
+
+CHUNK = 1 << 16
+
+
+class OutputWriter:
+    def __init__(self, stdout: BinaryIO, stderr: BinaryIO, *, tag: bool, keep_order: bool,
+                 order: list[int], before_write: Callable[[], None]) -> None:
+        self.stdout = stdout
+        self.stderr = stderr
+        self.tag = tag
+        self.keep_order = keep_order
+        self._order = order  # seqs in input order (only those this run will report)
+        self._next = 0  # index into _order of the next job to print
+        self._held: dict[int, tuple[str, str, str, bool]] = {}
+        self._before_write = before_write  # erases the progress bar
+        self._broken = False  # our stdout's reader went away (`| head`)
+
+    def finished(self, seq: int, tag: str, out_path: str, err_path: str, *,
+                 remove: bool) -> None:
+        """A job is final: print its output now, or hold it until its turn."""
+        if not self.keep_order:
+            self._emit(tag, out_path, err_path, remove)
+            return
+        self._held[seq] = (tag, out_path, err_path, remove)
+        self._release()
+
+    def skip(self, seq: int) -> None:
+        """``seq`` will print nothing (never started): do not wait for it."""
+        if self.keep_order:
+            self._held.setdefault(seq, ("", "", "", False))
+            self._release()
+
+    def flush_all(self) -> None:
+        """At the end: print what is still held, in order, whatever is missing."""
+        for seq in sorted(self._held):
+            self._emit(*self._held.pop(seq))
+
+    def _release(self) -> None:
+        order, held = self._order, self._held
+        while self._next < len(order) and order[self._next] in held:
+            self._emit(*held.pop(order[self._next]))
+            self._next += 1
+
+    def _emit(self, tag: str, out_path: str, err_path: str, remove: bool) -> None:
+        if not out_path:
+            return
+        wrote = False
+        for path, stream in ((out_path, self.stdout), (err_path, self.stderr)):
+            try:
+                size = os.stat(path).st_size
+            except OSError:
+                continue  # never created: the job was killed before it started
+            if size:
+                if not wrote:
+                    self._before_write()
+                    wrote = True
+                with open(path, "rb") as f:
+                    self._copy(f, stream, tag)
+            if remove:
+                _unlink(path)
+
+    def _copy(self, f: BinaryIO, stream: BinaryIO, tag: str) -> None:
+        if self._broken and stream is self.stdout:
+            return
+        try:
+            if self.tag:
+                prefix = os.fsencode(tag) + b"\t"
+                line = b"\n"
+                for line in f:
+                    stream.write(prefix + line)
+                if not line.endswith(b"\n"):
+                    stream.write(b"\n")  # the next job's tag starts a line of its own
+            else:
+                shutil.copyfileobj(f, stream, CHUNK)
+            stream.flush()
+        except BrokenPipeError:
+            if stream is self.stdout:
+                self._broken = True  # keep running the jobs; their output has no reader
+
+
+def _unlink(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)

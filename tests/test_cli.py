@@ -1,0 +1,481 @@
+"""``pipepool run`` and ``pipepool bench``, through the real CLI in a subprocess.
+
+Every job that could outlive a test carries a unique marker in its command line (a
+``sleep`` duration such as ``1000.4711``); ``survivors(marker)`` finds any process still
+carrying it via /proc, so "nothing is left running" is checked, not assumed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc (Linux)")
+
+# Run against whatever `import pipepool` finds here: the installed package in CI, the
+# source tree when the tests run with PYTHONPATH=src.
+ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+ENV.pop("PIPEPOOL_PROGRESS", None)
+_markers = itertools.count(1)
+
+
+def marker() -> str:
+    """Digits unique to this test run, usable as the fraction of a sleep duration."""
+    return f"{os.getpid() % 10000:04d}{next(_markers):03d}"
+
+
+def run_cli(*args: str, input: str | None = None, timeout: float = 60,
+            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pipepool", *args], input=input,
+                          capture_output=True, text=True, timeout=timeout, env=ENV, cwd=cwd)
+
+
+def start_cli(*args: str, cwd: Path | None = None, **kw) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "pipepool", *args], env=ENV, cwd=cwd,
+                            text=True, **kw)
+
+
+def survivors(mark: str, *, jobs_only: bool = False) -> list[int]:
+    """Live (non-zombie) processes whose command line contains ``mark``: the jobs, and
+    the runner, its workers and their guardians when the marker is one of its arguments
+    (forked processes keep their parent's command line). ``jobs_only``: just the jobs."""
+    python = sys.executable.encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+            with open(f"/proc/{entry}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if mark.encode() in cmdline and state != "Z":
+            if not (jobs_only and cmdline.startswith(python)):
+                found.append(int(entry))
+    return found
+
+
+def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+def kill_survivors(mark: str) -> None:
+    for pid in survivors(mark):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def joblog_rows(path: Path) -> list[list[str]]:
+    lines = path.read_text().splitlines()
+    assert lines[0].split("\t") == ["Seq", "Host", "Starttime", "JobRuntime", "Send",
+                                    "Receive", "Exitval", "Signal", "Command"]
+    return [line.split("\t") for line in lines[1:]]
+
+
+@pytest.fixture
+def mark():
+    m = marker()
+    yield m
+    # A worker killed by the runner exits a moment later, and its guardian after it.
+    wait_for(lambda: not survivors(m), timeout=3)
+    left = survivors(m)
+    kill_survivors(m)
+    assert not left, f"processes left running: {left}"
+
+
+# -- the five things the issue asks to show -------------------------------------------------
+
+
+def test_mixed_failures_exit_status_summary_and_joblog(tmp_path: Path) -> None:
+    """100 jobs: 3 exit 1, 1 killed by a signal, 1 timed out -> exit 5, all five named."""
+    special = {10: "exit 1", 20: "exit 1", 30: "exit 1", 40: "kill -9 $$", 50: "sleep 30"}
+    lines = [special.get(i, f"echo job{i}") for i in range(1, 101)]
+    log = tmp_path / "log.tsv"
+    proc = run_cli("run", "-j", "4", "--timeout", "2", "--joblog", str(log), "--json",
+                   input="\n".join(lines) + "\n")
+    assert proc.returncode == 5, proc.stderr
+    out = proc.stdout.splitlines()
+    assert sorted(out[:-1]) == sorted(f"job{i}" for i in range(1, 101) if i not in special)
+    summary = json.loads(out[-1])
+    assert summary["failed"] == 5 and summary["succeeded"] == 95
+    failures = {f["seq"]: f for f in summary["failures"]}
+    assert set(failures) == set(special)
+    assert failures[40]["signal_name"] == "SIGKILL"
+    assert failures[50]["timed_out"] is True
+    for seq in special:
+        assert f"#{seq} " in proc.stderr
+    assert "exit 1" in proc.stderr and "killed by SIGKILL" in proc.stderr
+    assert "timed out (SIGTERM)" in proc.stderr
+    rows = joblog_rows(log)
+    assert len(rows) == 100
+    by_seq = {int(r[0]): r for r in rows}
+    assert sorted(by_seq) == list(range(1, 101))
+    expected = {10: ("1", "0"), 20: ("1", "0"), 30: ("1", "0"), 40: ("0", "9"),
+                50: ("-1", "15")}
+    for seq, row in by_seq.items():
+        assert (row[6], row[7]) == expected.get(seq, ("0", "0")), row
+        assert row[8] == lines[seq - 1]
+        assert row[1] == ":"
+    assert float(by_seq[50][3]) >= 2.0
+    assert int(by_seq[11][5]) == len("job11\n")  # Receive: bytes of stdout
+
+
+def test_timeout_kills_the_whole_process_group(mark: str) -> None:
+    """`sleep & exec sleep` with --timeout 1: back within seconds, no descendant left."""
+    started = time.monotonic()
+    proc = run_cli("run", "--timeout", "1", ":::",
+                   f"sh -c 'sleep 1000.{mark} & exec sleep 1000.{mark}'")
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 1, proc.stderr
+    assert elapsed < 5, elapsed
+    assert "timed out" in proc.stderr
+    # The worker kills and reaps the group before it reports the job: nothing to wait for.
+    assert survivors(mark) == []
+
+
+def test_sigkill_runner_then_resume_runs_exactly_the_missing_jobs(tmp_path: Path) -> None:
+    log = tmp_path / "log.tsv"
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text("".join(f"sleep 0.02; echo {i}\n" for i in range(1, 201)))
+    runner = start_cli("run", "-j", "4", "--joblog", str(log), "-a", str(jobs),
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: log.exists() and len(log.read_text().splitlines()) > 100)
+        runner.send_signal(signal.SIGKILL)
+        runner.wait(10)
+    finally:
+        runner.kill()
+    rows = joblog_rows(log)
+    done = [int(r[0]) for r in rows]
+    assert 100 <= len(done) < 200, len(done)
+    assert len(done) == len(set(done))
+    proc = run_cli("run", "-j", "4", "--joblog", str(log), "--resume", "-a", str(jobs))
+    assert proc.returncode == 0, proc.stderr
+    resumed = sorted(int(line) for line in proc.stdout.split())
+    assert resumed == sorted(set(range(1, 201)) - set(done))
+    assert f"skipped {len(done)} already in the joblog" in proc.stderr
+    final = [int(r[0]) for r in joblog_rows(log)]
+    assert sorted(final) == list(range(1, 201))  # exactly one row per job, no duplicate
+    again = run_cli("run", "--joblog", str(log), "--resume", "-a", str(jobs))
+    assert again.returncode == 0 and again.stdout == ""
+
+
+def test_sigkill_runner_leaves_no_job_running(mark: str) -> None:
+    """The runner dies by SIGKILL: its workers follow through their lifeline, and each
+    worker's guardian kills its job's process group (grandchildren included)."""
+    runner = start_cli("run", "-j", "3", ":::",
+                       *[f"sleep 1000.{mark} & sleep 1000.{mark}; echo {i}" for i in range(3)],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: len(survivors(mark, jobs_only=True)) >= 6)
+        runner.send_signal(signal.SIGKILL)
+        runner.wait(10)
+    finally:
+        runner.kill()
+    assert wait_for(lambda: not survivors(mark), timeout=5), survivors(mark)
+
+
+def test_thousand_true_jobs_throughput() -> None:
+    """Not a benchmark (benchmarks/cli_jobs.py is): a bound that catches a runner that
+    became the bottleneck by an order of magnitude."""
+    started = time.monotonic()
+    proc = run_cli("run", "--no-summary", "--json", input="true\n" * 1000)
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["succeeded"] == 1000
+    assert elapsed < 20, elapsed
+
+
+def test_progress_bar_render() -> None:
+    from pipepool.run._progress import render
+
+    line = render(done=250, failed=3, running=2, total=1000, elapsed=5.0, width=100)
+    assert "250/1000" in line and "25%" in line and "2 running" in line
+    assert "3 failed" in line and "50.0 jobs/s" in line and "ETA 0:15" in line
+    bar = line[1:line.index("]")]
+    assert bar.count("#") == len(bar) // 4  # a quarter filled
+    assert len(line) < 100
+    assert "ETA --:--" in render(0, 0, 2, 10, 1.0, 80)
+    assert "ETA 0:00" in render(10, 0, 0, 10, 1.0, 80)
+    assert len(render(5, 0, 1, 10, 1.0, 30)) < 30  # narrow terminal: cut, never wrapped
+
+
+def test_progress_bar_only_on_a_terminal() -> None:
+    proc = run_cli("run", ":::", "true", "true")
+    assert "ETA" not in proc.stderr
+    forced = run_cli("run", "--progress", ":::", "true", "true")
+    assert "ETA" in forced.stderr
+    assert "2/2 | 100% | 0 running" in forced.stderr  # the last frame stays on screen
+
+
+# -- input forms ------------------------------------------------------------------------------
+
+
+def test_arguments_after_colons_are_quoted_and_replaced() -> None:
+    proc = run_cli("run", "-k", "--no-summary", "printf '%s|%s|%s|%s\\n' {} {.} {/} {#}",
+                   ":::", "dir/a b.txt", "x.tar.gz")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "dir/a b.txt|dir/a b|a b.txt|1\nx.tar.gz|x.tar|x.tar.gz|2\n"
+
+
+def test_several_colon_groups_make_a_product() -> None:
+    proc = run_cli("run", "-k", "--no-summary", "echo {2}{1}", ":::", "a", "b", ":::", "1", "2")
+    assert proc.stdout.split() == ["1a", "2a", "1b", "2b"]
+
+
+def test_template_without_placeholder_gets_the_argument_appended() -> None:
+    proc = run_cli("run", "-k", "--no-summary", "echo", "x", ":::", "1", "2")
+    assert proc.stdout == "x 1\nx 2\n"
+
+
+def test_lines_from_stdin_and_from_a_file(tmp_path: Path) -> None:
+    proc = run_cli("run", "-k", "--no-summary", input="echo one\n\necho 'two  spaces'\n")
+    assert proc.stdout == "one\ntwo  spaces\n"
+    args = tmp_path / "args"
+    args.write_text("a\nb c\n")
+    proc = run_cli("run", "-k", "--no-summary", "-a", str(args), "echo", "[{}]")
+    assert proc.stdout == "[a]\n[b c]\n"
+
+
+def test_no_shell_execs_the_words_directly() -> None:
+    proc = run_cli("run", "-k", "--no-shell", "--no-summary", "echo", "$HOME", "{}",
+                   ":::", "a;b")
+    assert proc.stdout == "$HOME a;b\n"  # no shell: nothing expanded, nothing split
+    missing = run_cli("run", "--no-shell", ":::", "no-such-program-pipepool")
+    assert missing.returncode == 1
+    assert "no-such-program-pipepool" in missing.stderr and "exit 127" in missing.stderr
+
+
+def test_no_input_and_bad_usage_exit_255() -> None:
+    assert run_cli("run", "--halt", "sometimes", ":::", "true").returncode == 255
+    assert run_cli("run", "--resume", ":::", "true").returncode == 255
+    assert run_cli("run", "-j", "0", ":::", "true").returncode == 255
+    empty = run_cli("run", input="")
+    assert empty.returncode == 0 and "0 jobs" in empty.stderr
+
+
+# -- output ----------------------------------------------------------------------------------
+
+
+def test_output_is_grouped_per_job_and_tagged() -> None:
+    script = "for i in 1 2 3 4 5; do echo {}-$i; echo {}-err-$i >&2; sleep 0.01; done"
+    proc = run_cli("run", "-j", "4", "--tag", "--no-summary", script, ":::", *"abcdef")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 30
+    for start in range(0, 30, 5):  # each job's five lines together, never interleaved
+        block = lines[start:start + 5]
+        tag = block[0].split("\t")[0]
+        assert block == [f"{tag}\t{tag}-{i}" for i in range(1, 6)]
+    assert sorted(proc.stderr.splitlines())[0] == "a\ta-err-1"
+
+
+def test_keep_order_prints_in_input_order() -> None:
+    proc = run_cli("run", "-j", "4", "-k", "--no-summary", "sleep 0.{}; echo {}",
+                   ":::", "3", "2", "1", "0")
+    assert proc.stdout == "3\n2\n1\n0\n"
+
+
+def test_output_of_a_killed_job_is_not_lost(tmp_path: Path, mark: str) -> None:
+    proc = run_cli("run", "--timeout", "1", "--results", str(tmp_path / "res"), ":::",
+                   f"echo before; echo oops >&2; sleep 1000.{mark}")
+    assert proc.returncode == 1
+    assert proc.stdout == "before\n"
+    assert "oops" in proc.stderr
+    assert (tmp_path / "res" / "1" / "stdout").read_text() == "before\n"
+    assert (tmp_path / "res" / "1" / "stderr").read_text() == "oops\n"
+
+
+def test_results_dir_holds_each_jobs_output(tmp_path: Path) -> None:
+    res = tmp_path / "res"
+    proc = run_cli("run", "--results", str(res), "--no-summary", "echo out{}; echo err{} >&2",
+                   ":::", "1", "2", "3")
+    assert proc.returncode == 0
+    for i in (1, 2, 3):
+        assert (res / str(i) / "stdout").read_text() == f"out{i}\n"
+        assert (res / str(i) / "stderr").read_text() == f"err{i}\n"
+
+
+# -- exit status, retries, halt ------------------------------------------------------------------
+
+
+def test_exit_status_is_capped_at_101() -> None:
+    proc = run_cli("run", "--no-summary", input="exit 3\n" * 105)
+    assert proc.returncode == 101
+
+
+def test_retries_rerun_a_failing_job(tmp_path: Path) -> None:
+    counter = tmp_path / "count"
+    flaky = (f"n=$(cat {counter} 2>/dev/null || echo 0); echo $((n+1)) > {counter}; "
+             f"echo attempt $n; [ $n -ge 2 ]")
+    log = tmp_path / "log"
+    proc = run_cli("run", "--retries", "2", "--joblog", str(log), ":::", flaky)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "attempt 2\n"  # only the final attempt's output
+    rows = joblog_rows(log)
+    assert len(rows) == 1 and rows[0][6] == "0"
+    counter.unlink()
+    assert run_cli("run", "--retries", "1", ":::", flaky).returncode == 1
+
+
+def test_halt_soon_starts_no_new_job(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    jobs = ["true", "exit 4"] + ["true"] * 20
+    proc = run_cli("run", "-j", "1", "--halt", "soon,fail=1", "--joblog", str(log),
+                   input="\n".join(jobs))
+    assert proc.returncode == 1, proc.stderr
+    assert "--halt soon,fail=1" in proc.stderr
+    assert len(joblog_rows(log)) < 10
+
+
+def test_halt_now_kills_running_jobs(tmp_path: Path, mark: str) -> None:
+    log = tmp_path / "log"
+    started = time.monotonic()
+    proc = run_cli("run", "-j", "2", "--halt", "now,fail=1", "--joblog", str(log), "--json",
+                   ":::", f"sleep 1000.{mark} & sleep 1000.{mark}", "sleep 0.5; exit 7")
+    assert time.monotonic() - started < 10
+    assert proc.returncode == 1, proc.stderr
+    summary = json.loads(proc.stdout.splitlines()[-1])
+    assert summary["aborted"] == 1 and summary["failures"][0]["exitval"] == 7
+    rows = joblog_rows(log)
+    assert [r[0] for r in rows] == ["2"]  # the killed job has no row: --resume reruns it
+    assert wait_for(lambda: not survivors(mark), timeout=5)
+
+
+# -- Ctrl-C ---------------------------------------------------------------------------------
+
+
+def test_first_ctrl_c_lets_running_jobs_finish(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    runner = start_cli("run", "-j", "2", "--joblog", str(log), ":::",
+                       *[f"sleep 1; echo done{i}" for i in range(8)],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        time.sleep(0.5)  # both running
+        runner.send_signal(signal.SIGINT)
+        out, err = runner.communicate(timeout=20)
+    finally:
+        runner.kill()
+    assert runner.returncode == 130, err
+    assert "starting no new job" in err and "interrupted" in err
+    assert sorted(out.split()) == ["done0", "done1"]
+    assert len(joblog_rows(log)) == 2
+
+
+def test_second_ctrl_c_kills_running_jobs(tmp_path: Path, mark: str) -> None:
+    log = tmp_path / "log"
+    runner = start_cli("run", "-j", "2", "--joblog", str(log), ":::",
+                       *[f"echo started{i}; sleep 1000.{mark} & sleep 1000.{mark}"
+                         for i in range(4)],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert wait_for(lambda: len(survivors(mark, jobs_only=True)) >= 4)
+        runner.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        runner.send_signal(signal.SIGINT)
+        out, err = runner.communicate(timeout=20)
+    finally:
+        runner.kill()
+    assert runner.returncode == 130, err
+    assert "killed by the runner: 2" in err
+    assert sorted(out.split()) == ["started0", "started1"]  # partial output kept
+    assert joblog_rows(log) == []
+    assert wait_for(lambda: not survivors(mark), timeout=5), survivors(mark)
+
+
+def test_sigterm_kills_running_jobs(mark: str) -> None:
+    runner = start_cli("run", "-j", "2", ":::", f"sleep 1000.{mark}", f"sleep 1000.{mark}",
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert wait_for(lambda: len(survivors(mark, jobs_only=True)) >= 2)
+        runner.send_signal(signal.SIGTERM)
+        _, err = runner.communicate(timeout=20)
+    finally:
+        runner.kill()
+    assert runner.returncode == 143, err
+    assert wait_for(lambda: not survivors(mark), timeout=5)
+
+
+# -- process-tree cleanup details -------------------------------------------------------------
+
+
+def test_background_leftovers_die_with_their_job(mark: str) -> None:
+    """A job that exits leaving a background child (or a setsid daemon) takes it along."""
+    proc = run_cli("run", ":::", f"sleep 1000.{mark} & echo bye",
+                   f"setsid sleep 1000.{mark} & echo bye")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "bye\nbye\n"
+    assert survivors(mark) == []
+
+
+def test_setsid_descendant_of_a_timed_out_job_is_killed(mark: str) -> None:
+    proc = run_cli("run", "--timeout", "1", ":::",
+                   f"setsid sleep 1000.{mark} & exec sleep 1000.{mark}")
+    assert proc.returncode == 1
+    assert survivors(mark) == []
+
+
+# -- joblog ------------------------------------------------------------------------------------
+
+
+def test_resume_failed_reruns_only_failed_jobs(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    flag = tmp_path / "fixed"
+    jobs = "echo a\n" + f"test -e {flag} && echo b\n" + "echo c\n"
+    first = run_cli("run", "--joblog", str(log), input=jobs)
+    assert first.returncode == 1
+    flag.touch()
+    second = run_cli("run", "--joblog", str(log), "--resume-failed", input=jobs)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout == "b\n"
+    rows = joblog_rows(log)
+    assert [r[0] for r in rows].count("2") == 2  # the failed row, then the new one
+
+
+def test_resume_ignores_a_torn_last_row(tmp_path: Path) -> None:
+    from pipepool.run._joblog import read_joblog
+
+    log = tmp_path / "log"
+    run_cli("run", "--joblog", str(log), input="echo 1\necho 2\n")
+    text = log.read_text()
+    torn = text + "3\t:\t17000"  # a row cut short without its newline
+    log.write_text(torn)
+    assert sorted(read_joblog(str(log))) == [1, 2]
+    proc = run_cli("run", "--joblog", str(log), "--resume", input="echo 1\necho 2\necho 3\n")
+    assert proc.stdout == "3\n"
+    rows = joblog_rows(log)
+    assert sorted(r[0] for r in rows) == ["1", "2", "3"]
+    assert all(len(r) == 9 for r in rows)
+
+
+def test_joblog_without_resume_starts_afresh(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    run_cli("run", "--joblog", str(log), input="true\ntrue\n")
+    run_cli("run", "--joblog", str(log), input="true\n")
+    assert len(joblog_rows(log)) == 1
+
+
+# -- bench ------------------------------------------------------------------------------------
+
+
+def test_bench_still_works() -> None:
+    proc = run_cli("bench", "--tasks", "300", "--rounds", "1", "-j", "2", timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    assert "tasks/s" in proc.stdout and "ProcessPoolExecutor" in proc.stdout
