@@ -22,7 +22,7 @@ if __name__ == "__main__":
     for i in range(8):
         ex.queue(i, {task})
     deadline = time.monotonic() + 60
-    while not {ready}:
+    while not ({ready}):
         ex.sync(timeout=0.01)
         if time.monotonic() > deadline:
             sys.exit("workers never came up")
