@@ -7,9 +7,9 @@ import pickle
 import signal
 
 import pytest
+
 import tasks
 from executor_helpers import Recorder
-
 from pipepool import (
     InitializerError,
     LocalExecutor,

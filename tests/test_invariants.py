@@ -10,9 +10,9 @@ import time
 from collections import Counter
 
 import pytest
+
 import tasks
 from executor_helpers import Recorder
-
 from pipepool import LocalExecutor, State, TaskPicklingError, WorkerLostError
 
 PAGE = 4096
@@ -215,7 +215,7 @@ def test_same_key_twice_both_complete(make, tmp_path):
 
     def collect() -> bool:
         ex.sync(timeout=0.01)
-        for key, event in ex.get_event_buffer().items():
+        for _key, event in ex.get_event_buffer().items():
             if event.state.terminal:
                 seen.append(event.result)
         return len(seen) >= 1

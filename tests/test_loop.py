@@ -179,7 +179,7 @@ def test_dead_reader_is_not_an_exception(loop):
     loop.send(1, Kind.TASK, 1, b"x" * 10)  # EPIPE inside: kept, not raised
     os.close(peer.write_fd)
     peer.write_fd = -1
-    frames, closed = pump_until(loop, lambda f, c: bool(c))
+    _frames, closed = pump_until(loop, lambda f, c: bool(c))
     assert closed == [(1, None)]
     assert [i for _, i, _ in loop.remove(1)] == [1]
 

@@ -25,6 +25,7 @@ end with a buffer of incoming bytes. Nothing here ever blocks except ``wait``:
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import select
@@ -33,10 +34,10 @@ from collections import deque
 from .errors import FrameError
 from .frames import HEADER_SIZE, MAX_PAYLOAD, FrameReader, encode_header, split_frames
 
-__all__ = ["PipeLoop", "FrameReader"]  # the twins export exactly these
+__all__ = ["FrameReader", "PipeLoop"]  # the twins export exactly these
 
 READ_SIZE = 1 << 18  # bytes per read(): big enough for large results, one page is wasteful
-READ_BUDGET = 1 << 24  # bytes read from one channel per pump, so one chatty worker cannot starve the rest
+READ_BUDGET = 1 << 24  # bytes per channel per pump: one chatty worker cannot starve the rest
 WRITE_IOV = 64  # frames gathered into one writev(): under every platform's IOV_MAX
 
 _IN = select.POLLIN
@@ -47,8 +48,18 @@ Closed = tuple[int, BaseException | None]  # (channel, None for EOF or the error
 
 
 class _Channel:
-    __slots__ = ("channel", "write_fd", "read_fd", "out", "offset", "pending", "inbuf",
-                 "closed", "write_dead", "polling_out")
+    __slots__ = (
+        "channel",
+        "closed",
+        "inbuf",
+        "offset",
+        "out",
+        "pending",
+        "polling_out",
+        "read_fd",
+        "write_dead",
+        "write_fd",
+    )
 
     def __init__(self, channel: int, write_fd: int, read_fd: int) -> None:
         self.channel = channel
@@ -105,10 +116,8 @@ class PipeLoop:
 
     def _forget_fd(self, fd: int) -> None:
         if self._by_fd.pop(fd, None) is not None:
-            try:
+            with contextlib.suppress(KeyError):
                 self._poller.unregister(fd)
-            except KeyError:
-                pass
 
     def __contains__(self, channel: int) -> bool:
         return channel in self._channels
@@ -141,7 +150,7 @@ class PipeLoop:
         while out:
             iov: list[memoryview | bytes] = []
             offset = ch.offset
-            for kind, ident, header, payload in out:
+            for _kind, _ident, header, payload in out:
                 if offset < HEADER_SIZE:
                     iov.append(memoryview(header)[offset:] if offset else header)
                     if payload:
@@ -210,7 +219,7 @@ class PipeLoop:
         frames: list[Frame] = []
         closed: list[Closed] = []
         by_fd = self._by_fd
-        for fd, events in ready:
+        for fd, _events in ready:
             entry = by_fd.get(fd)
             if entry is None:
                 if fd == self._wake_r:
@@ -276,10 +285,9 @@ class PipeLoop:
 
     def wake(self) -> None:
         """Make a ``wait`` in another thread return now; safe from any thread."""
-        try:
+        # A full wake-up pipe (BlockingIOError) already guarantees the waiter wakes.
+        with contextlib.suppress(BlockingIOError):
             os.write(self._wake_w, b"\0")
-        except BlockingIOError:
-            pass  # already full of wake-ups: the waiter will wake anyway
 
     def _drain_wake(self) -> None:
         try:

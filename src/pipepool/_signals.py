@@ -32,7 +32,7 @@ Handler = Callable[[int, Any], Any]
 class _Recorder:
     """Stands in for the real handlers during a step; forwards once the step is over."""
 
-    __slots__ = ("originals", "pending", "done")
+    __slots__ = ("done", "originals", "pending")
 
     def __init__(self) -> None:
         self.originals: dict[int, Handler] = {}

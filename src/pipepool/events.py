@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 
-class State(str, enum.Enum):
+class State(enum.StrEnum):
     """Task states as a scheduler sees them; SUCCESS and FAILED are terminal."""
 
     QUEUED = "queued"

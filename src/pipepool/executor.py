@@ -13,14 +13,15 @@ each worker with room the next task). It never blocks on a pipe: the loop writes
 and keeps the rest.
 
 Bookkeeping is exact because every step that mutates it runs with Python's signal
-handlers deferred (``_signals``): a KeyboardInterrupt lands between steps, never inside one, so each task is
-at every return to user code in exactly one place: ``_queue`` (queued), a worker's
-``in_flight`` (running), or reported (its terminal event is in ``_events``). Nothing is
-counted separately, so no count can drift or go negative.
+handlers deferred (``_signals``): a KeyboardInterrupt lands between steps, never inside
+one, so each task is at every return to user code in exactly one place: ``_queue``
+(queued), a worker's ``in_flight`` (running), or reported (its terminal event is in
+``_events``). Nothing is counted separately, so no count can drift or go negative.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import multiprocessing
@@ -68,8 +69,17 @@ _QUEUED, _RUNNING, _DONE = 0, 1, 2
 
 
 class _Task:
-    __slots__ = ("tid", "key", "fn", "args", "kwargs", "timeout", "phase", "started",
-                 "deadline")
+    __slots__ = (
+        "args",
+        "deadline",
+        "fn",
+        "key",
+        "kwargs",
+        "phase",
+        "started",
+        "tid",
+        "timeout",
+    )
 
     def __init__(self, tid: int, key: Hashable, fn: Callable[..., Any], args: tuple,
                  kwargs: dict, timeout: float | None) -> None:
@@ -85,8 +95,22 @@ class _Task:
 
 
 class _Worker:
-    __slots__ = ("wid", "proc", "pid", "fds", "in_flight", "sent", "closing", "closed_at",
-                 "close_error", "init_error", "init_round", "kill_reason", "killed", "heard")
+    __slots__ = (
+        "close_error",
+        "closed_at",
+        "closing",
+        "fds",
+        "heard",
+        "in_flight",
+        "init_error",
+        "init_round",
+        "kill_reason",
+        "killed",
+        "pid",
+        "proc",
+        "sent",
+        "wid",
+    )
 
     def __init__(self, wid: int, proc: multiprocessing.process.BaseProcess,
                  fds: tuple[int, int], init_round: int) -> None:
@@ -267,7 +291,8 @@ class LocalExecutor:
             if doomed:
                 self._queue = deque(t for t in self._queue if t.key != key)
                 for t in doomed:
-                    self._finish(t, State.FAILED, exception=CancelledError(f"task {key!r} cancelled"))
+                    self._finish(t, State.FAILED,
+                                 exception=CancelledError(f"task {key!r} cancelled"))
             return len(doomed)
         finally:
             _signals.undefer(deferred)
@@ -327,7 +352,8 @@ class LocalExecutor:
             while self._queue:
                 t = self._queue[0]
                 self._finish(t, State.FAILED,
-                             exception=CancelledError(f"task {t.key!r} cancelled: executor terminated"))
+                             exception=CancelledError(
+                                 f"task {t.key!r} cancelled: executor terminated"))
                 self._queue.popleft()
         finally:
             _signals.undefer(deferred)
@@ -378,10 +404,8 @@ class LocalExecutor:
 
     def __del__(self) -> None:
         if getattr(self, "_state", None) == "started":
-            try:
+            with contextlib.suppress(Exception):
                 self.terminate()
-            except Exception:  # noqa: BLE001 - best effort at interpreter teardown
-                pass
 
     # -- the steps of a round -----------------------------------------------------------
 
@@ -421,7 +445,7 @@ class LocalExecutor:
             if kind == Kind.DONE:
                 try:
                     result = pickle.loads(payload)
-                except Exception as exc:  # noqa: BLE001 - the result's own unpickling code
+                except Exception as exc:
                     error = TaskUnpicklingError(
                         f"task {t.key!r}: its result could not be unpickled in the parent "
                         f"({type(exc).__name__}: {exc})", part="result")
@@ -550,7 +574,7 @@ class LocalExecutor:
         assert self._lifeline is not None
         lifeline_r = self._lifeline[0]
         close_fds = (
-            sorted(_PARENT_FDS.difference(mine + (lifeline_r,)))
+            sorted(_PARENT_FDS.difference((*mine, lifeline_r)))
             if self.start_method == "fork" else []
         )
         wid = next(self._wids)
@@ -614,10 +638,8 @@ class LocalExecutor:
             self._stats["crashes"] += 1
         else:
             self._stats["recycles"] += 1
-        try:
+        with contextlib.suppress(ValueError):
             w.proc.close()
-        except ValueError:
-            pass
 
     def _remove_channel(self, w: _Worker) -> list[tuple[int, int, bytes]]:
         """Close a worker's parent ends (once) and drop them from the fork registry."""
@@ -747,10 +769,10 @@ def _pickle_call(t: _Task) -> bytes:
     """Pickle a task's call; on failure name the key and the part that failed."""
     try:
         payload = pickle.dumps((t.fn, t.args, t.kwargs), PICKLE_PROTOCOL)
-    except Exception as exc:  # noqa: BLE001 - user __reduce__ code can raise anything
+    except Exception as exc:
         try:
             pickle.dumps(t.fn, PICKLE_PROTOCOL)
-        except Exception:  # noqa: BLE001
+        except Exception:
             part = "function"
         else:
             part = "arguments"
@@ -771,7 +793,7 @@ def _remote_exception(key: Hashable, payload: bytes) -> BaseException:
     tb, exc_bytes = pickle.loads(payload)
     try:
         exc = pickle.loads(exc_bytes)
-    except Exception as unpickling:  # noqa: BLE001
+    except Exception as unpickling:
         exc = TaskUnpicklingError(
             f"task {key!r} raised an exception that could not be unpickled in the parent "
             f"({type(unpickling).__name__}: {unpickling})", part="exception")
@@ -793,7 +815,5 @@ def _set_pipe_size(fd: int, size: int) -> None:
 
 
 def _signal_process(proc: multiprocessing.process.BaseProcess, how: str) -> None:
-    try:
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # already gone or closed
         getattr(proc, how)()
-    except (OSError, ValueError, AttributeError):
-        pass  # already gone or closed

@@ -17,6 +17,7 @@ parent must never block). Its invariants:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import signal
@@ -83,7 +84,7 @@ def _failure_frame(kind: int, ident: int, exc: BaseException) -> list[bytes]:
     tb = "".join(traceback.format_exception(exc))
     try:
         exc_bytes = pickle.dumps(exc, PICKLE_PROTOCOL)
-    except BaseException as pickling_exc:  # noqa: BLE001 - any failure here has one answer
+    except BaseException as pickling_exc:  # whatever the failure, the answer is the substitute
         substitute = TaskPicklingError(
             f"the task raised {type(exc).__qualname__}: {_safe_repr(exc)}, "
             f"which could not be pickled ({type(pickling_exc).__name__}: {pickling_exc})",
@@ -97,7 +98,7 @@ def _failure_frame(kind: int, ident: int, exc: BaseException) -> list[bytes]:
 def _safe_repr(obj: object) -> str:
     try:
         return repr(obj)[:500]
-    except BaseException:  # noqa: BLE001
+    except BaseException:
         return f"<{type(obj).__qualname__} with a failing repr>"
 
 
@@ -105,7 +106,7 @@ def _outcome(ident: int, payload: bytes) -> list[bytes]:
     """Unpickle and run one task; return the frame that reports how it ended."""
     try:
         fn, args, kwargs = pickle.loads(payload)
-    except BaseException as exc:  # noqa: BLE001
+    except BaseException as exc:  # any unpickling failure is the task's, not ours
         error = TaskUnpicklingError(
             f"the worker could not unpickle the task ({type(exc).__name__}: {exc}); "
             "with spawn or forkserver the function must be importable by module name",
@@ -116,14 +117,14 @@ def _outcome(ident: int, payload: bytes) -> list[bytes]:
     del payload
     try:
         result = fn(*args, **kwargs)
-    except BaseException as exc:  # noqa: BLE001 - SystemExit and friends are outcomes too
+    except BaseException as exc:  # SystemExit and friends are outcomes too
         return _failure_frame(Kind.RAISED, ident, exc)
     finally:
         del fn, args, kwargs
     try:
         data = pickle.dumps(result, PICKLE_PROTOCOL)
         header = encode_header(Kind.DONE, ident, len(data))
-    except BaseException as exc:  # noqa: BLE001
+    except BaseException as exc:
         error = TaskPicklingError(
             f"the task returned {type(result).__qualname__}, which could not be sent back "
             f"({type(exc).__name__}: {exc})",
@@ -187,17 +188,15 @@ def main(
     # Under fork we inherited the parent's ends of every other pipe: a worker holding
     # another worker's activity write end would hide the parent's death from it.
     for fd in close_fds:
-        try:
+        with contextlib.suppress(OSError):
             os.close(fd)
-        except OSError:
-            pass
     threading.Thread(
         target=_watch_lifeline, args=(lifeline.fd,), name="pipepool-lifeline", daemon=True
     ).start()
     if initializer is not None:
         try:
             initializer(*initargs)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             _write_all(result.fd, _failure_frame(Kind.INIT_FAILED, 0, exc))
             sys.stderr.flush()
             os._exit(EXIT_INIT_FAILED)
