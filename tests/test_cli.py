@@ -7,6 +7,7 @@ carrying it via /proc, so "nothing is left running" is checked, not assumed.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -59,9 +60,9 @@ def survivors(mark: str, *, jobs_only: bool = False) -> list[int]:
                 state = f.read().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if mark.encode() in cmdline and state != "Z":
-            if not (jobs_only and cmdline.startswith(python)):
-                found.append(int(entry))
+        if mark.encode() in cmdline and state != "Z" \
+                and not (jobs_only and cmdline.startswith(python)):
+            found.append(int(entry))
     return found
 
 
@@ -76,10 +77,8 @@ def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02) -> bool:
 
 def kill_survivors(mark: str) -> None:
     for pid in survivors(mark):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def joblog_rows(path: Path) -> list[list[str]]:
@@ -204,17 +203,25 @@ def test_thousand_true_jobs_throughput() -> None:
 
 
 def test_progress_bar_render() -> None:
-    from pipepool.run._progress import render
+    from pipepool.run._progress import estimate, render
 
-    line = render(done=250, failed=3, running=2, total=1000, elapsed=5.0, width=100)
+    line = render(done=250, failed=3, running=2, total=1000, elapsed=5.0, width=100,
+                  eta=15.0)
     assert "250/1000" in line and "25%" in line and "2 running" in line
     assert "3 failed" in line and "50.0 jobs/s" in line and "ETA 0:15" in line
     bar = line[1:line.index("]")]
     assert bar.count("#") == len(bar) // 4  # a quarter filled
     assert len(line) < 100
     assert "ETA --:--" in render(0, 0, 2, 10, 1.0, 80)
-    assert "ETA 0:00" in render(10, 0, 0, 10, 1.0, 80)
     assert len(render(5, 0, 1, 10, 1.0, 30)) < 30  # narrow terminal: cut, never wrapped
+    # ETA: throughput while jobs wait; then the youngest running job; unknown for a
+    # straggler far past the mean runtime.
+    assert estimate(done=250, total=1000, elapsed=5.0, mean_runtime=0.04,
+                    running_ages=[0.01, 0.02]) == 15.0
+    assert estimate(0, 10, 1.0, 0.0, [0.5]) is None
+    assert estimate(8, 10, 4.0, 1.0, [0.25, 0.75]) == 0.75
+    assert estimate(9, 10, 4.0, 1.0, [30.0]) is None
+    assert estimate(10, 10, 4.0, 1.0, []) == 0.0
 
 
 def test_progress_bar_only_on_a_terminal() -> None:

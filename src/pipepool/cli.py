@@ -155,9 +155,13 @@ def _run(args: argparse.Namespace, groups: list[tuple[str, list[str]]],
     except OSError as exc:  # an unwritable joblog or results directory, say
         print(f"pipepool run: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    if args.json:
+    try:
+        if args.json:
+            sys.stdout.flush()
+            print(json.dumps(summary.as_dict()))
         sys.stdout.flush()
-        print(json.dumps(summary.as_dict()), flush=True)
+    except BrokenPipeError:  # `| head`: the reader left; the exit status still tells
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return summary.exit_status()
 
 

@@ -14,6 +14,7 @@ starts on a line of its own.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 
 COLUMNS = ("Seq", "Host", "Starttime", "JobRuntime", "Send", "Receive", "Exitval", "Signal",
@@ -52,11 +53,12 @@ class Joblog:
         self.fsync = fsync
         self._fd = os.open(path, flags, 0o644)
         try:
-            if append:
+            regular = stat.S_ISREG(os.fstat(self._fd).st_mode)  # not /dev/null, a FIFO
+            if regular and append:
                 _cut_torn_tail(self._fd)
-            else:
+            elif regular:
                 os.ftruncate(self._fd, 0)
-            if os.fstat(self._fd).st_size == 0:
+            if not regular or os.fstat(self._fd).st_size == 0:
                 self._write_line(HEADER)
         except BaseException:
             os.close(self._fd)

@@ -82,6 +82,8 @@ class Runner:
         self._pending: deque[tuple[Job, int]] = deque()  # (job, attempt) not yet queued
         self._inflight: dict[int, tuple[Job, JobSpec, float]] = {}  # seq -> job, spec, t
         self._failed = 0
+        self._running_since: dict[int, float] = {}  # seq -> when its worker started it
+        self._runtime_sum = 0.0  # of finished jobs, for the progress bar's ETA
 
     # -- the run ------------------------------------------------------------------------
 
@@ -111,7 +113,8 @@ class Runner:
             self._loop(ex)
             clean = True
             self.output.flush_all()  # --keep-order: what waited for a job that never ran
-            self.progress.finish(len(summary.outcomes), self._failed)
+            self.progress.finish(len(summary.outcomes), self._failed,
+                                 note=f"stopped: {summary.stopped}" if summary.stopped else "")
         finally:
             try:
                 if clean:
@@ -131,21 +134,23 @@ class Runner:
         return summary
 
     def _loop(self, ex: LocalExecutor) -> None:
-        busy = True
         while True:
             self._react_to_signals(ex)
             fed = self._feed(ex)
             if not self._inflight and (self._stopping or not self._pending):
                 return
-            # After a round with news, go again at once: new jobs were queued and the
-            # executor dispatches them in its steps, which follow the wait.
-            ex.sync(timeout=0.0 if (fed or busy) else TICK)
-            events = ex.get_event_buffer()
-            busy = bool(events)
-            for event in events.values():
+            # The executor dispatches in its steps, which follow the wait: when a worker
+            # is idle and a job was just queued for it, run the steps now, without waiting.
+            # Otherwise the jobs queued ahead were dispatched in the round that collected
+            # the results, and the loop can wait for the next one.
+            idle = fed and len(self._inflight) - len(ex.queued) < self.options.jobs
+            ex.sync(timeout=0.0 if idle else TICK)
+            for event in ex.get_event_buffer().values():
                 if event.state.terminal:
                     self._finish(ex, event)
-            self._draw(ex)
+                else:
+                    self._running_since[event.key] = time.monotonic()
+            self._draw()
 
     # -- steps -------------------------------------------------------------------------
 
@@ -178,6 +183,7 @@ class Runner:
     def _finish(self, ex: LocalExecutor, event: Event) -> None:
         """A job's attempt ended: retry it, or log it, print its output and count it."""
         job, spec, queued_at = self._inflight.pop(event.key)
+        self._running_since.pop(event.key, None)
         if event.state is State.SUCCESS:
             result: JobResult = event.result
             outcome = Outcome(job.seq, job.command, "ok" if result.ok else "failed",
@@ -202,6 +208,7 @@ class Runner:
         self.output.finished(job.seq, job.tag, spec.stdout_path, spec.stderr_path,
                              remove=self.options.results is None)
         self.summary.outcomes.append(outcome)
+        self._runtime_sum += outcome.runtime
         if outcome.status == "failed":
             self._failed += 1
         self._check_halt(ex)
@@ -223,13 +230,13 @@ class Runner:
             self._abort(ex)
         elif self._interrupts and not self._stopping:
             self._stop(ex, "interrupted")
-            running = len(self._inflight)
+            running = len(ex.running)
             if running:
                 self._note(f"Ctrl-C: starting no new job; waiting for {running} running "
                            "(Ctrl-C again kills them)")
         elif self._interrupts >= 2 and not self._aborting:
             self._stop(ex, "interrupted")
-            self._note(f"Ctrl-C again: killing {len(self._inflight)} running jobs")
+            self._note(f"Ctrl-C again: killing {len(ex.running)} running jobs")
             self._abort(ex)
         if self._aborting:
             for key in ex.running:  # again each round: a job sent but not yet started
@@ -266,11 +273,14 @@ class Runner:
                 with contextlib.suppress(OSError):
                     os.unlink(path)
 
-    def _draw(self, ex: LocalExecutor) -> None:
+    def _draw(self) -> None:
         if self.progress.enabled:
-            note = "stopping" if self._stopping else ""
-            self.progress.update(len(self.summary.outcomes), self._failed,
-                                 len(ex.running), note=note)
+            done = len(self.summary.outcomes)
+            now = time.monotonic()
+            self.progress.update(
+                done, self._failed, [now - t for t in self._running_since.values()],
+                mean_runtime=self._runtime_sum / done if done else 0.0,
+                note="stopping" if self._stopping else "")
 
     def _before_output(self) -> None:
         self.progress.clear()
