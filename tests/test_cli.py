@@ -11,6 +11,7 @@ import contextlib
 import itertools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -369,13 +370,13 @@ def test_halt_now_kills_running_jobs(tmp_path: Path, mark: str) -> None:
 # -- Ctrl-C ---------------------------------------------------------------------------------
 
 
-def test_first_ctrl_c_lets_running_jobs_finish(tmp_path: Path) -> None:
+def test_first_ctrl_c_lets_running_jobs_finish(tmp_path: Path, mark: str) -> None:
     log = tmp_path / "log"
     runner = start_cli("run", "-j", "2", "--joblog", str(log), ":::",
-                       *[f"sleep 1; echo done{i}" for i in range(8)],
+                       *[f"sleep 1.{mark}; echo done{i}" for i in range(8)],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        time.sleep(0.5)  # both running
+        assert wait_for(lambda: len(survivors(mark, jobs_only=True)) >= 2)  # both running
         runner.send_signal(signal.SIGINT)
         out, err = runner.communicate(timeout=20)
     finally:
@@ -423,6 +424,10 @@ def test_sigterm_kills_running_jobs(mark: str) -> None:
 # -- process-tree cleanup details -------------------------------------------------------------
 
 
+needs_setsid = pytest.mark.skipif(shutil.which("setsid") is None, reason="no setsid(1)")
+
+
+@needs_setsid
 def test_background_leftovers_die_with_their_job(mark: str) -> None:
     """A job that exits leaving a background child (or a setsid daemon) takes it along."""
     proc = run_cli("run", ":::", f"sleep 1000.{mark} & echo bye",
@@ -432,6 +437,7 @@ def test_background_leftovers_die_with_their_job(mark: str) -> None:
     assert survivors(mark) == []
 
 
+@needs_setsid
 def test_setsid_descendant_of_a_timed_out_job_is_killed(mark: str) -> None:
     proc = run_cli("run", "--timeout", "1", ":::",
                    f"setsid sleep 1000.{mark} & exec sleep 1000.{mark}")

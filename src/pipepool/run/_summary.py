@@ -87,7 +87,8 @@ class Summary:
     def text(self) -> str:
         ran = len(self.outcomes)
         rate = ran / self.elapsed if self.elapsed > 0 else 0.0
-        head = (f"pipepool run: {ran} jobs in {self.elapsed:.2f} s ({rate:.1f} jobs/s, "
+        head = (f"pipepool run: {ran} job{'' if ran == 1 else 's'} in {self.elapsed:.2f} s "
+                f"({rate:.1f} jobs/s, "
                 f"-j {self.jobs}): {len(self.succeeded)} succeeded, {len(self.failed)} failed")
         lines = [head]
         if self.skipped:
