@@ -110,7 +110,11 @@ def main(argv: list[str] | None = None) -> int:
 
         race(args.tasks, args.jobs, args.rounds)
         return 0
-    return _run(args, groups, parser)
+    try:
+        return _run(args, groups, parser)
+    except KeyboardInterrupt:  # before the runner took Ctrl-C over (reading stdin, say)
+        print("pipepool run: interrupted before any job started", file=sys.stderr)
+        return 130
 
 
 def _run(args: argparse.Namespace, groups: list[tuple[str, list[str]]],

@@ -15,11 +15,12 @@ No descendant outlives its job, whichever way the job ends:
 * **The worker dies** (the runner killed it on a second Ctrl-C, ``--halt now``, the
   executor's backstop timeout, or the runner itself was SIGKILLed and the worker followed
   through its lifeline): a *guardian* process, forked once per worker, blocks reading a
-  pipe whose only writer is the worker. The worker tells it each job's process group as
-  the job starts and ends; at EOF (the worker is gone, however it died) the guardian
-  SIGKILLs every group still listed. It ignores SIGINT, SIGTERM and SIGHUP, so a signal
-  sent to the runner's whole process group takes the worker down first and the
-  guardian still does its job.
+  pipe whose only writer is the worker and that the worker never writes. The worker
+  keeps the running job's process group in a word of memory it shares with the
+  guardian (no system call, no wake-up per job); at EOF (the worker is gone, however it
+  died) the guardian SIGKILLs the group found there. It ignores SIGINT, SIGTERM and
+  SIGHUP, so a signal sent to the runner's whole process group takes the worker down
+  first and the guardian still does its job.
 
 Limits: a descendant that left the job's process group survives the *worker's* death
 (the subreaper died with it), and a job killed in the microseconds between its fork and
@@ -31,9 +32,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import glob
+import mmap
 import os
 import select
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -85,6 +88,8 @@ class JobResult:
 _owner_pid = 0
 _guardian_pid = 0
 _guardian_fd = -1
+_slot: mmap.mmap | None = None  # shared with the guardian: the running job's pgid, or 0
+_SLOT = struct.Struct("q")
 
 
 def run_job(spec: JobSpec) -> JobResult:
@@ -103,16 +108,16 @@ def run_job(spec: JobSpec) -> JobResult:
             start_new_session=True, close_fds=True)
     except OSError as exc:  # no such program, not executable: report it as a shell would
         os.write(err_fd, f"pipepool: {spec.argv[0]}: {exc.strerror}\n".encode())
-        sizes = _size(out_fd), _size(err_fd)
-        os.close(out_fd)
-        os.close(err_fd)
         code = 127 if exc.errno == errno.ENOENT else 126
         return JobResult(spec.seq, spec.attempt, start, time.monotonic() - t0, code, 0,
-                         False, *sizes, 0)
-    os.close(out_fd)  # the child holds its copies; ours would only keep the files open
-    os.close(err_fd)
+                         False, _size(out_fd), _size(err_fd), 0)
+    finally:
+        # The child holds its copies; ours would only keep the files open (and leak
+        # one pair per job if Popen raised something else, a NUL in an argument say).
+        os.close(out_fd)
+        os.close(err_fd)
     pgid = proc.pid  # a session leader's pid is its process group id
-    _tell_guardian(b"+%d\n" % pgid)
+    _tell_guardian(pgid)
     timed_out = False
     try:
         if not _wait(proc, spec.timeout):
@@ -129,8 +134,8 @@ def run_job(spec: JobSpec) -> JobResult:
         _killpg(pgid, signal.SIGKILL)
         if proc.returncode is None:
             proc.wait()
+        _tell_guardian(0)  # the group is gone: nothing for the guardian to kill any more
         _sweep_orphans()
-        _tell_guardian(b"-%d\n" % pgid)
     runtime = time.monotonic() - t0
     code = proc.returncode
     if timed_out:
@@ -234,7 +239,9 @@ def _become_subreaper() -> None:
 
 
 def _start_guardian() -> None:
-    global _guardian_pid, _guardian_fd
+    global _guardian_pid, _guardian_fd, _slot
+    if _slot is None:
+        _slot = mmap.mmap(-1, _SLOT.size)  # anonymous and MAP_SHARED: survives the fork
     if _guardian_fd >= 0:  # a dead guardian's pipe, or one inherited through a fork
         with contextlib.suppress(OSError):
             os.close(_guardian_fd)
@@ -242,15 +249,15 @@ def _start_guardian() -> None:
     pid = os.fork()
     if pid == 0:  # the guardian: only os-level calls, and it never returns
         try:
-            _guard(read_fd)
+            _guard(read_fd, _slot)
         finally:
             os._exit(0)
     os.close(read_fd)
     _guardian_pid, _guardian_fd = pid, write_fd
 
 
-def _guard(read_fd: int) -> None:
-    """Body of the guardian: collect process groups until EOF, then SIGKILL them."""
+def _guard(read_fd: int, slot: mmap.mmap) -> None:
+    """Body of the guardian: wait for the worker's death, then SIGKILL its job's group."""
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     # Hold nothing of the worker's: not its pool pipes (the runner must see the worker's
@@ -260,22 +267,14 @@ def _guard(read_fd: int) -> None:
         os.dup2(null, fd)
     os.closerange(3, read_fd)
     os.closerange(read_fd + 1, max(read_fd + 2, os.sysconf("SC_OPEN_MAX")))
-    groups: set[int] = set()
-    pending = b""
-    while True:
+    while True:  # nobody ever writes: EOF comes when the worker is gone, however it died
         try:
-            data = os.read(read_fd, 4096)
+            if not os.read(read_fd, 1):
+                break
         except InterruptedError:
             continue
-        if not data:
-            break
-        *lines, pending = (pending + data).split(b"\n")
-        for line in lines:
-            if line[:1] == b"+":
-                groups.add(int(line[1:]))
-            elif line[:1] == b"-":
-                groups.discard(int(line[1:]))
-    for pgid in groups:
+    (pgid,) = _SLOT.unpack_from(slot)
+    if pgid > 0:
         _killpg(pgid, signal.SIGKILL)
 
 
@@ -291,14 +290,10 @@ def _stop_guardian() -> None:
         _guardian_pid = 0
 
 
-def _tell_guardian(message: bytes) -> None:
-    global _guardian_fd
-    for _ in range(2):
-        try:
-            os.write(_guardian_fd, message)  # a few bytes: far below PIPE_BUF, never split
-            return
-        except OSError:
-            _start_guardian()  # it died (someone SIGKILLed it): start another, say it again
+def _tell_guardian(pgid: int) -> None:
+    """Record the running job's process group (0: none) where the guardian will look."""
+    if _slot is not None:
+        _SLOT.pack_into(_slot, 0, pgid)
 
 
 def _children() -> set[int]:

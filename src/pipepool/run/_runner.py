@@ -219,7 +219,7 @@ class Runner:
             return
         failed = self._failed
         succeeded = len(self.summary.outcomes) - failed
-        if halt.reached(failed=failed, succeeded=succeeded, total=len(self.jobs)):
+        if halt.reached(failed=failed, succeeded=succeeded, total=self.progress.total):
             self._stop(ex, f"--halt {halt}")
             if halt.when == "now":
                 self._abort(ex)
