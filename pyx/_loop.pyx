@@ -39,7 +39,7 @@ from posix.unistd cimport write as c_write
 from pipepool import frames as _frames
 from pipepool.errors import FrameError
 
-__all__ = ["PipeLoop", "FrameReader"]  # the twins export exactly these
+__all__ = ["FrameReader", "PipeLoop"]  # the twins export exactly these
 
 MAX_PAYLOAD = _frames.MAX_PAYLOAD
 if _frames.HEADER_SIZE != HEADER_SIZE or _frames.MAGIC != MAGIC:
