@@ -171,7 +171,8 @@ class Runner:
         while self._pending and not self._stopping and len(self._inflight) < limit:
             job, attempt = self._pending.popleft()
             spec = JobSpec(job.seq, attempt, job.argv, *self._output_paths(job.seq, attempt),
-                           timeout=self.options.timeout)
+                           timeout=self.options.timeout,
+                           drop_empty=self.options.results is None)
             backstop = None
             if self.options.timeout is not None:
                 backstop = self.options.timeout + KILL_GRACE + BACKSTOP_SLACK
@@ -205,8 +206,12 @@ class Runner:
         if outcome.status != "aborted" and self.joblog is not None:
             self.joblog.write(JoblogRow(job.seq, start, outcome.runtime, receive,
                                         outcome.exitval, outcome.signal, job.command))
-        self.output.finished(job.seq, job.tag, spec.stdout_path, spec.stderr_path,
-                             remove=self.options.results is None)
+        if event.state is State.SUCCESS and spec.drop_empty \
+                and result.stdout_size == result.stderr_size == 0:
+            self.output.skip(job.seq)  # no output, and the worker removed the empty files
+        else:
+            self.output.finished(job.seq, job.tag, spec.stdout_path, spec.stderr_path,
+                                 remove=self.options.results is None)
         self.summary.outcomes.append(outcome)
         self._runtime_sum += outcome.runtime
         if outcome.status == "failed":
