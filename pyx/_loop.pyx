@@ -447,8 +447,8 @@ cdef class PipeLoop:
         return 0
 
     def pump(self):
-        cdef list frames = []
-        cdef list closed = []
+        cdef list frames, closed
+        cdef tuple result
         cdef Py_ssize_t i
         cdef int fd, gc_was_on
         cdef _Channel ch
@@ -460,8 +460,13 @@ cdef class PipeLoop:
                 raise RuntimeError("concurrent poll() invocation")
             self._poll_now()
         self.have_ready = False
+        # From here to the return nothing runs Python code: not even a finalizer that a
+        # collection started by one of our allocations would run (so no signal handler
+        # and no other thread can see the channels half-updated).
         gc_was_on = PyGC_Disable()
         try:
+            frames = []
+            closed = []
             for i in range(self.nready):
                 fd = self.ready[i]
                 entry = self._by_fd.get(fd)
@@ -475,10 +480,11 @@ cdef class PipeLoop:
                         self._flush(ch)
                 elif not ch.closed:
                     self._read(ch, frames, closed)
+            result = (frames, closed)
         finally:
             if gc_was_on:
                 PyGC_Enable()
-        return frames, closed
+        return result
 
     def poll(self, timeout=0.0):
         self.wait(timeout)

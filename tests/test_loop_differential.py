@@ -20,6 +20,7 @@ import fcntl
 import inspect
 import os
 import struct
+import time
 from dataclasses import dataclass, field
 
 import pytest
@@ -454,3 +455,73 @@ def test_same_public_names_and_signatures():
         assert loop.max_payload == MAX_PAYLOAD
         loop.close()
         loop.close()  # idempotent
+
+
+# -- what the executor relies on -----------------------------------------------------------
+
+
+def test_a_signal_interrupts_wait_promptly_and_changes_nothing(loop_module):
+    """Ctrl-C during a long wait raises at once (EINTR, then the handler runs), and the
+    loop is as it was: a KeyboardInterrupt between rounds loses no frame."""
+    import signal
+    import threading
+
+    loop = loop_module.PipeLoop()
+    r, w = os.pipe()
+    act_r, act_w = os.pipe()
+    try:
+        loop.add(1, act_w, r)
+        main = threading.get_ident()
+        timer = threading.Timer(0.2, signal.pthread_kill, (main, signal.SIGINT))
+        started = time.monotonic()
+        timer.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                loop.wait(30)
+        finally:
+            timer.join()
+        assert time.monotonic() - started < 10
+        os.write(w, encode_header(3, 9, 2) + b"ok")
+        assert loop.poll(5) == ([(1, 3, 9, b"ok")], [])
+    finally:
+        loop.close()
+        for fd in (w, act_r):
+            os.close(fd)
+
+
+def test_compiled_pump_runs_no_python_code():
+    """Finalizers are Python code (and so a signal handler or a thread switch); the
+    compiled pump must not run them even when its allocations would start a collection."""
+    import gc
+
+    _, compiled = twins()
+    hits = [0]
+
+    class Garbage:
+        def __del__(self):
+            hits[0] += 1
+
+    loop = compiled.PipeLoop()
+    r, w = os.pipe()
+    act_r, act_w = os.pipe()
+    threshold = gc.get_threshold()
+    try:
+        loop.add(1, act_w, r)
+        os.write(w, b"".join(encode_header(3, i, 1) + b"x" for i in range(200)))
+        gc.collect()
+        gc.set_threshold(1)  # every tracked allocation would collect
+        for _ in range(20):
+            a, b = Garbage(), Garbage()
+            a.other, b.other = b, a
+        del a, b
+        before = hits[0]  # the last pairs are garbage now, waiting for a collection
+        frames, closed = loop.pump()
+        during = hits[0] - before
+        gc.collect()
+        assert len(frames) == 200 and closed == []
+        assert during == 0 and hits[0] == 40
+    finally:
+        gc.set_threshold(*threshold)
+        loop.close()
+        for fd in (w, act_r):
+            os.close(fd)

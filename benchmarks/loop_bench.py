@@ -1,0 +1,198 @@
+"""The compiled PipeLoop against its pure-Python twin: frames/s through echo workers.
+
+Each worker is a child process that reads its activity pipe and writes every byte back
+on its result pipe, so each frame the parent sends comes back byte-identical. The echo
+copies whole pipe-fulls per system call, so its cost per frame is close to nothing and
+what is measured is the parent: ``send`` (queue, encode, ``writev``) and ``poll``
+(``poll``, ``read``, split into frames), plus the few bytecodes of this driver that are
+the same for both loops. The parent keeps ``--window`` frames in flight per worker and
+refills a worker as its frames come back. Rounds are interleaved (python, cython,
+python, ...) so noise from other work on the machine hits both alike; the table shows
+medians and their ratio. A second table runs no-op tasks through ``LocalExecutor`` with
+each loop (``_loop_impl``) at a few ``prefetch`` depths: the whole stack, pickling
+included, where the loop is one cost among several.
+
+    python benchmarks/loop_bench.py                        # 1,000,000 frames, 3 rounds
+    python benchmarks/loop_bench.py -n 200000 --rounds 5 --out benchmarks/results/loop_bench.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+try:
+    import pipepool
+except ImportError:  # a source checkout without an install: use src/ (build the .so first)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+    import pipepool
+
+from pipepool import LocalExecutor, _impl
+
+IMPLS = ("python", "cython")
+
+ECHO = """
+import os, sys
+r, w = int(sys.argv[1]), int(sys.argv[2])
+while True:
+    data = os.read(r, 1 << 16)
+    if not data:
+        break
+    view = memoryview(data)
+    while view:
+        view = view[os.write(w, view):]
+"""
+
+
+def noop(x: int) -> int:
+    return x
+
+
+class EchoWorkers:
+    """``count`` echo processes, each added to ``loop`` as a channel (0 .. count-1)."""
+
+    def __init__(self, loop, count: int) -> None:
+        self.procs = []
+        for channel in range(count):
+            act_r, act_w = os.pipe()
+            res_r, res_w = os.pipe()
+            proc = subprocess.Popen([sys.executable, "-c", ECHO, str(act_r), str(res_w)],
+                                    pass_fds=(act_r, res_w))
+            os.close(act_r)
+            os.close(res_w)
+            loop.add(channel, act_w, res_r)
+            self.procs.append(proc)
+
+    def wait(self) -> None:
+        for proc in self.procs:  # the loop closed their activity pipes: EOF, exit
+            proc.wait(timeout=30)
+
+
+def frames_per_second(impl: str, frames: int, workers: int, size: int, window: int) -> float:
+    module = _impl.load(impl)[1]
+    loop = module.PipeLoop()
+    echo = EchoWorkers(loop, workers)
+    payload = b"x" * size
+    send, poll = loop.send, loop.poll
+    try:
+        # Warm up (the children start, the first frames come back), then measure.
+        for channel in range(workers):
+            send(channel, 1, 0, payload)
+        back = 0
+        while back < workers:
+            got, closed = poll(5.0)
+            assert not closed, f"an echo worker died: {closed}"
+            back += len(got)
+        started = time.perf_counter()
+        sent = 0
+        for channel in range(workers):
+            for _ in range(window):
+                if sent < frames:
+                    send(channel, 1, sent, payload)
+                    sent += 1
+        received = 0
+        while received < frames:
+            got, closed = poll(5.0)
+            assert not closed, f"an echo worker died: {closed}"
+            received += len(got)
+            for channel, _kind, _ident, _payload in got:
+                if sent < frames:
+                    send(channel, 1, sent, payload)
+                    sent += 1
+        elapsed = time.perf_counter() - started
+    finally:
+        loop.close()
+        echo.wait()
+    return frames / elapsed
+
+
+def tasks_per_second(impl: str, tasks: int, workers: int, prefetch: int) -> float:
+    with LocalExecutor(workers, prefetch=prefetch, _loop_impl=impl) as ex:
+        ex.queue(-1, noop, -1)
+        ex.wait_until_done()  # warm: workers are up before the clock starts
+        ex.get_event_buffer()
+        started = time.perf_counter()
+        for i in range(tasks):
+            ex.queue(i, noop, i)
+        ex.wait_until_done()
+        elapsed = time.perf_counter() - started
+        events = ex.get_event_buffer()
+    assert len(events) == tasks and all(e.result == k for k, e in events.items())
+    return tasks / elapsed
+
+
+def table(title: str, header: list[str], rows: list[list[str]]) -> str:
+    lines = [title, "", "| " + " | ".join(header) + " |",
+             "| " + " | ".join(["---"] + ["---:"] * (len(header) - 1)) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", "--frames", type=int, default=1_000_000,
+                        help="frames pushed through the echo workers per round and loop")
+    parser.add_argument("-w", "--workers", type=int, default=2, help="echo workers")
+    parser.add_argument("--size", type=int, default=16, help="payload bytes per frame")
+    parser.add_argument("--window", type=int, default=256, help="frames in flight per worker")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tasks", type=int, default=20_000,
+                        help="no-op tasks per executor run (0: skip the executor table)")
+    parser.add_argument("--prefetch", type=int, nargs="+", default=[1, 16, 64],
+                        help="LocalExecutor prefetch depths to run")
+    parser.add_argument("--out", help="also write the tables (markdown) to this file")
+    args = parser.parse_args()
+    for impl in IMPLS:
+        _impl.load(impl)  # fail now, not after a round, if the compiled loop is missing
+
+    cores = os.cpu_count()
+    loop_samples: dict[str, list[float]] = {impl: [] for impl in IMPLS}
+    exec_samples: dict[tuple[str, int], list[float]] = {
+        (impl, p): [] for p in args.prefetch for impl in IMPLS}
+    for r in range(args.rounds):
+        for impl in IMPLS:  # interleaved: noise hits both alike
+            loop_samples[impl].append(
+                frames_per_second(impl, args.frames, args.workers, args.size, args.window))
+            print(f"round {r + 1}: {impl:6} loop {loop_samples[impl][-1]:>12,.0f} frames/s",
+                  file=sys.stderr, flush=True)
+        if args.tasks:
+            for prefetch in args.prefetch:
+                for impl in IMPLS:
+                    exec_samples[impl, prefetch].append(
+                        tasks_per_second(impl, args.tasks, args.workers, prefetch))
+
+    loops = {impl: statistics.median(v) for impl, v in loop_samples.items()}
+    ratio = loops["cython"] / loops["python"]
+    out = [table(
+        f"PipeLoop: {args.frames:,} frames of {args.size} bytes through {args.workers} echo "
+        f"workers, window {args.window}, median of {args.rounds} interleaved rounds "
+        f"({cores} cores, Python {sys.version.split()[0]}, pipepool {pipepool.__version__})",
+        ["loop", "frames/s", "vs python"],
+        [[impl, f"{loops[impl]:,.0f}", f"{loops[impl] / loops['python']:.2f}x"]
+         for impl in IMPLS],
+    )]
+    if args.tasks:
+        rows = []
+        for prefetch in args.prefetch:
+            py = statistics.median(exec_samples["python", prefetch])
+            cy = statistics.median(exec_samples["cython", prefetch])
+            rows.append([str(prefetch), f"{py:,.0f}", f"{cy:,.0f}", f"{cy / py:.2f}x"])
+        out.append(table(
+            f"LocalExecutor: {args.tasks:,} no-op tasks, {args.workers} workers, median of "
+            f"{args.rounds} interleaved rounds, tasks/s",
+            ["prefetch", "python loop", "cython loop", "ratio"], rows))
+    text = "\n\n".join(out)
+    print(text)
+    print(f"\ncompiled/pure frames/s ratio: {ratio:.2f}x (target: at least 3x)")
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
