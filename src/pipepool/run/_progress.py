@@ -27,6 +27,10 @@ class Progress:
         self._drawn = False
         self._last = 0.0
 
+    def due(self) -> bool:
+        """Whether an ``update`` now would redraw (so callers skip gathering its data)."""
+        return self.enabled and time.monotonic() - self._last >= REDRAW_INTERVAL
+
     def update(self, done: int, failed: int, running_ages: Sequence[float] = (), *,
                mean_runtime: float = 0.0, note: str = "", force: bool = False,
                final: bool = False) -> None:

@@ -150,7 +150,7 @@ class Runner:
                     self._finish(ex, event)
                 else:
                     self._running_since[event.key] = time.monotonic()
-            self._draw()
+            self._draw(ex)
 
     # -- steps -------------------------------------------------------------------------
 
@@ -278,14 +278,20 @@ class Runner:
                 with contextlib.suppress(OSError):
                     os.unlink(path)
 
-    def _draw(self) -> None:
-        if self.progress.enabled:
-            done = len(self.summary.outcomes)
-            now = time.monotonic()
-            self.progress.update(
-                done, self._failed, [now - t for t in self._running_since.values()],
-                mean_runtime=self._runtime_sum / done if done else 0.0,
-                note="stopping" if self._stopping else "")
+    def _draw(self, ex: LocalExecutor) -> None:
+        if not self.progress.due():
+            return
+        done = len(self.summary.outcomes)
+        now = time.monotonic()
+        ages = [now - t for t in self._running_since.values()]
+        # A job handed to a worker whose "started" is still on its way counts as running
+        # (age 0): a loop round follows each result, just before the worker's next
+        # "started" arrives, and would otherwise always show one worker idle.
+        dispatched = len(self._inflight) - len(ex.queued)
+        ages += [0.0] * max(dispatched - len(ages), 0)
+        self.progress.update(done, self._failed, ages,
+                             mean_runtime=self._runtime_sum / done if done else 0.0,
+                             note="stopping" if self._stopping else "")
 
     def _before_output(self) -> None:
         self.progress.clear()
