@@ -492,3 +492,34 @@ def test_bench_still_works() -> None:
     proc = run_cli("bench", "--tasks", "300", "--rounds", "1", "-j", "2", timeout=90)
     assert proc.returncode == 0, proc.stderr
     assert "tasks/s" in proc.stdout and "ProcessPoolExecutor" in proc.stdout
+
+
+# -- found while building the runner ------------------------------------------------------
+
+
+def test_terminate_is_prompt_when_the_parent_has_a_sigterm_handler() -> None:
+    """A forked worker used to inherit the parent's Python SIGTERM handler: SIGTERM from
+    terminate() then ran that handler in the worker (the parent's clean-up code, in the
+    wrong process) instead of ending it, and terminate() waited TERM_GRACE before SIGKILL."""
+    from pipepool import LocalExecutor, State
+    from pipepool.executor import TERM_GRACE
+
+    ran_in = []
+    previous = signal.signal(signal.SIGTERM, lambda *_: ran_in.append(os.getpid()))
+    try:
+        ex = LocalExecutor(1, start_method="fork")
+        ex.start()
+        ex.queue("nap", time.sleep, 30)
+        deadline = time.monotonic() + 10
+        while "nap" not in ex.running or not ex.worker_pids():
+            assert time.monotonic() < deadline
+            ex.sync(timeout=0.05)
+        time.sleep(0.2)  # past the worker's start-up: it is inside the task now
+        started = time.monotonic()
+        ex.terminate()
+        elapsed = time.monotonic() - started
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert elapsed < TERM_GRACE * 0.8, elapsed
+    assert ex.get_event_buffer()["nap"].state is State.FAILED
+    assert ran_in == []

@@ -185,6 +185,9 @@ def main(
     signal.pthread_sigmask(signal.SIG_SETMASK, ())
     _signals.reset_in_child()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A forked worker inherits the parent's Python SIGTERM handler: it would run the
+    # parent's clean-up code here and survive terminate()'s SIGTERM until the SIGKILL.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     # Under fork we inherited the parent's ends of every other pipe: a worker holding
     # another worker's activity write end would hide the parent's death from it.
     for fd in close_fds:
