@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -162,6 +163,8 @@ def test_sigkill_runner_then_resume_runs_exactly_the_missing_jobs(tmp_path: Path
         runner.wait(10)
     finally:
         runner.kill()
+    left_behind = list(Path(tempfile.gettempdir()).glob(f"pipepool-run-{runner.pid}-*"))
+    assert left_behind  # its job-output directory: nobody alive to remove it
     rows = joblog_rows(log)
     done = [int(r[0]) for r in rows]
     assert 100 <= len(done) < 200, len(done)
@@ -171,6 +174,7 @@ def test_sigkill_runner_then_resume_runs_exactly_the_missing_jobs(tmp_path: Path
     resumed = sorted(int(line) for line in proc.stdout.split())
     assert resumed == sorted(set(range(1, 201)) - set(done))
     assert f"skipped {len(done)} already in the joblog" in proc.stderr
+    assert not any(d.exists() for d in left_behind)  # the next run removed it
     final = [int(r[0]) for r in joblog_rows(log)]
     assert sorted(final) == list(range(1, 201))  # exactly one row per job, no duplicate
     again = run_cli("run", "--joblog", str(log), "--resume", "-a", str(jobs))

@@ -103,7 +103,7 @@ class Runner:
                                    before_write=self._before_output)
         self.joblog = (Joblog(options.joblog, append=options.resume is not None,
                               fsync=options.joblog_fsync) if options.joblog else None)
-        self.tmpdir = tempfile.mkdtemp(prefix="pipepool-run-")
+        self.tmpdir = _make_tmpdir()
         started = time.monotonic()
         ex = LocalExecutor(options.jobs, prefetch=1)
         previous = self._install_signal_handlers()
@@ -331,6 +331,33 @@ def _lost_outcome(job: Job, spec: JobSpec, exc: BaseException | None,
     reason = f"{type(exc).__name__}: {exc}" if exc is not None else "lost"
     return Outcome(job.seq, job.command, "failed", -1, sig, False, runtime, spec.attempt,
                    error=reason.splitlines()[0][:200])
+
+
+TMP_PREFIX = "pipepool-run-"
+
+
+def _make_tmpdir() -> str:
+    """The run's directory for job output, named after this process, so that a later
+    run can remove what a SIGKILLed one left behind (its pid no longer exists)."""
+    base = tempfile.gettempdir()
+    with contextlib.suppress(OSError):
+        for name in os.listdir(base):
+            if not name.startswith(TMP_PREFIX):
+                continue
+            pid = name[len(TMP_PREFIX):].split("-", 1)[0]
+            if pid.isdigit() and not _alive(int(pid)):
+                shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-", dir=base)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process (and likely someone else's directory)
+    return True
 
 
 def _restore_signal_handlers(previous: dict[int, object]) -> None:
