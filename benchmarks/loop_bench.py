@@ -6,13 +6,18 @@ copies whole pipe-fulls per system call, so its cost per frame is close to nothi
 what is measured is the parent: ``send`` (queue, encode, ``writev``) and ``poll``
 (``poll``, ``read``, split into frames), plus the few bytecodes of this driver that are
 the same for both loops. The parent keeps ``--window`` frames in flight per worker and
-refills a worker as its frames come back. Rounds are interleaved (python, cython,
-python, ...) so noise from other work on the machine hits both alike; the table shows
-medians and their ratio. A second table runs no-op tasks through ``LocalExecutor`` with
-each loop (``_loop_impl``) at a few ``prefetch`` depths: the whole stack, pickling
-included, where the loop is one cost among several.
+refills a worker as its frames come back. Two windows by default: a shallow one, where
+the pipe never fills, so every ``send`` is one ``writev`` for both loops and the kernel's
+cost (and waking the echo) is a large share of the total; and a deep one, where the pipe
+is full, frames queue and leave in batched ``writev`` calls, so the loop's own work is
+what is left. Rounds are interleaved (python, cython, python, ...) so noise from other
+work on the machine hits both alike; the table shows medians and their ratio.
 
-    python benchmarks/loop_bench.py                        # 1,000,000 frames, 3 rounds
+A second table runs no-op tasks through ``LocalExecutor`` with each loop (``_loop_impl``)
+at a few ``prefetch`` depths: the whole stack, pickling and bookkeeping included, where
+the loop is one cost among several.
+
+    python benchmarks/loop_bench.py            # 1,000,000 frames per run, 3 rounds
     python benchmarks/loop_bench.py -n 200000 --rounds 5 --out benchmarks/results/loop_bench.md
 """
 
@@ -138,7 +143,8 @@ def main() -> None:
                         help="frames pushed through the echo workers per round and loop")
     parser.add_argument("-w", "--workers", type=int, default=2, help="echo workers")
     parser.add_argument("--size", type=int, default=16, help="payload bytes per frame")
-    parser.add_argument("--window", type=int, default=256, help="frames in flight per worker")
+    parser.add_argument("--window", type=int, nargs="+", default=[256, 4096],
+                        help="frames in flight per worker (one table row each)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tasks", type=int, default=20_000,
                         help="no-op tasks per executor run (0: skip the executor table)")
@@ -150,30 +156,35 @@ def main() -> None:
         _impl.load(impl)  # fail now, not after a round, if the compiled loop is missing
 
     cores = os.cpu_count()
-    loop_samples: dict[str, list[float]] = {impl: [] for impl in IMPLS}
+    loop_samples: dict[tuple[str, int], list[float]] = {
+        (impl, w): [] for w in args.window for impl in IMPLS}
     exec_samples: dict[tuple[str, int], list[float]] = {
         (impl, p): [] for p in args.prefetch for impl in IMPLS}
     for r in range(args.rounds):
-        for impl in IMPLS:  # interleaved: noise hits both alike
-            loop_samples[impl].append(
-                frames_per_second(impl, args.frames, args.workers, args.size, args.window))
-            print(f"round {r + 1}: {impl:6} loop {loop_samples[impl][-1]:>12,.0f} frames/s",
-                  file=sys.stderr, flush=True)
+        for window in args.window:
+            for impl in IMPLS:  # interleaved: noise hits both alike
+                rate = frames_per_second(impl, args.frames, args.workers, args.size, window)
+                loop_samples[impl, window].append(rate)
+                print(f"round {r + 1}: window {window:>5}: {impl:6} loop {rate:>12,.0f} frames/s",
+                      file=sys.stderr, flush=True)
         if args.tasks:
             for prefetch in args.prefetch:
                 for impl in IMPLS:
                     exec_samples[impl, prefetch].append(
                         tasks_per_second(impl, args.tasks, args.workers, prefetch))
 
-    loops = {impl: statistics.median(v) for impl, v in loop_samples.items()}
-    ratio = loops["cython"] / loops["python"]
+    ratios = {}
+    rows = []
+    for window in args.window:
+        py = statistics.median(loop_samples["python", window])
+        cy = statistics.median(loop_samples["cython", window])
+        ratios[window] = cy / py
+        rows.append([str(window), f"{py:,.0f}", f"{cy:,.0f}", f"{cy / py:.2f}x"])
     out = [table(
         f"PipeLoop: {args.frames:,} frames of {args.size} bytes through {args.workers} echo "
-        f"workers, window {args.window}, median of {args.rounds} interleaved rounds "
-        f"({cores} cores, Python {sys.version.split()[0]}, pipepool {pipepool.__version__})",
-        ["loop", "frames/s", "vs python"],
-        [[impl, f"{loops[impl]:,.0f}", f"{loops[impl] / loops['python']:.2f}x"]
-         for impl in IMPLS],
+        f"workers, median of {args.rounds} interleaved rounds, frames/s ({cores} cores, "
+        f"Python {sys.version.split()[0]}, pipepool {pipepool.__version__})",
+        ["window (frames in flight per worker)", "python loop", "cython loop", "ratio"], rows,
     )]
     if args.tasks:
         rows = []
@@ -187,7 +198,8 @@ def main() -> None:
             ["prefetch", "python loop", "cython loop", "ratio"], rows))
     text = "\n\n".join(out)
     print(text)
-    print(f"\ncompiled/pure frames/s ratio: {ratio:.2f}x (target: at least 3x)")
+    print("\ncompiled/pure frames/s ratio: " + ", ".join(
+        f"{r:.2f}x at window {w}" for w, r in ratios.items()) + " (target: at least 3x)")
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as f:

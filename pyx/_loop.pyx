@@ -22,7 +22,7 @@ from cpython.bytes cimport (
     PyBytes_GET_SIZE,
 )
 from cpython.exc cimport PyErr_CheckSignals
-from cpython.long cimport PyLong_Check
+from cpython.long cimport PyLong_Check, PyLong_CheckExact
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from cpython.memoryview cimport PyMemoryView_GET_BUFFER
 from cpython.object cimport PyObject
@@ -51,6 +51,7 @@ cdef extern from "Python.h":
     # code) in the middle of it, and with it a signal handler or another thread.
     int PyGC_Enable()
     int PyGC_Disable()
+    void PyObject_GC_UnTrack(void *op)
 
 
 include "_wire.pxi"
@@ -549,9 +550,8 @@ cdef class PipeLoop:
             size -= take
             if ch.in_len < frame_size:
                 return 0
-            frames.append((ch.channel, ch.inbuf[1], le64(ch.inbuf + 8),
-                           PyBytes_FromStringAndSize(<const char *>ch.inbuf + HEADER_SIZE,
-                                                     frame_size - HEADER_SIZE)))
+            frames.append(frame_tuple(ch.channel, True, ch.inbuf, PyBytes_FromStringAndSize(
+                <const char *>ch.inbuf + HEADER_SIZE, frame_size - HEADER_SIZE)))
             ch.in_len = 0
             if ch.in_cap > READ_SIZE:
                 ch.drop_in()  # a big frame's memory goes back at once

@@ -26,6 +26,23 @@ cdef inline bint header_ok(const unsigned char *h, long long max_len) noexcept n
     return h[0] == MAGIC and h[2] == 0 and h[3] == 0 and <long long>le32(h + 4) <= max_len
 
 
+cdef inline tuple frame_tuple(object tag, bint tagged, const unsigned char *h, object payload):
+    """``(tag, kind, ident, payload)`` or ``(kind, ident, payload)``, untracked by the GC.
+
+    It holds only ints and bytes (and the caller's channel id when that is an int), so no
+    reference cycle can pass through it; CPython would untrack it itself, but only at its
+    next collection, after scanning it in every young one until then."""
+    cdef tuple t
+    if tagged:
+        t = (tag, h[1], le64(h + 8), payload)
+        if PyLong_CheckExact(tag):
+            PyObject_GC_UnTrack(<void *>t)
+    else:
+        t = (h[1], le64(h + 8), payload)
+        PyObject_GC_UnTrack(<void *>t)
+    return t
+
+
 cdef object header_error(const unsigned char *h, object max_payload):
     """The FrameError frames.check_header raises for this header, built without calling
     Python code (pump() must stay atomic)."""
@@ -70,10 +87,7 @@ cdef int split_frames(const unsigned char *data, Py_ssize_t size, list out, obje
         if stop > size:
             break
         payload = PyBytes_FromStringAndSize(<const char *>h + HEADER_SIZE, length)
-        if tagged:
-            out.append((tag, h[1], le64(h + 8), payload))
-        else:
-            out.append((h[1], le64(h + 8), payload))
+        out.append(frame_tuple(tag, tagged, h, payload))
         start = stop
     consumed[0] = start
     return 0
