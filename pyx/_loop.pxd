@@ -1,13 +1,28 @@
 # The compiled PipeLoop, declared: the design document of the hot path.
 #
-# src/pipepool/_pyloop.py is the readable specification (docstrings live there, once);
-# this twin keeps the same state in C. Every method below is one of two kinds:
+# src/pipepool/_pyloop.py is the readable specification (signatures and docstrings live
+# there, once); this twin keeps the same state in C. Sources: _loop.pyx (the loop: poll
+# set, system calls), _channel.pxi (a channel's buffers), _wire.pxi (header, splitter,
+# FrameReader). Every method is one of two kinds:
 #   [buffers]  moves bytes or references between Python objects and C buffers, no I/O
-#   [syscall]  does the system call; EINTR is retried, EAGAIN is a count ("wait for
+#   [syscall]  makes the system call; EINTR is retried, EAGAIN is a count ("wait for
 #              POLLOUT" / "nothing more to read"), only a real error takes the error path
-# Nothing between a method's entry and return runs Python code (no callbacks, no
-# finalizers: pump() pauses the cyclic GC), so pump() is atomic from Python's view and no
-# other thread can touch a buffer while a pointer into it is live.
+#
+# The Python-visible methods of PipeLoop:
+#   add, remove, pending, unsent_frames, in, len    [buffers] (add/remove also set O_NONBLOCK
+#                                                    and close fds, as the pure loop does)
+#   send(channel, kind, ident, payload=b"")         [buffers] queue the frame, then [syscall]
+#                                                    _flush when it is alone in the queue
+#   wait(timeout)      [syscall] poll() with the GIL released; on EINTR PyErr_CheckSignals
+#                      (a KeyboardInterrupt raises here, nothing changed) and retry with
+#                      what is left of the timeout
+#   pump()             [syscall] flush writable channels, read readable ones, split frames.
+#                      Runs no Python code at all: not even a finalizer, as it pauses the
+#                      cyclic GC. So it is atomic from Python's view (no signal handler, no
+#                      other thread in the middle of it), which the executor relies on.
+#   poll(timeout=0.0)  wait + pump
+#   wake()             [syscall] one byte into the wake-up pipe; from any thread
+#   close()            remove every channel, close the wake-up pipe
 
 from cpython.object cimport PyObject
 from libc.stdint cimport uint32_t, uint64_t
@@ -99,16 +114,16 @@ cdef class PipeLoop:
 
     cdef int _register(self, int fd, short events) except -1  # [buffers] poll set only
     cdef bint _unregister(self, int fd) noexcept  # [buffers] False if fd was not there
-    cdef int _forget_fd(self, int fd) except -1
-    cdef int _want_out(self, _Channel ch, bint want) except -1
+    cdef int _forget_fd(self, int fd) except -1  # [buffers] drop a removed channel's fd
+    cdef int _want_out(self, _Channel ch, bint want) except -1  # [buffers] POLLOUT on/off
     cdef int _flush(self, _Channel ch) except -1  # [syscall] writev until EAGAIN or empty
     cdef int _poll_now(self) except -1  # [syscall] poll(0) with the GIL held, into ready
     cdef int _keep_ready(self, pollfd *pfds, Py_ssize_t n, int rc) except -1  # [buffers]
     cdef int _read(self, _Channel ch, list frames, list closed) except -1  # [syscall] read
     cdef int _take(self, _Channel ch, const unsigned char *data, Py_ssize_t size,
                    list frames) except -1  # [buffers] split frames out of what arrived
-    cdef int _close_channel(self, _Channel ch) except -1
-    cdef int _drain_wake(self) except -1  # [syscall]
+    cdef int _close_channel(self, _Channel ch) except -1  # [buffers] stop polling it
+    cdef int _drain_wake(self) except -1  # [syscall] empty the wake-up pipe
 
 
 cdef class FrameReader:
