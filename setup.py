@@ -1,9 +1,11 @@
 """Only the extension: pyx/_loop.pyx -> pipepool._loop (skipped with PIPEPOOL_PURE=1).
 
-Everything else about the build lives in pyproject.toml.
+Everything else about the build lives in pyproject.toml. Interpreters other than CPython
+get the pure-Python loop: the compiled one uses CPython's C API (GC pause, GIL release).
 """
 
 import os
+import platform
 
 from setuptools import setup
 
@@ -30,7 +32,11 @@ def alias_pxds() -> str:
 
 
 ext_modules = []
-if os.environ.get("PIPEPOOL_PURE", "") != "1" and os.path.exists("pyx/_loop.pyx"):
+if (
+    os.environ.get("PIPEPOOL_PURE", "") != "1"
+    and platform.python_implementation() == "CPython"
+    and os.path.exists("pyx/_loop.pyx")
+):
     from Cython.Build import cythonize
     from setuptools import Extension
 
