@@ -31,12 +31,19 @@ def alias_pxds() -> str:
     return PXD_ALIASES
 
 
+def want_extension() -> bool:
+    if os.environ.get("PIPEPOOL_PURE", "") == "1" or platform.python_implementation() != "CPython":
+        return False
+    if not os.path.exists(os.path.join("pyx", "_loop.pyx")):
+        # Building on would give a wheel that silently lacks the compiled loop (a tree or
+        # sdist without pyx/: MANIFEST.in ships it); a pure build has to be asked for.
+        raise SystemExit("setup.py: pyx/_loop.pyx is missing; set PIPEPOOL_PURE=1 to build "
+                         "the pure-Python package on purpose")
+    return True
+
+
 ext_modules = []
-if (
-    os.environ.get("PIPEPOOL_PURE", "") != "1"
-    and platform.python_implementation() == "CPython"
-    and os.path.exists("pyx/_loop.pyx")
-):
+if want_extension():
     from Cython.Build import cythonize
     from setuptools import Extension
 
