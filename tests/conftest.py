@@ -7,7 +7,9 @@ import threading
 
 import pytest
 
+import proc_table
 from pipepool import _impl
+from proc_table import open_fds
 
 START_METHODS = ["fork", "spawn", "forkserver"]
 
@@ -37,27 +39,9 @@ def start_method(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
-def open_fds() -> set[int]:
-    return {int(fd) for fd in os.listdir("/proc/self/fd")} if os.path.isdir(
-        "/proc/self/fd") else set()
-
-
 def child_pids() -> set[int]:
-    """Pids whose parent is this process (zombies included), from /proc."""
-    me = os.getpid()
-    kids = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[1]) == me:
-            kids.add(int(entry))
-    return kids
+    """Pids whose parent is this process (zombies included): /proc, or ps on macOS."""
+    return proc_table.children(os.getpid())
 
 
 @pytest.fixture
@@ -82,11 +66,7 @@ def no_leaks():
 
 
 def _is_forkserver(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"forkserver" in f.read()
-    except OSError:
-        return False
+    return b"forkserver" in proc_table.cmdline(pid)
 
 
 def _is_forkserver_fd(fd: int) -> bool:

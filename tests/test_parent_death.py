@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+import proc_table
+
 PARENT = r"""
 import os, sys, time
 sys.path[:0] = {path!r}
@@ -33,13 +35,7 @@ BUSY = {"task": "tasks.sleep, 60", "ready": "len(ex.running) == 8 and len(ex.wor
 IDLE = {"task": "tasks.echo, i", "ready": "(not ex.has_work() and len(ex.worker_pids()) > 0)"}
 
 
-def alive(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+alive = proc_table.alive  # exists and is not a zombie: /proc, or ps on macOS
 
 
 @pytest.mark.parametrize("state", [BUSY, IDLE], ids=["busy", "idle"])
@@ -92,30 +88,10 @@ def test_workers_exit_when_parent_is_killed_right_after_creation(impl):
 
 
 def _children(ppid: int) -> set[int]:
-    kids = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == ppid:
-                        kids.add(int(entry))
-            except (OSError, IndexError, ValueError):
-                pass
-    return kids
+    return proc_table.children(ppid)
 
 
 def _orphans_of_marker() -> set[int]:
     """Workers re-parented to init after the kill carry the pool's process title."""
-    found = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    cmd = f.read()
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            if ppid == 1 and b"import tasks" in cmd:
-                found.add(int(entry))
-    return found
+    return {pid for pid, (ppid, cmd) in proc_table.processes().items()
+            if ppid == 1 and b"import tasks" in cmd}
