@@ -250,7 +250,8 @@ cdef class PipeLoop:
             if written < 0:
                 if not would_block(err):
                     ch.write_dead = True  # EPIPE and friends: the worker is gone, its EOF will follow
-                break  # EAGAIN: the pipe is full, POLLOUT will say when to go on
+                break  # EAGAIN: full, or no room for a write <= PIPE_BUF (512 on macOS);
+                # POLLOUT will say when to go on (see _pyloop._flush)
             ch.pending -= written
             ch.advance(written)
             if written < wanted:

@@ -81,6 +81,9 @@ class PipeLoop:
         self.max_payload = max_payload
         self._channels: dict[int, _Channel] = {}
         self._by_fd: dict[int, tuple[_Channel, bool]] = {}  # fd -> (channel, is write end)
+        # poll(2), as the compiled twin: the same call on Linux and macOS (where it is
+        # built on kqueue and serves pipes well; only devices such as ttys misbehave,
+        # and none enter this set). No epoll or kqueue of our own.
         self._poller = select.poll()
         self._ready: list[tuple[int, int]] | None = None
         self._wake_r, self._wake_w = os.pipe()
@@ -163,6 +166,10 @@ class PipeLoop:
             try:
                 written = os.writev(ch.write_fd, iov)
             except BlockingIOError:
+                # Full, or short of room for a write of at most PIPE_BUF bytes, which the
+                # kernel takes whole or not at all (PIPE_BUF: 4096 on Linux, only 512 on
+                # macOS). Both report POLLOUT only once PIPE_BUF bytes are free, so the
+                # wait that follows cannot spin.
                 break
             except OSError:  # EPIPE and friends: the worker is gone, its EOF will follow
                 ch.write_dead = True
@@ -219,6 +226,9 @@ class PipeLoop:
         frames: list[Frame] = []
         closed: list[Closed] = []
         by_fd = self._by_fd
+        # Any event means "go and look", whatever its bits: a writer's EOF is POLLHUP
+        # (with POLLIN on macOS, alone on Linux once drained), a write end whose reader
+        # is gone POLLERR (Linux) or POLLHUP (macOS); the read or write says which.
         for fd, _events in ready:
             entry = by_fd.get(fd)
             if entry is None:

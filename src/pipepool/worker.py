@@ -69,6 +69,8 @@ def _write_all(fd: int, buffers: list[bytes]) -> None:
 
 
 def _watch_lifeline(fd: int) -> None:
+    # A pipe's EOF, not prctl(PR_SET_PDEATHSIG): that is Linux-only and fires when the
+    # parent *thread* that started us exits; the lifeline works the same on macOS.
     try:
         while os.read(fd, 1):
             pass
