@@ -11,8 +11,10 @@
 # The Python-visible methods of PipeLoop:
 #   add, remove, pending, unsent_frames, in, len    [buffers] (add/remove also set O_NONBLOCK
 #                                                    and close fds, as the pure loop does)
-#   send(channel, kind, ident, payload=b"")         [buffers] queue the frame, then [syscall]
-#                                                    _flush when it is alone in the queue
+#   send(channel, kind, ident, payload=b"", flush=True)
+#                      [buffers] queue the frame, then [syscall] _flush when it is alone in
+#                      the queue; with flush=False only queue it (and poll for POLLOUT)
+#   flush(channel)     [syscall] write what the pipe takes of that channel's queue now
 #   wait(timeout)      [syscall] poll() with the GIL released; on EINTR PyErr_CheckSignals
 #                      (a KeyboardInterrupt raises here, nothing changed) and retry with
 #                      what is left of the timeout

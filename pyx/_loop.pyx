@@ -200,10 +200,18 @@ cdef class PipeLoop:
 
     # -- writing ----------------------------------------------------------------------
 
-    def send(self, channel, kind, ident, payload=b""):
+    def send(self, channel, kind, ident, payload=b"", flush=True):
         cdef _Channel ch = self._channels[channel]
         ch.push(kind, ident, payload)
         if ch.count == 1 and not ch.write_dead:
+            if flush:
+                self._flush(ch)
+            else:
+                self._want_out(ch, True)
+
+    def flush(self, channel):
+        cdef _Channel ch = self._channels[channel]
+        if ch.count and not ch.write_dead:
             self._flush(ch)
 
     cdef int _flush(self, _Channel ch) except -1:

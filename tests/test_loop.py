@@ -206,3 +206,19 @@ def test_many_channels_interleaved(loop):
             (Kind.DONE, i, bytes([ch]) * i) for i in range(50)]
     for peer in peers.values():
         peer.close()
+
+
+def test_batched_send_leaves_on_flush_or_next_pump(loop):
+    peer = Peer(loop, 1)
+    for i in range(3):
+        loop.send(1, Kind.TASK, i, b"x" * i, flush=False)
+    assert loop.pending(1) == 3 * HEADER_SIZE + 3 and loop.unsent_frames(1) == 3
+    loop.flush(1)
+    assert loop.pending(1) == 0
+    assert peer.recv_frames(3) == [(Kind.TASK, i, b"x" * i) for i in range(3)]
+    loop.send(1, Kind.TASK, 9, b"late", flush=False)  # never flushed by the caller
+    assert loop.pending(1) > 0
+    loop.poll(1.0)  # the loop polls for POLLOUT, so the frame still goes out
+    assert loop.pending(1) == 0
+    assert peer.recv_frames(1) == [(Kind.TASK, 9, b"late")]
+    peer.close()

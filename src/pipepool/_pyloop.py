@@ -138,13 +138,27 @@ class PipeLoop:
 
     # -- writing ----------------------------------------------------------------------
 
-    def send(self, channel: int, kind: int, ident: int, payload: bytes = b"") -> None:
-        """Queue one frame and write what the pipe takes now; never blocks."""
+    def send(self, channel: int, kind: int, ident: int, payload: bytes = b"",
+             flush: bool = True) -> None:
+        """Queue one frame and write what the pipe takes now; never blocks.
+
+        With ``flush=False`` the frame is only queued: a caller sending a batch calls
+        ``flush(channel)`` once after it, so the batch leaves in one ``writev``.
+        """
         ch = self._channels[channel]
         header = encode_header(kind, ident, len(payload))
         ch.out.append((kind, ident, header, payload))
         ch.pending += HEADER_SIZE + len(payload)
         if len(ch.out) == 1 and not ch.write_dead:
+            if flush:
+                self._flush(ch)
+            else:
+                self._want_out(ch, True)  # a forgotten flush still goes out on POLLOUT
+
+    def flush(self, channel: int) -> None:
+        """Write what the pipe takes of this channel's queued frames now; never blocks."""
+        ch = self._channels[channel]
+        if ch.out and not ch.write_dead:
             self._flush(ch)
 
     def _flush(self, ch: _Channel) -> None:

@@ -536,6 +536,7 @@ class LocalExecutor:
             and (limit is None or w.sent < limit)
         ]
         loop = self._loop
+        fed = set()
         # Breadth first: one task per worker per pass, so a deep prefetch stays fair.
         while queue and open_workers:
             still_open = []
@@ -552,7 +553,8 @@ class LocalExecutor:
                     continue
                 # Order matters: the send is the step that can fail, the bookkeeping
                 # follows it and cannot, so a task is never counted as sent unless it was.
-                loop.send(w.wid, Kind.TASK, t.tid, payload)
+                loop.send(w.wid, Kind.TASK, t.tid, payload, False)
+                fed.add(w.wid)
                 queue.popleft()
                 t.phase = _RUNNING
                 w.in_flight[t.tid] = t
@@ -560,6 +562,8 @@ class LocalExecutor:
                 if len(w.in_flight) < prefetch and (limit is None or w.sent < limit):
                     still_open.append(w)
             open_workers = still_open
+        for wid in fed:  # each worker's batch leaves in one writev
+            loop.flush(wid)
 
     # -- worker lifecycle -----------------------------------------------------------------
 
