@@ -1,6 +1,7 @@
 """pipepool: a process pool whose parent never blocks on a pipe.
 
-Public API: ``LocalExecutor`` (scheduler style: queue, sync, event buffer), ``Event`` and
+Public API: ``LocalExecutor`` (scheduler style: queue, sync, event buffer),
+``ProcessPoolExecutor`` (a drop-in for the one in ``concurrent.futures``), ``Event`` and
 ``State`` (what it reports), the error types, and ``IMPLEMENTATION`` ("cython" when the
 compiled hot loop is in use, "python" for its pure-Python twin).
 """
@@ -19,6 +20,7 @@ from .errors import (
 )
 from .events import Event, State
 from .executor import LocalExecutor
+from .futures import ProcessPoolExecutor
 
 __version__ = "0.1.0"
 
@@ -29,6 +31,7 @@ __all__ = [
     "InitializerError",
     "LocalExecutor",
     "PipepoolError",
+    "ProcessPoolExecutor",
     "RemoteTraceback",
     "State",
     "TaskKilledError",

@@ -1,0 +1,648 @@
+"""pipepool.ProcessPoolExecutor: the concurrent.futures contract, and where it does better.
+
+The contract tests run against both pipepool's class and the standard library's, on
+every start method: a test that passes on the stdlib tests the real contract, not
+pipepool's reading of it. The tests after them cover what only pipepool promises (a dead
+worker or a pickling failure costs one future; per-task timeout and kill; Ctrl-C and exit).
+Real processes throughout; every test is bounded by pytest-timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures as cf
+import inspect
+import itertools
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+
+import pytest
+
+import futures_tasks as ft
+import pipepool
+from pipepool import (
+    TaskKilledError,
+    TaskPicklingError,
+    TaskTimeoutError,
+    TaskUnpicklingError,
+    WorkerLostError,
+)
+
+WAIT = 30.0  # s: upper bound on any single result in these tests; a hang fails, not wedges
+POOLS = {"pipepool": pipepool.ProcessPoolExecutor, "stdlib": cf.ProcessPoolExecutor}
+TESTS_DIR = Path(__file__).resolve().parent
+SRC_DIR = TESTS_DIR.parent / "src"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _shared_helpers_running():
+    """Start the resource tracker and fork server before any leak check: they are shared
+    by every pool of the process and live on purpose."""
+    from multiprocessing import forkserver, resource_tracker
+
+    resource_tracker.ensure_running()
+    forkserver.ensure_running()
+
+
+@pytest.fixture(params=list(POOLS))
+def flavor(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+def make_pool(flavor, start_method, no_leaks):
+    """Build pools of the class under test; all are shut down (waiting) at the end, and
+    the test fails if a process, thread or fd outlives them."""
+    made: list[cf.Executor] = []
+
+    def make(max_workers: int = 2, **kwargs) -> cf.Executor:
+        pool = POOLS[flavor](max_workers, mp_context=multiprocessing.get_context(start_method),
+                             **kwargs)
+        made.append(pool)
+        return pool
+
+    yield make
+    for pool in made:
+        if flavor == "stdlib":
+            shutdown_stdlib(pool)
+        else:
+            pool.shutdown(wait=True, cancel_futures=True)
+    if flavor == "stdlib":
+        # After a shutdown(wait=False), the stdlib's later shutdown(wait=True) no longer
+        # joins its workers or its thread; give them time to end before the leak check.
+        wait_until(lambda: not multiprocessing.active_children() and not any(
+            type(t).__name__ == "_ExecutorManagerThread" for t in threading.enumerate()),
+            what="the stdlib pool to wind down")
+
+
+def shutdown_stdlib(pool: cf.ProcessPoolExecutor) -> None:
+    """shutdown(wait=True) of a stdlib pool, bounded: a wedged one (gh-115634, say) has
+    its workers killed, which breaks it and lets its shutdown return."""
+    processes = dict(pool._processes or {})  # type: ignore[attr-defined]
+    closer = threading.Thread(target=pool.shutdown, kwargs={"cancel_futures": True})
+    closer.start()
+    closer.join(WAIT)
+    if closer.is_alive():
+        for process in processes.values():
+            process.kill()
+        closer.join(WAIT)
+        pytest.fail("the stdlib pool hung in shutdown(); its workers were killed")
+
+
+@pytest.fixture
+def make_pipepool(start_method, no_leaks):
+    made: list[pipepool.ProcessPoolExecutor] = []
+
+    def make(max_workers: int = 2, **kwargs) -> pipepool.ProcessPoolExecutor:
+        pool = pipepool.ProcessPoolExecutor(
+            max_workers, mp_context=multiprocessing.get_context(start_method), **kwargs)
+        made.append(pool)
+        return pool
+
+    yield make
+    for pool in made:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def warm_up(pool: cf.Executor, workers: int = 2) -> None:
+    """Start ``workers`` workers now, so start-up time does not count in timed checks."""
+    fs = [pool.submit(ft.sleep_return, 0.2) for _ in range(workers)]
+    for f in fs:
+        f.result(timeout=WAIT)
+
+
+def wait_until(predicate, limit: float = 10.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + limit
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {limit} s waiting for {what}")
+        time.sleep(0.005)
+
+
+def read_pid(path: Path, limit: float = WAIT) -> int:
+    wait_until(path.exists, limit, f"{path.name} to appear")
+    return int(path.read_text())
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie nobody reaped yet counts as dead)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+def line_of(fn, text: str) -> int:
+    """The file line number of the first source line of ``fn`` containing ``text``."""
+    lines, start = inspect.getsourcelines(fn)
+    return start + next(i for i, line in enumerate(lines) if text in line)
+
+
+# == the concurrent.futures contract: both classes, every start method ======================
+
+def test_submit_returns_results_and_reraises_with_remote_traceback(make_pool):
+    pool = make_pool()
+    assert pool.submit(ft.square, 7).result(timeout=WAIT) == 49
+    assert pool.submit(ft.add, 2, b=3).result(timeout=WAIT) == 5
+    f = pool.submit(ft.fail, 42)
+    with pytest.raises(ft.TaskError) as info:
+        f.result(timeout=WAIT)
+    assert info.value.code == 42
+    assert info.value.args == ("task failed on purpose", 42)
+    assert isinstance(f.exception(), ft.TaskError)
+    # The worker's traceback is the cause, naming the file and line that raised.
+    line = line_of(ft.fail, "raise TaskError")
+    assert f'futures_tasks.py", line {line}, in fail' in str(info.value.__cause__)
+
+
+def test_map_keeps_order_with_any_chunksize(make_pool):
+    pool = make_pool()
+    expected = [i * i for i in range(50)]
+    assert list(pool.map(ft.square, range(50), timeout=WAIT)) == expected
+    assert list(pool.map(ft.square, range(50), chunksize=7, timeout=WAIT)) == expected
+    assert list(pool.map(ft.add, [1, 2, 3], [10, 20], timeout=WAIT)) == [11, 22]  # shortest
+    assert list(pool.map(ft.square, [], timeout=WAIT)) == []
+    # An exception comes out at its own position, after the results before it.
+    got = []
+    with pytest.raises(ValueError, match="bad item 5"):
+        for value in pool.map(ft.fail_if, range(10), itertools.repeat(5), timeout=WAIT):
+            got.append(value)
+    assert got == [0, 1, 4, 9, 16]
+    with pytest.raises(ValueError):
+        pool.map(ft.square, range(3), chunksize=0)
+
+
+def test_map_timeout_counts_from_the_call(make_pool):
+    pool = make_pool()
+    warm_up(pool)
+    results = pool.map(ft.sleep_return, [0.0, 1.5], timeout=0.7)
+    assert next(results) == 0.0
+    start = time.monotonic()
+    with pytest.raises(cf.TimeoutError):
+        next(results)
+    assert time.monotonic() - start < 1.2
+
+
+def test_cancel_pending_futures(make_pool, tmp_path):
+    pool = make_pool(1)
+    gate = tmp_path / "gate"
+    first = pool.submit(ft.wait_for_file, str(gate), "first")
+    wait_until(first.running, what="the first task to be running")
+    fs = [pool.submit(ft.square, i) for i in range(10)]
+    # The last ones are certainly still pending (stdlib and pipepool hand at most a few
+    # futures ahead to the workers): they cancel, and never run.
+    assert all(f.cancel() for f in fs[5:])
+    assert all(f.cancelled() and f.done() for f in fs[5:])
+    assert not first.cancel()  # running futures cannot be cancelled
+    gate.touch()
+    assert first.result(timeout=WAIT) == "first"
+    assert [f.result(timeout=WAIT) for f in fs[:5]] == [0, 1, 4, 9, 16]
+    for f in fs[5:]:
+        with pytest.raises(cf.CancelledError):
+            f.result(timeout=0)
+
+
+def test_shutdown_wait_finishes_all_work_then_refuses_more(make_pool):
+    pool = make_pool()
+    fs = [pool.submit(ft.sleep_return, 0.1, i) for i in range(6)]
+    pool.shutdown(wait=True)
+    assert all(f.done() for f in fs)
+    assert [f.result() for f in fs] == list(range(6))
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        pool.submit(ft.square, 2)
+    with pytest.raises(RuntimeError):
+        pool.map(ft.square, range(3))
+    pool.shutdown()  # twice is fine
+
+
+def test_context_manager_shuts_down_waiting(make_pool):
+    with make_pool() as pool:
+        fs = [pool.submit(ft.sleep_return, 0.1, i) for i in range(4)]
+    assert [f.result(timeout=0) for f in fs] == list(range(4))
+    with pytest.raises(RuntimeError):
+        pool.submit(ft.square, 2)
+
+
+def test_shutdown_without_wait_returns_at_once_and_work_completes(make_pool):
+    pool = make_pool()
+    warm_up(pool)
+    fs = [pool.submit(ft.sleep_return, 0.5, i) for i in range(3)]
+    start = time.monotonic()
+    pool.shutdown(wait=False)
+    assert time.monotonic() - start < 0.3
+    assert [f.result(timeout=WAIT) for f in fs] == [0, 1, 2]
+    with pytest.raises(RuntimeError):
+        pool.submit(ft.square, 2)
+
+
+@pytest.mark.parametrize("wait", [True, False], ids=["wait", "nowait"])
+def test_shutdown_cancel_futures_cancels_pending_only(make_pool, flavor, tmp_path, wait):
+    pool = make_pool(1)
+    gate = tmp_path / "gate"
+    first = pool.submit(ft.wait_for_file, str(gate), "first")
+    wait_until(first.running, what="the first task to be running")
+    fs = [pool.submit(ft.square, i) for i in range(20)]
+    opener = threading.Timer(0.3, gate.touch)
+    opener.start()
+    try:
+        pool.shutdown(wait=wait, cancel_futures=True)
+        if not wait and flavor == "stdlib":  # its manager thread cancels them, soon after
+            wait_until(lambda: all(f.cancelled() for f in fs[5:]), what="cancellation")
+        # pipepool cancels them before shutdown() returns, waiting or not.
+        assert all(f.cancelled() for f in fs[5:]), "pending futures were not cancelled"
+        assert first.result(timeout=WAIT) == "first"
+        if not wait:
+            pool.shutdown(wait=True)
+    finally:
+        opener.join()
+    for i, f in enumerate(fs):
+        if not f.cancelled():  # the few handed to workers before the shutdown still ran
+            assert f.result(timeout=WAIT) == i * i
+    if flavor == "pipepool":
+        # Its cancelled futures are also notified, so wait() does not hang on them (the
+        # stdlib's stay CANCELLED without notifying waiters, and wait() blocks).
+        assert not cf.wait(fs, timeout=5).not_done
+
+
+def test_as_completed_and_wait(make_pool):
+    pool = make_pool()
+    warm_up(pool)
+    fs = [pool.submit(ft.sleep_return, d) for d in (0.8, 0.0, 0.3)]
+    order = [f.result() for f in cf.as_completed(fs, timeout=WAIT)]
+    assert order == [0.0, 0.3, 0.8]
+
+    fast, slow = pool.submit(ft.sleep_return, 0.0), pool.submit(ft.sleep_return, 1.0)
+    done, not_done = cf.wait([fast, slow], timeout=WAIT, return_when=cf.FIRST_COMPLETED)
+    assert fast in done and slow in not_done
+    failing = pool.submit(ft.fail, 1)
+    done, _ = cf.wait([slow, failing], timeout=WAIT, return_when=cf.FIRST_EXCEPTION)
+    assert failing in done
+    done, not_done = cf.wait([slow], timeout=WAIT)
+    assert done == {slow} and not not_done
+
+
+def test_asyncio_run_in_executor(make_pool):
+    pool = make_pool()
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        return await asyncio.gather(*(loop.run_in_executor(pool, ft.square, i)
+                                      for i in range(10)))
+
+    assert asyncio.run(main()) == [i * i for i in range(10)]
+
+
+def test_done_callbacks_run_and_may_submit_more(make_pool):
+    pool = make_pool()
+    seen: list[int] = []
+    chained: list[cf.Future] = []
+    done = threading.Event()
+
+    def callback(f: cf.Future) -> None:
+        seen.append(f.result())
+        chained.append(pool.submit(ft.square, f.result()))  # re-entrant submit: no deadlock
+        done.set()
+
+    pool.submit(ft.square, 3).add_done_callback(callback)
+    assert done.wait(WAIT)
+    assert seen == [9]
+    assert chained[0].result(timeout=WAIT) == 81
+
+
+def test_submit_from_many_threads(make_pool):
+    pool = make_pool()
+    results: dict[int, list[int]] = {}
+
+    def client(n: int) -> None:
+        fs = [pool.submit(ft.add, n * 1000, i) for i in range(100)]
+        results[n] = [f.result(timeout=WAIT) for f in fs]
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT)
+    assert results == {n: [n * 1000 + i for i in range(100)] for n in range(4)}
+
+
+def test_initializer_runs_in_each_worker(make_pool):
+    pool = make_pool(initializer=ft.init_set, initargs=("ready",))
+    assert set(pool.map(ft.get_initialized, range(8), timeout=WAIT)) == {"ready"}
+
+
+def test_initializer_failure_breaks_the_pool(make_pool):
+    pool = make_pool(initializer=ft.init_fail)
+    f = pool.submit(ft.square, 2)
+    with pytest.raises(BrokenProcessPool):
+        f.result(timeout=WAIT)
+    with pytest.raises(BrokenProcessPool):
+        pool.submit(ft.square, 3)
+
+
+def test_max_tasks_per_child_recycles_workers(make_pool, flavor, start_method):
+    if flavor == "stdlib" and start_method == "fork":
+        with pytest.raises(ValueError, match="fork"):
+            make_pool(max_tasks_per_child=1)
+        return  # the stdlib refuses this combination; pipepool allows it
+    # Above 1 the stdlib deadlocks on Python 3.11 to 3.13 (CPython gh-115634).
+    for limit in [1] if flavor == "stdlib" else [1, 3]:
+        pool = make_pool(max_tasks_per_child=limit)
+        pids = [f.result(timeout=WAIT) for f in [pool.submit(ft.pid_of) for _ in range(9)]]
+        served = collections.Counter(pids)
+        assert max(served.values()) <= limit, served
+        assert len(served) >= 9 // limit
+
+
+def test_constructor_and_map_argument_checks(flavor):
+    cls = POOLS[flavor]
+    with pytest.raises(ValueError):
+        cls(0)
+    with pytest.raises(TypeError):
+        cls(1, initializer=5)
+    with pytest.raises(ValueError):
+        cls(1, max_tasks_per_child=0)
+    with pytest.raises(TypeError):
+        cls(1, max_tasks_per_child="3")
+
+
+def test_map_buffersize_reads_input_lazily(make_pool, flavor):
+    if flavor == "stdlib" and sys.version_info < (3, 14):
+        pytest.skip("the stdlib has buffersize from Python 3.14")
+    pool = make_pool()
+    taken: list[int] = []
+
+    def source():
+        for i in itertools.count():
+            taken.append(i)
+            yield i
+
+    results = pool.map(ft.square, source(), buffersize=4, timeout=WAIT)
+    assert [next(results) for _ in range(10)] == [i * i for i in range(10)]
+    assert len(taken) <= 10 + 4
+    results.close()  # stops reading; the buffered futures are cancelled or finish
+
+    taken.clear()
+    chunked = pool.map(ft.square, source(), chunksize=3, buffersize=2, timeout=WAIT)
+    assert [next(chunked) for _ in range(9)] == [i * i for i in range(9)]
+    assert len(taken) <= (3 + 2 + 1) * 3
+    chunked.close()
+    with pytest.raises(ValueError):
+        pool.map(ft.square, range(3), buffersize=0)
+    with pytest.raises(TypeError):
+        pool.map(ft.square, range(3), buffersize=2.0)
+
+
+# == pickling failures: one future each ======================================================
+
+# (row id, how to submit it, shared with the stdlib, pipepool's error type, its .part)
+PICKLING_CASES = [
+    ("lambda", lambda pool: pool.submit(lambda: 1), True, TaskPicklingError, "function"),
+    ("unpicklable argument", lambda pool: pool.submit(ft.identity, threading.Lock()), True,
+     TaskPicklingError, "arguments"),
+    ("unpicklable result", lambda pool: pool.submit(ft.return_lock), True,
+     TaskPicklingError, "result"),
+    # The stdlib breaks the whole pool on the rows below.
+    ("exception that cannot be unpickled", lambda pool: pool.submit(ft.raise_two_arg_error),
+     False, TaskUnpicklingError, "exception"),
+    ("result that cannot be unpickled", lambda pool: pool.submit(ft.return_unloadable),
+     False, TaskUnpicklingError, "result"),
+    ("argument the worker cannot unpickle", lambda pool: pool.submit(ft.identity, ft.Unloadable()),
+     False, TaskUnpicklingError, "task"),
+]
+
+
+def test_pickling_failures_fail_only_their_own_future(make_pool, flavor):
+    pool = make_pool()
+    for name, submit_bad, shared, error_type, part in PICKLING_CASES:
+        if flavor == "stdlib" and not shared:
+            continue
+        bad = submit_bad(pool)
+        following = [pool.submit(ft.square, i) for i in range(100)]
+        error = bad.exception(timeout=WAIT)
+        assert error is not None, f"{name}: the future did not fail"
+        if flavor == "pipepool":
+            assert isinstance(error, error_type), f"{name}: {error!r}"
+            assert error.part == part, f"{name}: part {error.part!r}, not {part!r}"
+        results = [f.result(timeout=WAIT) for f in following]
+        assert results == [i * i for i in range(100)], f"{name}: a following task failed"
+
+
+# == pipepool only: dead workers ==============================================================
+
+def test_sigkill_one_worker_among_1000_tasks(make_pipepool, tmp_path):
+    pool = make_pipepool(2)
+    marker = tmp_path / "victim.pid"
+    victim = pool.submit(ft.announce_and_sleep, str(marker), 60)
+    others = [pool.submit(ft.slow_pid, 0.002) for _ in range(999)]
+    pid = read_pid(marker)
+    os.kill(pid, signal.SIGKILL)
+    assert sum(not f.done() for f in others) >= 500, "the tasks were not queued at the kill"
+
+    with pytest.raises(WorkerLostError) as info:
+        victim.result(timeout=WAIT)
+    lost = info.value
+    assert isinstance(lost, BrokenProcessPool)
+    assert (lost.pid, lost.exitcode, lost.signal) == (pid, -signal.SIGKILL, "SIGKILL")
+    assert "SIGKILL" in str(lost)
+
+    served = [f.result(timeout=WAIT) for f in others]  # every other future succeeds
+    assert pid not in served
+    assert len(set(served)) >= 2, "the replacement worker never served a task"
+    # The pool is whole again: two live workers, the killed one not among them.
+    wait_until(lambda: len(pool.worker_pids()) == 2, what="two live workers")
+    assert pid not in pool.worker_pids()
+    assert all(alive(p) for p in pool.worker_pids())
+    assert pool.submit(ft.square, 5).result(timeout=WAIT) == 25
+
+
+# (row id, task, args, expected exit code)
+DEATHS = [
+    ("SIGKILL", ft.sigkill_self, (), -signal.SIGKILL),
+    ("segfault", ft.die_by_segfault, (), -signal.SIGSEGV),
+    ("os._exit(3)", ft.die_by_exit, (3,), 3),
+    ("SIGTERM", ft.die_by_signal, (signal.SIGTERM,), -signal.SIGTERM),
+]
+
+
+def test_a_dying_worker_fails_only_its_own_future(make_pipepool):
+    pool = make_pipepool(2)
+    for name, task, args, exitcode in DEATHS:
+        doomed = pool.submit(task, *args)
+        following = [pool.submit(ft.square, i) for i in range(20)]
+        error = doomed.exception(timeout=WAIT)
+        assert isinstance(error, WorkerLostError), f"{name}: {error!r}"
+        assert error.exitcode == exitcode, f"{name}: exit code {error.exitcode}"
+        assert [f.result(timeout=WAIT) for f in following] == [i * i for i in range(20)], name
+
+
+# == pipepool only: per-task timeout and kill =================================================
+
+def test_per_task_timeout_kills_only_that_task(make_pipepool):
+    pool = make_pipepool(2)
+    warm_up(pool)
+    bounded = pool.with_options(timeout=0.3)
+    start = time.monotonic()
+    f = bounded.submit(ft.sleep_return, 30)
+    quick = bounded.submit(ft.square, 4)
+    with pytest.raises(TaskTimeoutError) as info:
+        f.result(timeout=WAIT)
+    assert isinstance(info.value, TimeoutError)
+    assert time.monotonic() - start < 5
+    assert quick.result(timeout=WAIT) == 16
+    results = bounded.map(ft.sleep_return, [0.0, 30], timeout=WAIT)
+    assert next(results) == 0.0
+    with pytest.raises(TaskTimeoutError):
+        next(results)
+    assert pool.submit(ft.square, 6).result(timeout=WAIT) == 36
+    with pytest.raises(ValueError):
+        pool.with_options(timeout=0)
+
+
+def test_kill_a_running_task(make_pipepool, tmp_path):
+    pool = make_pipepool(2)
+    marker = tmp_path / "victim.pid"
+    victim = pool.submit(ft.announce_and_sleep, str(marker), 60)
+    pid = read_pid(marker)
+    assert pool.kill(victim) is True
+    with pytest.raises(TaskKilledError):
+        victim.result(timeout=WAIT)
+    wait_until(lambda: not alive(pid), what="the killed worker to exit")
+    assert pool.submit(ft.square, 3).result(timeout=WAIT) == 9
+    assert pool.kill(victim) is False  # already finished
+    with pytest.raises(ValueError):
+        pool.kill(cf.Future())
+
+
+def test_kill_before_start_and_kill_pending(make_pipepool, tmp_path):
+    pool = make_pipepool(1)
+    gate = tmp_path / "gate"
+    marker = tmp_path / "never.pid"
+    first = pool.submit(ft.wait_for_file, str(gate), "first")
+    handed = pool.submit(ft.announce_and_sleep, str(marker), 60)  # queued behind first
+    pending = [pool.submit(ft.square, i) for i in range(5)]
+    wait_until(handed.running, what="the second task to be handed over")
+    assert pool.kill(handed) is True
+    assert pool.kill(pending[-1]) is True  # still pending: simply cancelled
+    assert pending[-1].cancelled()
+    with pytest.raises(TaskKilledError):
+        handed.result(timeout=WAIT)
+    gate.touch()
+    assert first.result(timeout=WAIT) == "first"
+    assert [f.result(timeout=WAIT) for f in pending[:-1]] == [0, 1, 4, 9]
+    assert not marker.exists(), "a task killed before it started ran anyway"
+
+
+def test_terminate_workers_stops_running_tasks(make_pipepool, tmp_path):
+    pool = make_pipepool(2)
+    marker = tmp_path / "victim.pid"
+    running = pool.submit(ft.announce_and_sleep, str(marker), 60)
+    pid = read_pid(marker)
+    rest = [pool.submit(ft.sleep_return, 60) for _ in range(6)]
+    start = time.monotonic()
+    pool.terminate_workers()
+    assert time.monotonic() - start < 5
+    with pytest.raises(TaskKilledError):
+        running.result(timeout=0)
+    assert all(f.done() for f in rest)
+    assert not alive(pid)
+
+
+@pytest.mark.parametrize("in_cycle", [False, True], ids=["refcount", "cycle"])
+def test_garbage_collected_pool_stops_its_workers(start_method, no_leaks, in_cycle):
+    import gc
+
+    pool = pipepool.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context(start_method))
+    if in_cycle:
+        pool.myself = pool  # only the cycle collector can free it
+    f = pool.submit(ft.square, 3)
+    thread = pool._driver.thread
+    del pool
+    gc.collect()
+    assert f.result(timeout=WAIT) == 9
+    thread.join(WAIT)
+    assert not thread.is_alive()
+
+
+# == pipepool only: Ctrl-C, and no worker outliving the interpreter ==========================
+
+SCRIPT = textwrap.dedent("""
+    import multiprocessing, sys
+    import futures_tasks as ft
+    from pipepool import ProcessPoolExecutor
+
+    if __name__ == "__main__":
+        method, mode, tmp = sys.argv[1:4]
+        pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context(method))
+        if mode == "exit":  # fall off the end: the submitted work still completes
+            pool.submit(ft.sleep_then_touch, tmp + "/done", 0.3)
+            pool.submit(ft.announce_and_sleep, tmp + "/w0", 0.5)
+            sys.exit(0)
+        fs = [pool.submit(ft.announce_and_sleep, f"{tmp}/w{i}", 60) for i in range(2)]
+        fs += [pool.submit(ft.sleep_return, 60) for _ in range(10)]
+        if mode == "with":
+            with pool:
+                fs[0].result()
+        else:
+            fs[0].result()
+""")
+
+
+def run_script(tmp_path: Path, start_method: str, mode: str) -> subprocess.Popen:
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SRC_DIR), str(TESTS_DIR)]))
+    return subprocess.Popen([sys.executable, str(script), start_method, mode, str(tmp_path)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.parametrize("mode", ["result", "with"])
+def test_ctrl_c_interrupts_promptly_and_stops_the_workers(tmp_path, start_method, mode):
+    proc = run_script(tmp_path, start_method, mode)
+    try:
+        pids = [read_pid(tmp_path / f"w{i}") for i in range(2)]
+        time.sleep(0.1)  # the main thread is in result() now
+        start = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=WAIT)
+        assert time.monotonic() - start < 5, "Ctrl-C took too long"
+    finally:
+        proc.kill()
+        proc.wait()
+    assert "KeyboardInterrupt" in err, err
+    wait_until(lambda: not any(alive(p) for p in pids), 5, "the workers to exit")
+
+
+def test_workers_exit_when_the_parent_is_killed(tmp_path, start_method):
+    proc = run_script(tmp_path, start_method, "result")
+    try:
+        pids = [read_pid(tmp_path / f"w{i}") for i in range(2)]
+        proc.kill()
+        proc.wait(WAIT)
+    finally:
+        proc.kill()
+        proc.communicate()
+    wait_until(lambda: not any(alive(p) for p in pids), 5, "the orphaned workers to exit")
+
+
+def test_interpreter_exit_finishes_submitted_work(tmp_path, start_method):
+    proc = run_script(tmp_path, start_method, "exit")
+    try:
+        _, err = proc.communicate(timeout=WAIT)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 0, err
+    assert (tmp_path / "done").exists(), "the submitted work did not complete at exit"
+    pid = read_pid(tmp_path / "w0", 0)
+    wait_until(lambda: not alive(pid), 5, "the worker to exit")
