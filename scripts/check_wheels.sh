@@ -105,7 +105,7 @@ run_tests() {
     ((QUICK)) && scope="quick subset"
     SUMMARY_TESTS+=("$(printf '%-22s %-7s %4d passed %3d failed %3d errors %3d skipped  (%s, %ds)' \
         "$label" "$impl" "$passed" "$failed" "$errors" "$skipped" "$scope" $((SECONDS - started)))")
-    tail -n 3 "$LOGS/tests-$label.log"
+    tail -n 1 "$LOGS/tests-$label.log"
     if ((rc != 0 || failed + errors > 0 || total == 0)); then
         fail "tests $label (PIPEPOOL_IMPL=$impl): pytest exit $rc; see $LOGS/tests-$label.log"
         grep -E '^(FAILED|ERROR) ' "$LOGS/tests-$label.log" | head -n 20 >&2 || true
