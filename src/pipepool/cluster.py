@@ -1,0 +1,793 @@
+"""ClusterExecutor: LocalExecutor's scheduler-facing API on a Dask distributed cluster.
+
+Data flow. The Client's IO thread does all the network work; the caller's thread owns
+every piece of bookkeeping, and the two meet only at two deques (appends and pops of a
+deque are atomic) and a wake-up flag::
+
+    queue(key, fn, *args) ─► _queue ─► dispatch: cloudpickle, Client.map(_run_task) ─► scheduler
+                                                                                          │
+                                                               Dask worker: log "started",│
+                                                               run, pickle the outcome ◄──┘
+                                                                      │            │
+    get_event_buffer() ◄── _events ◄── collect ◄── _starts ◄── topic handler ◄─────┘
+                                           ▲                                         │
+                                           └────── _outcomes ◄── gather (IO thread) ◄┘
+
+``sync()`` is one round of named steps, as in LocalExecutor: collect (started messages and
+outcomes that the IO thread already received), expire (tasks past their timeout) and
+dispatch (one ``Client.map`` for everything queued). None of them waits for the network:
+``Client.map`` hands its message to the IO thread, and results are fetched there.
+
+Keys stay the caller's: each queued task gets its own Dask key (``pipepool-<token>-<tid>``),
+so the same key may be queued again while it runs, and every task ends with exactly one
+terminal event however often Dask runs it. Outcomes map as follows:
+
+* the function returned: SUCCESS; it raised (BaseException included): FAILED with the
+  exception, the worker's formatted traceback as its ``__cause__`` (``RemoteTraceback``);
+* the worker died: Dask runs the task again elsewhere, up to the scheduler's
+  ``distributed.scheduler.allowed-failures`` (3 by default); then it is FAILED with
+  ``ClusterWorkerLostError`` (a ``WorkerLostError``) naming the last worker's address;
+* ``cancel``: FAILED with ``concurrent.futures.CancelledError``, as in LocalExecutor;
+* a timeout or ``kill``: FAILED with ``TaskTimeoutError`` or ``TaskKilledError``. Dask
+  cannot stop a running thread, so (``kill_workers=True``, the default) the worker
+  process is killed, as LocalExecutor does; a worker under a nanny (``dask worker``, a
+  LocalCluster) is restarted by it.
+
+Calls and outcomes are pickled with cloudpickle (what Dask itself uses): functions
+defined in ``__main__``, lambdas and closures travel by value. ``pipepool`` must be
+installed on every worker (the task wrapper lives here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import copyreg
+import itertools
+import os
+import pickle
+import signal
+import threading
+import time
+import traceback
+import uuid
+from collections import ChainMap, deque
+from collections.abc import Callable, Hashable, Iterable
+from concurrent.futures import CancelledError
+from typing import Any
+
+from . import _signals
+from .errors import (
+    RemoteTraceback,
+    TaskKilledError,
+    TaskPicklingError,
+    TaskTimeoutError,
+    TaskUnpicklingError,
+    WorkerLostError,
+)
+from .events import Event, State
+
+INSTALL_HINT = ("ClusterExecutor needs Dask's distributed package: "
+                "pip install 'pipepool[dask]' (or pip install distributed)")
+PICKLE_PROTOCOL = 5
+CONNECT_TIMEOUT = 30.0  # s start() waits for the scheduler and for its first worker
+CLOSE_TIMEOUT = 10.0  # s end()/terminate() give the client and an own cluster to close
+CANCEL_SETTLE = 0.1  # s between cancelling a task and killing its worker: the cancel
+# travels on the client's batched stream (flushed every few ms), the kill on an RPC; were
+# the kill first, the scheduler would run the killed task again on another worker
+EXIT_DELAY = 0.02  # s between a worker's reply to the kill request and its death
+WORKER_SATURATION = 1.0  # tasks a LocalCluster's scheduler hands a worker per thread: 1.0
+# sends the next task only when one ends (LocalExecutor's prefetch=1), so a worker that
+# dies takes only the tasks it was running along, not innocent ones queued behind them
+# (Dask counts those as suspects too, and fails them after its retries); Dask's 1.1 keeps
+# a task in reserve per worker, a little faster for tiny tasks
+WAIT_SLICE = 0.25  # s a sync(timeout) waits at most before the steps run again: bounds
+# how late a timeout is noticed
+
+STARTED_TOPIC = "pipepool-started"  # one topic for every executor (the scheduler keeps
+# each topic it ever saw); a message carries its executor's token
+
+_QUEUED, _RUNNING, _DONE = 0, 1, 2
+
+
+class ClusterWorkerLostError(WorkerLostError):
+    """A Dask worker died while running the task, after the cluster's own retries.
+
+    ``address`` is the last worker's address (``tcp://host:port``) and ``pid`` its pid on
+    that machine, where known; ``exitcode`` is None (the scheduler does not learn it).
+    """
+
+    def __init__(self, message: str, *, address: str | None = None,
+                 pid: int | None = None) -> None:
+        super().__init__(message, pid=pid, exitcode=None)
+        self.address = address
+
+    def __reduce__(self):
+        return (_rebuild_cluster_lost, (str(self), self.address, self.pid))
+
+
+def _rebuild_cluster_lost(message: str, address: str | None,
+                          pid: int | None) -> ClusterWorkerLostError:
+    return ClusterWorkerLostError(message, address=address, pid=pid)
+
+
+class _Task:
+    __slots__ = ("address", "args", "deadline", "fn", "future", "key", "kwargs", "phase",
+                 "pid", "started", "tid", "timeout")
+
+    def __init__(self, tid: int, key: Hashable, fn: Callable[..., Any], args: tuple,
+                 kwargs: dict, timeout: float | None) -> None:
+        self.tid = tid
+        self.key = key
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+        self.timeout = timeout
+        self.phase = _QUEUED
+        self.started = False
+        self.deadline: float | None = None
+        self.future: Any = None
+        self.address: str | None = None  # the worker running it, from its "started"
+        self.pid: int | None = None
+
+
+class ClusterExecutor:
+    """Run callables on a Dask distributed cluster, scheduler style (LocalExecutor's API).
+
+    ``address=None`` starts a ``LocalCluster`` on 127.0.0.1 (worker processes with one
+    thread each, no dashboard) and ``options`` go to it (``n_workers``,
+    ``threads_per_worker``, ...); otherwise ``address`` is a scheduler's
+    (``tcp://host:8786``) and ``options`` go to ``distributed.Client``.
+
+    ``running_events``: report RUNNING when a task starts (one small message per task
+    through the scheduler; tasks with a timeout always send it, their clock starts then).
+    ``kill_workers``: on a timeout or ``kill()``, kill the worker process running the task
+    (its nanny starts a new one); False only reports and cancels, the call runs on.
+    ``max_in_flight``: tasks handed to Dask at once (None: all; Dask queues them itself).
+    """
+
+    def __init__(self, address: str | None = None, *, running_events: bool = True,
+                 kill_workers: bool = True, max_in_flight: int | None = None,
+                 connect_timeout: float = CONNECT_TIMEOUT, **options: Any) -> None:
+        if max_in_flight is not None and max_in_flight < 1:
+            raise ValueError("max_in_flight must be at least 1 or None")
+        _import_distributed()  # fail here, with the install hint, not at start()
+        self.address = address
+        self.options = options
+        self.running_events = running_events
+        self.kill_workers = kill_workers
+        self.max_in_flight = max_in_flight
+        self.connect_timeout = connect_timeout
+        self.parallelism = 0  # worker threads in the cluster, known once started
+        self._client: Any = None
+        self._cluster: Any = None  # the LocalCluster we started, if any
+        self._token = uuid.uuid4().hex[:12]
+        self._queue: deque[_Task] = deque()
+        self._inflight: dict[int, _Task] = {}  # tid -> task handed to Dask, not reported
+        self._timed: dict[int, _Task] = {}  # started tasks with a deadline
+        self._events: dict[Hashable, Event] = {}
+        self._tids = itertools.count(1)
+        # Written by the Client's IO thread, read by the caller's: (tid, address, pid) of
+        # each started message, (tid, ok, value) of each outcome, and the wake-up flag.
+        self._starts: deque[tuple[int, str, int]] = deque()
+        self._outcomes: deque[tuple[int, bool, Any]] = deque()
+        self._wakeup = threading.Event()
+        # Cancels and kills under way on the IO thread: the client closes only after them,
+        # or a timed-out task would run on in a worker nobody killed.
+        self._control: list[concurrent.futures.Future] = []
+        self._state = "new"  # new -> started -> ended
+        self._stats = dict.fromkeys(("done", "failed", "lost", "killed_workers"), 0)
+        self._last_progress = time.monotonic()
+
+    # -- public API -------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start a LocalCluster (``address=None``) or connect to the scheduler."""
+        if self._state != "new":
+            raise RuntimeError(f"ClusterExecutor already {self._state}")
+        distributed = _import_distributed()
+        try:
+            if self.address is None:
+                options = {"n_workers": os.cpu_count() or 1, "threads_per_worker": 1,
+                           "processes": True, "host": "127.0.0.1",
+                           "dashboard_address": None, **self.options}
+                import dask
+
+                with dask.config.set({"distributed.scheduler.worker-saturation":
+                                      WORKER_SATURATION}):
+                    self._cluster = distributed.LocalCluster(**options)
+                self._client = distributed.Client(self._cluster,
+                                                  timeout=self.connect_timeout)
+            else:
+                self._client = distributed.Client(self.address, timeout=self.connect_timeout,
+                                                  **self.options)
+            if self._cluster is not None:
+                # Its workers are our children, in our process group: a Ctrl-C at the
+                # terminal reaches them too. Leave it to this process, as LocalExecutor's
+                # workers do, which decides what happens to running work.
+                self._client.register_plugin(_ignore_sigint_plugin())
+            self._client.wait_for_workers(1, timeout=self.connect_timeout)
+            info = self._client.scheduler_info()
+            self.parallelism = sum(w.get("nthreads", 1) for w in info["workers"].values())
+            self._client.subscribe_topic(STARTED_TOPIC, self._on_started)
+        except BaseException:
+            self._close_client()
+            self._state = "ended"
+            raise
+        self._state = "started"
+
+    def queue(self, key: Hashable, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> None:
+        """Queue ``fn(*args, **kwargs)`` under ``key``; pickled when it is dispatched."""
+        self.queue_call(key, fn, args, kwargs)
+
+    def queue_call(self, key: Hashable, fn: Callable[..., Any], args: tuple = (),
+                   kwargs: dict | None = None, *, timeout: float | None = None) -> None:
+        """Like ``queue`` with the call spelled out, plus a per-task ``timeout`` in seconds,
+        counted from the moment a worker starts it (see the class doc for what happens)."""
+        if self._state == "ended":
+            raise RuntimeError("cannot queue on an ended ClusterExecutor")
+        if not callable(fn):
+            raise TypeError(f"{fn!r} is not callable")
+        task = _Task(next(self._tids), key, fn, tuple(args), kwargs or {}, timeout)
+        self._queue.append(task)
+
+    def sync(self, timeout: float = 0.0) -> None:
+        """One round: collect what the cluster reported, expire timeouts, dispatch.
+
+        Never waits for the network. With ``timeout`` > 0, first waits up to that long
+        for a report from the cluster (a start or an outcome).
+        """
+        self._require_started()
+        if timeout > 0 and not (self._starts or self._outcomes):
+            self._wakeup.wait(min(timeout, self._wait_bound()))
+        self._wakeup.clear()  # before collecting: a report after this sets it again
+        deferred = None
+        try:
+            deferred = _signals.defer()
+            self._collect()
+            self._expire()
+            self._dispatch()
+        finally:
+            _signals.undefer(deferred)
+
+    heartbeat = sync
+
+    def get_event_buffer(self, keys: Iterable[Hashable] | None = None) -> dict[Hashable, Event]:
+        """Pop and return ``{key: newest event}``, for all keys or only ``keys``."""
+        if keys is None:
+            events, self._events = self._events, {}
+            return events
+        return {k: self._events.pop(k) for k in list(keys) if k in self._events}
+
+    @property
+    def queued(self) -> set[Hashable]:
+        """Keys with a task not yet handed to Dask."""
+        return {t.key for t in self._queue}
+
+    @property
+    def running(self) -> set[Hashable]:
+        """Keys with a task handed to Dask (waiting on the scheduler or running)."""
+        return {t.key for t in self._inflight.values()}
+
+    def running_counts(self) -> dict[Hashable, int]:
+        """``{key: tasks handed to Dask}``, for keys queued again while running."""
+        counts: dict[Hashable, int] = {}
+        for t in self._inflight.values():
+            counts[t.key] = counts.get(t.key, 0) + 1
+        return counts
+
+    def has_work(self) -> bool:
+        """True while any task is queued or handed to Dask and not reported."""
+        return bool(self._queue or self._inflight)
+
+    def cancel(self, key: Hashable) -> int:
+        """Cancel the queued (not yet dispatched) tasks of ``key``; returns how many.
+
+        Each gets a FAILED event with ``concurrent.futures.CancelledError``.
+        """
+        deferred = None
+        try:
+            deferred = _signals.defer()
+            doomed = [t for t in self._queue if t.key == key]
+            if doomed:
+                self._queue = deque(t for t in self._queue if t.key != key)
+                for t in doomed:
+                    self._finish(t, State.FAILED,
+                                 exception=CancelledError(f"task {key!r} cancelled"))
+            return len(doomed)
+        finally:
+            _signals.undefer(deferred)
+
+    def kill(self, key: Hashable) -> int:
+        """Stop the started tasks of ``key``: each fails with ``TaskKilledError`` and (with
+        ``kill_workers``) its worker process is killed. Returns how many."""
+        self._require_started()
+        doomed = [t for t in self._inflight.values() if t.key == key and t.started]
+        deferred = None
+        try:
+            deferred = _signals.defer()
+            for t in doomed:
+                self._stop_task(t, TaskKilledError(
+                    f"task {key!r} was killed on request (worker {t.address})"))
+        finally:
+            _signals.undefer(deferred)
+        return len(doomed)
+
+    def wait_until_done(self, timeout: float | None = None) -> bool:
+        """Drive the rounds until nothing is queued or in flight; False if ``timeout`` hit."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self.sync()
+        while self.has_work():
+            remaining = 1.0 if deadline is None else deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            self.sync(timeout=min(remaining, 1.0))
+        return True
+
+    def end(self) -> None:
+        """Finish every queued and running task, collect all results, disconnect (and
+        close the LocalCluster this executor started)."""
+        if self._state == "new":
+            self._state = "ended"
+            return
+        if self._state == "ended":
+            return
+        self.wait_until_done()
+        self._close_client()
+        self._state = "ended"
+
+    def terminate(self) -> None:
+        """Stop now: unfinished tasks fail (``TaskKilledError`` once handed to Dask,
+        ``CancelledError`` while queued); their Dask tasks are cancelled and, with
+        ``kill_workers``, the workers running them killed; then disconnect."""
+        if self._state != "started":
+            self._state = "ended"
+            return
+        futures: list[Any] = []
+        addresses: set[str] = set()
+        deferred = None
+        try:
+            deferred = _signals.defer()
+            self._collect()  # outcomes that arrived before the stop still count
+            doomed = list(self._inflight.values())
+            futures = [t.future for t in doomed]  # _finish drops them
+            # An own LocalCluster goes down whole a moment later; only a shared one needs
+            # its workers picked off.
+            addresses = {t.address for t in doomed if t.started and t.address} \
+                if self.kill_workers and self._cluster is None else set()
+            self._inflight.clear()
+            for t in doomed:
+                self._finish(t, State.FAILED,
+                             exception=TaskKilledError("the executor was terminated"))
+            while self._queue:
+                t = self._queue[0]
+                self._finish(t, State.FAILED, exception=CancelledError(
+                    f"task {t.key!r} cancelled: executor terminated"))
+                self._queue.popleft()
+        finally:
+            _signals.undefer(deferred)
+        try:
+            if futures:
+                with contextlib.suppress(Exception):
+                    self._client.sync(self._cancel_and_kill, futures, addresses,
+                                      callback_timeout=CLOSE_TIMEOUT)
+        finally:
+            self._close_client()
+            self._state = "ended"
+
+    def stats(self) -> dict[str, Any]:
+        """Counters from this executor's own state (no round trip to the scheduler); the
+        worker counts are the Client's cached view (refreshed every few seconds)."""
+        alive = self._cached_workers()
+        running = sum(1 for t in self._inflight.values() if t.started)
+        return {
+            "workers_alive": alive,
+            "workers_busy": min(running, alive),
+            "workers_idle": max(alive - running, 0),
+            "tasks_queued": len(self._queue),
+            "tasks_running": len(self._inflight),
+            "tasks_done": self._stats["done"],
+            "tasks_failed": self._stats["failed"],
+            "tasks_lost": self._stats["lost"],
+            "worker_crashes": self._stats["lost"],
+            "worker_recycles": 0,
+            "workers_started": alive,
+            "workers_killed": self._stats["killed_workers"],
+            "last_progress": self._last_progress,
+        }
+
+    @property
+    def client(self) -> Any:
+        """The ``distributed.Client`` (None before ``start()`` and after the end)."""
+        return self._client
+
+    @property
+    def scheduler_address(self) -> str | None:
+        return self._client.scheduler.address if self._client is not None else None
+
+    def wake(self) -> None:
+        """Make a ``sync(timeout=...)`` waiting in another thread return now."""
+        self._wakeup.set()
+
+    def __enter__(self) -> ClusterExecutor:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        if exc_type is not None and not issubclass(exc_type, Exception):
+            self.terminate()  # KeyboardInterrupt, SystemExit: stop now, do not wait for work
+        else:
+            self.end()
+
+    def __del__(self) -> None:
+        if getattr(self, "_state", None) == "started":
+            with contextlib.suppress(Exception):
+                self.terminate()
+
+    # -- the steps of a round -----------------------------------------------------------
+
+    def _collect(self) -> None:
+        starts, outcomes, inflight = self._starts, self._outcomes, self._inflight
+        while starts:
+            tid, address, pid = starts.popleft()
+            t = inflight.get(tid)
+            if t is None:
+                continue  # reported already (timed out, killed): a late message
+            t.started = True
+            t.address, t.pid = address, pid
+            if t.timeout is not None:
+                # A retry on another worker (the first one died) starts a fresh clock.
+                t.deadline = time.monotonic() + t.timeout
+                self._timed[tid] = t
+            self._publish(Event(t.key, State.RUNNING, pid=pid), terminal=False)
+        while outcomes:
+            tid, ok, value = outcomes[0]
+            t = inflight.get(tid)
+            if t is not None:
+                self._report(t, ok, value)  # cannot raise: every failure becomes an event
+                del inflight[tid]
+            outcomes.popleft()
+
+    def _report(self, t: _Task, ok: bool, value: Any) -> None:
+        self._last_progress = time.monotonic()
+        if not ok:
+            self._stats["lost"] += 1
+            self._finish(t, State.FAILED, exception=self._lost_error(t, value), pid=t.pid)
+            return
+        if value[0] == "done":
+            _, data, _address, pid = value
+            try:
+                result = pickle.loads(data)
+            except Exception as exc:
+                error = TaskUnpicklingError(
+                    f"task {t.key!r}: its result could not be unpickled here "
+                    f"({type(exc).__name__}: {exc})", part="result")
+                error.__cause__ = exc
+                self._finish(t, State.FAILED, exception=error, pid=pid)
+            else:
+                self._finish(t, State.SUCCESS, result=result, pid=pid)
+            return
+        _, tb, exc_bytes, _address, pid = value
+        try:
+            exc = pickle.loads(exc_bytes)
+        except Exception as unpickling:
+            exc = TaskUnpicklingError(
+                f"task {t.key!r} raised an exception that could not be unpickled here "
+                f"({type(unpickling).__name__}: {unpickling})", part="exception")
+        exc.__cause__ = RemoteTraceback(tb)
+        self._finish(t, State.FAILED, exception=exc, pid=pid)
+
+    def _lost_error(self, t: _Task, error: BaseException) -> BaseException:
+        distributed = _import_distributed()
+        if isinstance(error, distributed.KilledWorker):
+            last = error.last_worker
+            address = getattr(last, "address", None) or t.address
+            pid = getattr(last, "pid", None) or t.pid
+            lost = ClusterWorkerLostError(
+                f"task {t.key!r}: {error.allowed_failures + 1} Dask workers died while "
+                f"running it, the last {address} (pid {pid}); the task may crash its "
+                "interpreter (segfault, os._exit) or need more memory than a worker may "
+                "use (see the workers' logs)", address=address, pid=pid)
+        elif isinstance(error, CancelledError):
+            lost = ClusterWorkerLostError(
+                f"task {t.key!r} was cancelled by the cluster ({error}); was the scheduler "
+                "restarted or the connection to it lost?", address=t.address, pid=t.pid)
+        else:
+            lost = ClusterWorkerLostError(
+                f"task {t.key!r}: its outcome could not be fetched from the cluster "
+                f"({type(error).__name__}: {error})", address=t.address, pid=t.pid)
+        lost.__cause__ = error
+        return lost
+
+    def _expire(self) -> None:
+        if not self._timed:
+            return
+        now = time.monotonic()
+        for tid, t in list(self._timed.items()):
+            if t.phase != _RUNNING:
+                del self._timed[tid]
+            elif t.deadline is not None and now >= t.deadline:
+                del self._timed[tid]
+                self._stop_task(t, TaskTimeoutError(
+                    f"task {t.key!r} timed out after {t.timeout} s on worker {t.address}"
+                    + ("; that worker process was killed" if self.kill_workers else
+                       "; it runs on there (Dask cannot stop a running call)")))
+
+    def _dispatch(self) -> None:
+        queue = self._queue
+        if not queue:
+            return
+        room = len(queue) if self.max_in_flight is None else \
+            self.max_in_flight - len(self._inflight)
+        batch: list[_Task] = []
+        payloads: list[bytes] = []
+        while queue and len(batch) < room:
+            t = queue.popleft()
+            try:
+                payloads.append(_pickle_call(t))
+            except TaskPicklingError as exc:
+                self._finish(t, State.FAILED, exception=exc)
+                continue
+            batch.append(t)
+        if not batch:
+            return
+        tids = [t.tid for t in batch]
+        topics = [self._token if self.running_events or t.timeout is not None else None
+                  for t in batch]
+        try:
+            futures = self._client.map(
+                _run_task, tids, payloads, topics, pure=False,
+                key=[f"pipepool-{self._token}-{tid}" for tid in tids])
+        except BaseException:
+            queue.extendleft(reversed(batch))  # not handed over: back to the front, in order
+            raise
+        # Order matters: the map is the step that can fail, the bookkeeping follows it.
+        for t, future in zip(batch, futures, strict=True):
+            t.future = future
+            t.phase = _RUNNING
+            self._inflight[t.tid] = t
+        self._client.loop.add_callback(self._track, tids, futures)
+
+    # -- the IO thread's side -------------------------------------------------------------
+
+    async def _track(self, tids: list[int], futures: list[Any]) -> None:
+        """Fetch each outcome as its task finishes; hand it to the caller's thread."""
+        await asyncio.gather(*(self._track_one(tid, f) for tid, f in zip(tids, futures,
+                                                                          strict=True)))
+
+    async def _track_one(self, tid: int, future: Any) -> None:
+        try:
+            (value,) = await self._client.gather([future], asynchronous=True)
+            outcome = (tid, True, value)
+        except BaseException as exc:  # KilledWorker, a cancel, a lost connection
+            outcome = (tid, False, exc)
+        self._outcomes.append(outcome)
+        self._wakeup.set()
+
+    def _on_started(self, event: tuple[float, Any]) -> None:
+        _timestamp, (token, tid, address, pid) = event
+        if token == self._token:  # not another executor's on the same cluster
+            self._starts.append((tid, address, pid))
+            self._wakeup.set()
+
+    async def _cancel_and_kill(self, futures: list[Any], addresses: Iterable[str]) -> None:
+        await self._client.cancel(futures, asynchronous=True)
+        addresses = list(addresses)
+        if addresses:
+            await asyncio.sleep(CANCEL_SETTLE)
+            await self._client.run(_exit_worker, workers=addresses, on_error="ignore",
+                                   asynchronous=True)
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _stop_task(self, t: _Task, reason: BaseException) -> None:
+        """Report a dispatched task now and cancel it; kill its worker if so configured."""
+        future = t.future  # _finish drops it
+        addresses = [t.address] if self.kill_workers and t.started and t.address else []
+        del self._inflight[t.tid]
+        self._finish(t, State.FAILED, exception=reason, pid=t.pid)
+        self._stats["killed_workers"] += len(addresses)
+        self._control.append(asyncio.run_coroutine_threadsafe(
+            self._cancel_and_kill([future], addresses), self._client.loop.asyncio_loop))
+
+    def _finish(self, t: _Task, state: State, *, result: Any = None,
+                exception: BaseException | None = None, pid: int | None = None) -> None:
+        """Record a task's terminal event (the caller removes it from where it was)."""
+        t.phase = _DONE
+        t.fn = t.args = t.kwargs = None  # type: ignore[assignment]  # free memory early
+        t.future = None  # the last reference: Dask forgets the key and its result
+        if state is State.SUCCESS:
+            self._stats["done"] += 1
+        else:
+            self._stats["failed"] += 1
+        self._publish(Event(t.key, state, result, exception, pid), terminal=True)
+
+    def _publish(self, event: Event, *, terminal: bool) -> None:
+        # Newest event per key, except that a RUNNING event never hides an unread
+        # terminal one (the same key may be queued again while its first run ends).
+        if not terminal:
+            old = self._events.get(event.key)
+            if old is not None and old.state.terminal:
+                return
+        self._events[event.key] = event
+
+    def _wait_bound(self) -> float:
+        bound = WAIT_SLICE
+        if self._timed:
+            now = time.monotonic()
+            bound = min([bound] + [t.deadline - now for t in self._timed.values()
+                                   if t.deadline is not None])
+        return max(bound, 0.0)
+
+    def _cached_workers(self) -> int:
+        client = self._client
+        if client is None:
+            return 0
+        identity = getattr(client, "_scheduler_identity", None) or {}
+        workers = identity.get("workers")
+        if workers:
+            return len(workers)
+        return int(identity.get("n_workers", 0) or 0)
+
+    def _close_client(self) -> None:
+        client, cluster = self._client, self._cluster
+        try:
+            if self._control:
+                concurrent.futures.wait(self._control, timeout=CLOSE_TIMEOUT)
+                self._control.clear()
+            if client is not None:
+                with contextlib.suppress(Exception):
+                    client.unsubscribe_topic(STARTED_TOPIC)
+                client.close(timeout=CLOSE_TIMEOUT)
+        finally:
+            if cluster is not None:
+                cluster.close(timeout=CLOSE_TIMEOUT)
+            self._client = self._cluster = None
+
+    def _require_started(self) -> None:
+        if self._state != "started":
+            raise RuntimeError(
+                "ClusterExecutor is not running: call start() first"
+                if self._state == "new" else "ClusterExecutor has ended")
+
+
+def _import_distributed() -> Any:
+    try:
+        import distributed
+    except ImportError as exc:
+        raise ImportError(INSTALL_HINT) from exc
+    return distributed
+
+
+def _pickle_call(t: _Task) -> bytes:
+    """cloudpickle a task's call; on failure name the key and the part that failed."""
+    import cloudpickle
+
+    try:
+        return cloudpickle.dumps((t.fn, t.args, t.kwargs), PICKLE_PROTOCOL)
+    except Exception as exc:
+        try:
+            cloudpickle.dumps(t.fn, PICKLE_PROTOCOL)
+        except Exception:
+            part = "function"
+        else:
+            part = "arguments"
+        raise TaskPicklingError(
+            f"task {t.key!r}: cannot pickle its {part} ({type(exc).__name__}: {exc})",
+            key=t.key, part=part) from exc
+
+
+# -- what runs on the Dask workers ------------------------------------------------------------
+
+
+def _run_task(tid: int, payload: bytes, token: str | None) -> tuple:
+    """Run one pickled call in a Dask worker; never raises (every outcome is a value).
+
+    Returns ``("done", pickled result, address, pid)`` or ``("raised", traceback text,
+    pickled exception, address, pid)``. The outcome is pickled here, not by Dask, so that
+    a result that cannot travel fails its task only, with the same errors as LocalExecutor.
+    """
+    import cloudpickle
+    from distributed import get_worker
+
+    worker = get_worker()
+    address, pid = worker.address, os.getpid()
+    if token is not None:
+        # Before the call: were the worker to die in it, the client knows it had started.
+        worker.log_event(STARTED_TOPIC, [token, tid, address, pid])
+    try:
+        fn, args, kwargs = pickle.loads(payload)
+    except BaseException as exc:
+        error = TaskUnpicklingError(
+            f"the Dask worker {address} could not unpickle the task "
+            f"({type(exc).__name__}: {exc}); is the function's module (and pipepool) "
+            "installed on every worker?", part="task")
+        error.__cause__ = exc
+        return _raised(error, address, pid)
+    del payload
+    try:
+        result = fn(*args, **kwargs)
+    except BaseException as exc:  # SystemExit and friends are outcomes too
+        return _raised(exc, address, pid)
+    finally:
+        del fn, args, kwargs
+    try:
+        data = cloudpickle.dumps(result, PICKLE_PROTOCOL)
+    except BaseException as exc:
+        return _raised(TaskPicklingError(
+            f"the task returned {type(result).__qualname__}, which could not be sent back "
+            f"({type(exc).__name__}: {exc})", part="result"), address, pid)
+    return ("done", data, address, pid)
+
+
+def _raised(exc: BaseException, address: str, pid: int) -> tuple:
+    # The traceback travels outside the exception's own pickle, so the client still has
+    # it when the exception itself cannot be unpickled there.
+    tb = "".join(traceback.format_exception(exc))
+    try:
+        exc_bytes = _dumps_exception(exc)
+    except BaseException as pickling_exc:
+        exc_bytes = _dumps_exception(TaskPicklingError(
+            f"the task raised {type(exc).__qualname__}: {_safe_repr(exc)}, which could not "
+            f"be pickled ({type(pickling_exc).__name__}: {pickling_exc})",
+            part="exception"))
+    return ("raised", tb, exc_bytes, address, pid)
+
+
+def _dumps_exception(exc: BaseException) -> bytes:
+    """cloudpickle an exception the way a process without Dask would.
+
+    Importing distributed registers tblib's reducer for every exception class in the
+    process (copyreg), and that reducer rebuilds some classes without their C-level
+    state: SystemExit(3) arrives with ``code`` None. Each call builds the pickler's table
+    afresh, since distributed registers more classes as it meets their exceptions.
+    """
+    import io
+
+    import cloudpickle
+
+    plain = {cls: reducer for cls, reducer in copyreg.dispatch_table.items()
+             if not _is_tblib(reducer)}
+    maps = [m for m in cloudpickle.Pickler.dispatch_table.maps
+            if m is not copyreg.dispatch_table]
+
+    class Pickler(cloudpickle.Pickler):
+        dispatch_table = ChainMap(*maps, plain)
+
+    buffer = io.BytesIO()
+    Pickler(buffer, protocol=PICKLE_PROTOCOL).dump(exc)
+    return buffer.getvalue()
+
+
+def _is_tblib(reducer: Any) -> bool:
+    reducer = getattr(reducer, "func", reducer)  # functools.partial
+    return getattr(reducer, "__module__", "").startswith("tblib")
+
+
+def _safe_repr(obj: object) -> str:
+    try:
+        return repr(obj)[:500]
+    except BaseException:
+        return f"<{type(obj).__qualname__} with a failing repr>"
+
+
+def _ignore_sigint_plugin() -> Any:
+    from distributed import WorkerPlugin
+
+    class IgnoreSigint(WorkerPlugin):
+        name = "pipepool-ignore-sigint"
+
+        def setup(self, worker: Any) -> None:
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    return IgnoreSigint()
+
+
+def _exit_worker() -> None:
+    """Run by ``Client.run`` in a worker: die at once, like a LocalExecutor worker that is
+    killed; its nanny (if any) starts a fresh one, and what it ran stops with it. A few
+    ms late, so that the reply to ``Client.run`` still leaves (the scheduler logs an error
+    for a worker that dies in the middle of one)."""
+    threading.Timer(EXIT_DELAY, os.kill, (os.getpid(), signal.SIGKILL)).start()

@@ -1,0 +1,393 @@
+"""The scheduler-facing contract, written once and run on both executors.
+
+``local`` is a LocalExecutor (fork, the default loop); ``cluster`` is a ClusterExecutor
+connected to a module-scoped Dask LocalCluster of two worker processes on 127.0.0.1.
+Where the two differ by design (a dead LocalExecutor worker has an exit code, a lost Dask
+task names a worker address after the cluster's retries), the test says so in one line;
+tests/test_executor.py keeps the LocalExecutor-only cases (start methods, both loops,
+initializers, recycling, lambdas refused) and tests/test_cluster.py the cluster-only ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copyreg
+import logging
+import os
+import time
+from concurrent.futures import CancelledError
+
+import pytest
+
+import cluster_tasks
+import tasks
+from executor_helpers import Recorder
+from pipepool import (
+    LocalExecutor,
+    RemoteTraceback,
+    State,
+    TaskKilledError,
+    TaskPicklingError,
+    TaskTimeoutError,
+    TaskUnpicklingError,
+    WorkerLostError,
+)
+
+CLUSTER_WORKERS = 2
+# A task whose worker dies runs once more elsewhere, then is reported lost: Dask's
+# default (3 retries) would only make the crash cases slower, not different.
+ALLOWED_FAILURES = 1
+
+pytestmark = pytest.mark.timeout(90)
+
+
+@pytest.fixture(scope="module")
+def dask_cluster():
+    """Two Dask worker processes with one thread each; nothing listens beyond 127.0.0.1."""
+    saved = copyreg.dispatch_table.copy()
+    distributed = pytest.importorskip("distributed")
+    import dask
+    import tblib.pickling_support
+
+    # Importing distributed registers tblib's reducer for every exception class in this
+    # process (and so in LocalExecutor's forked workers). Make that true in this module
+    # whichever module imported distributed first, and undo it after: later modules test
+    # LocalExecutor in a process without Dask (test_executor's BadException case).
+    tblib.pickling_support.install()
+    from pipepool.cluster import WORKER_SATURATION
+
+    with dask.config.set({"distributed.scheduler.allowed-failures": ALLOWED_FAILURES,
+                          "distributed.scheduler.worker-saturation": WORKER_SATURATION}):
+        cluster = distributed.LocalCluster(
+            n_workers=CLUSTER_WORKERS, threads_per_worker=1, processes=True,
+            host="127.0.0.1", dashboard_address="127.0.0.1:0",
+            silence_logs=logging.CRITICAL)
+    try:
+        yield cluster
+    finally:
+        cluster.close(timeout=30)
+        copyreg.dispatch_table.clear()
+        copyreg.dispatch_table.update(saved)
+
+
+def connect(cluster, **kwargs):
+    """A started ClusterExecutor on ``cluster``, once all its workers are back (an earlier
+    test may have killed one; its nanny is restarting it)."""
+    from pipepool import ClusterExecutor
+
+    ex = ClusterExecutor(cluster.scheduler_address, **kwargs)
+    ex.start()
+    ex.client.wait_for_workers(CLUSTER_WORKERS, timeout=60)
+    return ex
+
+
+@contextlib.contextmanager
+def plain_exception_pickling():
+    """Without tblib's exception reducers, which importing distributed installs in this
+    process and so in LocalExecutor's forked workers (SystemExit would lose its code)."""
+    saved = copyreg.dispatch_table.copy()
+    for cls, reducer in saved.items():
+        if getattr(getattr(reducer, "func", reducer), "__module__", "").startswith("tblib"):
+            del copyreg.dispatch_table[cls]
+    try:
+        yield
+    finally:
+        copyreg.dispatch_table.clear()
+        copyreg.dispatch_table.update(saved)
+
+
+@pytest.fixture(params=["local", "cluster"])
+def make(request):
+    made = []
+    if request.param == "local":
+        stack = contextlib.ExitStack()
+        stack.enter_context(plain_exception_pickling())
+        request.addfinalizer(stack.close)
+
+    def factory(parallelism: int = 2, **kwargs):
+        if request.param == "local":
+            ex = LocalExecutor(parallelism, **kwargs)
+            ex.start()
+        else:
+            ex = connect(request.getfixturevalue("dask_cluster"), **kwargs)
+        made.append(ex)
+        return ex
+
+    factory.kind = request.param
+    yield factory
+    for ex in made:
+        ex.terminate()
+
+
+def is_cluster(ex) -> bool:
+    return not isinstance(ex, LocalExecutor)
+
+
+def wait_running(rec: Recorder, key, limit: float = 30.0) -> None:
+    """Drive ``rec`` until ``key`` has been reported RUNNING."""
+    rec.run_until(lambda: key in rec.running_seen, limit=limit)
+
+
+# -- outcomes ------------------------------------------------------------------------------
+
+
+def test_results_and_events(make):
+    ex = make(2)
+    for i in range(50):
+        ex.queue(("k", i), tasks.echo, i)
+    assert ex.queued == {("k", i) for i in range(50)}
+    assert ex.has_work() and not ex.running
+    rec = Recorder(ex)
+    rec.finish()
+    assert not rec.duplicates
+    assert {k: e.result for k, e in rec.terminal.items()} == {("k", i): i for i in range(50)}
+    assert all(e.state is State.SUCCESS and e.pid for e in rec.terminal.values())
+    assert ex.stats()["tasks_done"] == 50
+    assert not ex.has_work() and not ex.queued and not ex.running
+
+
+def test_task_exception_keeps_type_attributes_and_remote_traceback(make):
+    ex = make(1)
+    ex.queue("custom", tasks.raise_custom, 7)
+    ex.queue("value", tasks.raise_value_error, "boom")
+    rec = Recorder(ex)
+    rec.finish()
+    custom = rec.terminal["custom"].exception
+    assert type(custom) is tasks.CustomError and custom.code == 7
+    assert isinstance(custom.__cause__, RemoteTraceback)
+    assert 'tasks.py", line' in str(custom.__cause__) and "raise_custom" in str(custom.__cause__)
+    value = rec.terminal["value"].exception
+    assert isinstance(value, ValueError) and str(value) == "boom"
+    assert rec.terminal["value"].reason == "ValueError"
+    assert ex.stats()["tasks_failed"] == 2
+
+
+def test_unpicklable_argument_fails_only_that_key(make):
+    ex = make(2)
+    ex.queue("before", tasks.echo, 1)
+    ex.queue("bad", tasks.echo, tasks.Unpicklable())
+    ex.queue("after", tasks.echo, 2)
+    rec = Recorder(ex)
+    rec.finish()
+    bad = rec.terminal["bad"]
+    assert bad.state is State.FAILED and isinstance(bad.exception, TaskPicklingError)
+    assert bad.exception.part == "arguments" and "'bad'" in str(bad.exception)
+    assert rec.terminal["before"].result == 1 and rec.terminal["after"].result == 2
+    assert ex.stats()["worker_crashes"] == 0
+
+
+def test_result_and_exception_pickling_failures_fail_their_task_only(make):
+    ex = make(1)
+    ex.queue("result", tasks.return_unpicklable)
+    ex.queue("result-parent", tasks.return_unpicklable_in_parent)
+    ex.queue("exception", cluster_tasks.raise_unpicklable_in_parent)
+    ex.queue("fine", tasks.echo, "ok")
+    rec = Recorder(ex)
+    rec.finish()
+    assert isinstance(rec.terminal["result"].exception, TaskPicklingError)
+    assert rec.terminal["result"].exception.part == "result"
+    assert isinstance(rec.terminal["result-parent"].exception, TaskUnpicklingError)
+    assert rec.terminal["result-parent"].exception.part == "result"
+    exc = rec.terminal["exception"].exception
+    assert isinstance(exc, TaskUnpicklingError) and exc.part == "exception"
+    assert "UnpicklableInParentError" in str(exc.__cause__)  # the worker's traceback survives
+    assert rec.terminal["fine"].result == "ok"
+
+
+def test_system_exit_and_base_exception_are_task_failures(make):
+    ex = make(1)
+    ex.queue("exit", tasks.exit_via_sys, 3)
+    ex.queue("base", tasks.raise_base_exception)
+    ex.queue("after", tasks.echo, 1)
+    rec = Recorder(ex)
+    rec.finish()
+    exit_exc = rec.terminal["exit"].exception
+    assert type(exit_exc) is SystemExit and exit_exc.code == 3
+    assert type(rec.terminal["base"].exception) is tasks.CustomBaseException
+    assert rec.terminal["after"].result == 1
+    assert ex.stats()["worker_crashes"] == 0  # the worker survived both
+
+
+def test_dead_worker_fails_only_its_task(make):
+    ex = make(2)
+    ex.queue("doomed", tasks.exit_process, 3)
+    for i in range(20):
+        ex.queue(i, tasks.echo, i)
+    rec = Recorder(ex)
+    rec.finish()
+    assert not rec.duplicates
+    lost = rec.terminal["doomed"].exception
+    assert isinstance(lost, WorkerLostError) and "'doomed'" in str(lost)
+    if is_cluster(ex):  # after the cluster's own retries, named by the last worker
+        assert lost.address.startswith("tcp://127.0.0.1:") and lost.address in str(lost)
+        assert lost.exitcode is None and ex.stats()["tasks_lost"] == 1
+    else:
+        assert lost.exitcode == 3 and lost.pid == rec.terminal["doomed"].pid
+    assert all(rec.terminal[i].result == i for i in range(20))
+
+
+def test_running_events_name_the_worker_before_the_outcome(make):
+    ex = make(2)
+    ex.queue("slow", tasks.sleep, 0.5, "done")
+    rec = Recorder(ex)
+    wait_running(rec, "slow")
+    assert "slow" in ex.running and not rec.terminal
+    rec.finish()
+    assert rec.history["slow"] == ["running", "success"]
+    assert rec.terminal["slow"].result == "done" and rec.terminal["slow"].pid
+
+
+def test_the_same_key_queued_twice_runs_twice(make):
+    """Keys are the caller's: a key queued again while it runs is a second task, and each
+    of the two ends with its own terminal event."""
+    ex = make(2)
+    ex.queue("same", tasks.sleep, 0.8, "first")
+    ex.queue("same", tasks.echo, "second")
+    results = []
+    deadline = time.monotonic() + 60
+    while ex.has_work():
+        assert time.monotonic() < deadline
+        ex.sync(timeout=0.01)
+        event = ex.get_event_buffer().get("same")
+        if event is not None and event.state.terminal:
+            results.append(event.result)
+    ex.end()
+    results += [e.result for e in ex.get_event_buffer().values() if e.state.terminal]
+    assert sorted(results) == ["first", "second"]
+
+
+# -- stopping work ---------------------------------------------------------------------------
+
+
+def test_timeout_fails_the_task_and_the_pool_goes_on(make):
+    ex = make(1)
+    ex.queue_call("slow", tasks.sleep, (30,), timeout=0.5)
+    ex.queue("next", tasks.echo, "n")
+    rec = Recorder(ex)
+    started = time.monotonic()
+    rec.finish(limit=60)
+    assert isinstance(rec.terminal["slow"].exception, TaskTimeoutError)
+    assert rec.terminal["next"].result == "n"
+    assert time.monotonic() - started < 20
+
+
+def test_cancel_fails_only_queued_tasks(make):
+    ex = make(2)
+    for i in range(5):
+        ex.queue(("c", i), tasks.echo, i)
+    ex.queue("keep", tasks.echo, "k")
+    assert ex.cancel(("c", 3)) == 1 and ex.cancel("nothing") == 0
+    assert ("c", 3) not in ex.queued
+    rec = Recorder(ex)
+    rec.take()  # the cancel's event is there before any round
+    assert isinstance(rec.terminal[("c", 3)].exception, CancelledError)
+    rec.finish()
+    assert not rec.duplicates
+    assert rec.terminal["keep"].result == "k"
+    assert {k for k, e in rec.terminal.items() if e.state is State.SUCCESS} == \
+        {("c", i) for i in (0, 1, 2, 4)} | {"keep"}
+
+
+def test_kill_stops_a_running_task_and_the_pool_goes_on(make):
+    ex = make(2)
+    ex.queue("victim", tasks.sleep, 30)
+    rec = Recorder(ex)
+    wait_running(rec, "victim")
+    assert ex.kill("victim") == 1 and ex.kill("unknown") == 0
+    for i in range(10):
+        ex.queue(i, tasks.echo, i)
+    started = time.monotonic()
+    rec.finish()
+    assert time.monotonic() - started < 30
+    assert isinstance(rec.terminal["victim"].exception, TaskKilledError)
+    assert all(rec.terminal[i].result == i for i in range(10))
+    assert not rec.duplicates
+
+
+def test_terminate_reports_every_unfinished_task_once(make):
+    ex = make(2)
+    ex.queue("running", tasks.sleep, 30)
+    rec = Recorder(ex)
+    wait_running(rec, "running")
+    for i in range(20):
+        ex.queue(i, tasks.sleep, 30)
+    started = time.monotonic()
+    ex.terminate()
+    assert time.monotonic() - started < 15
+    rec.take()
+    assert not rec.duplicates
+    assert set(rec.terminal) == {"running", *range(20)}
+    assert isinstance(rec.terminal["running"].exception, TaskKilledError)
+    assert all(isinstance(e.exception, TaskKilledError | CancelledError)
+               for e in rec.terminal.values())
+    with pytest.raises(RuntimeError):
+        ex.sync()
+    with pytest.raises(RuntimeError):
+        ex.queue("late", tasks.echo, 1)
+
+
+def test_wait_until_done_is_bounded(make):
+    ex = make(1)
+    ex.queue("nap", tasks.sleep, 30)
+    assert ex.wait_until_done(timeout=0.3) is False
+    assert ex.has_work()
+    ex.terminate()
+    assert isinstance(ex.get_event_buffer()["nap"].exception, TaskKilledError | CancelledError)
+
+
+# -- life cycle ------------------------------------------------------------------------------
+
+
+def test_sync_requires_start(make):
+    ex = make(1)
+    ex.terminate()
+    if make.kind == "local":
+        fresh = LocalExecutor(1)
+    else:
+        from pipepool import ClusterExecutor
+
+        fresh = ClusterExecutor("tcp://127.0.0.1:1")  # never started: never connects
+    with pytest.raises(RuntimeError, match="start"):
+        fresh.sync()
+    fresh.end()
+
+
+def test_context_manager_runs_everything(make, request):
+    if make.kind == "local":
+        ex = LocalExecutor(2)
+    else:
+        from pipepool import ClusterExecutor
+
+        ex = ClusterExecutor(request.getfixturevalue("dask_cluster").scheduler_address)
+    with ex:
+        for i in range(10):
+            ex.queue(i, tasks.echo, i * 3)
+    events = ex.get_event_buffer()
+    assert {k: e.result for k, e in events.items()} == {i: i * 3 for i in range(10)}
+    with pytest.raises(RuntimeError):
+        ex.queue("late", tasks.echo, 1)
+
+
+def test_stats_have_the_same_keys(make):
+    ex = make(2)
+    ex.queue("one", tasks.echo, 1)
+    Recorder(ex).finish()
+    stats = ex.stats()
+    assert {"workers_alive", "workers_busy", "workers_idle", "tasks_queued", "tasks_running",
+            "tasks_done", "tasks_failed", "tasks_lost", "worker_crashes", "worker_recycles",
+            "workers_started", "last_progress"} <= set(stats)
+    assert stats["tasks_done"] == 1 and stats["tasks_queued"] == stats["tasks_running"] == 0
+    assert all(v >= 0 for v in stats.values())
+
+
+def test_records_each_run_in_a_file(make, tmp_path):
+    """Real side effects: each task ran (at least) once, in another process."""
+    ex = make(2)
+    log = tmp_path / "runs"
+    for i in range(30):
+        ex.queue(i, tasks.record, str(log), i)
+    rec = Recorder(ex)
+    rec.finish()
+    ran = [int(line) for line in log.read_text().split()]
+    assert sorted(set(ran)) == list(range(30))
+    assert {e.pid for e in rec.terminal.values()} <= set(range(1, 1 << 22)) - {os.getpid()}
