@@ -1,0 +1,396 @@
+"""The contenders: one adapter per pool and calling style, all with the same methods.
+
+An adapter's constructor builds the pool (``parallelism`` workers, a start method or the
+platform default). Then:
+
+- ``run(fn, args)``: the measured pattern, one call per argument, submitted one by one
+  and all collected (results in any order);
+- ``call(fn, arg)``: one round trip, for latency and start-up;
+- ``shorts_done(long_s, short_s, count)``: one long task, then ``count`` short ones;
+  the seconds until every short one is done (head-of-line blocking);
+- ``pids()`` (live workers, for their CPU time), ``close()`` (graceful), ``abort()``
+  (kill now: the head-of-line measure does not wait out its long task).
+
+``SPECS`` lists every contender; ``available_specs`` drops the optional peers that are not
+installed, with a note saying so.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import inspect
+import math
+import multiprocessing
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pipepool
+
+from .peers.airflow_style import AirflowStylePool
+from .tasks import sleep_s
+
+PIPEPOOL = "pipepool"
+
+
+def auto_chunksize(tasks: int, parallelism: int) -> int:
+    """multiprocessing.Pool.map's own rule: about four chunks per worker."""
+    return max(1, math.ceil(tasks / (4 * parallelism)))
+
+
+def pipepool_map_auto() -> tuple[bool, Any, str]:
+    """``(native, chunksize, note)``: how pipepool's 'auto' map chunk size is chosen.
+
+    If ``ProcessPoolExecutor.map`` has grown an automatic chunk size (a ``chunksize``
+    default of None or a string such as "auto"), that default is passed (native);
+    else the same rule as multiprocessing.Pool.map, computed per run.
+    """
+    default = inspect.signature(pipepool.ProcessPoolExecutor.map).parameters["chunksize"].default
+    if default is None or isinstance(default, str):
+        return True, default, f"pipepool's own map(chunksize={default!r})"
+    return False, None, "ceil(tasks / (4 x workers)), multiprocessing.Pool.map's rule"
+
+
+def local_prefetch_default() -> Any:
+    """LocalExecutor's ``prefetch`` default: an int, or None/"auto" if it adapts."""
+    return inspect.signature(pipepool.LocalExecutor).parameters["prefetch"].default
+
+
+def _wait_futures(futures: list[concurrent.futures.Future]) -> None:
+    done, not_done = concurrent.futures.wait(futures)
+    assert not not_done
+    for f in done:
+        f.result()  # raise a task's error here, not silently
+
+
+class Adapter:
+    def run(self, fn: Callable[[Any], Any], args: list[Any]) -> list[Any]:
+        raise NotImplementedError
+
+    def call(self, fn: Callable[[Any], Any], arg: Any) -> Any:
+        raise NotImplementedError
+
+    def shorts_done(self, long_s: float, short_s: float, count: int) -> float:
+        raise NotImplementedError
+
+    def pids(self) -> list[int]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        self.close()
+
+
+# -- pipepool ------------------------------------------------------------------------------
+
+class LocalAdapter(Adapter):
+    """pipepool.LocalExecutor driven scheduler style: queue everything, then sync until
+    every event is in (``wait_until_done``), then read the event buffer."""
+
+    def __init__(self, parallelism: int, start_method: str | None, prefetch: Any) -> None:
+        kwargs = {} if prefetch == "default" else {"prefetch": prefetch}
+        self.ex = pipepool.LocalExecutor(parallelism, start_method=start_method, **kwargs)
+        self.ex.start()
+        self.keys = 0
+
+    def _next_keys(self, n: int) -> range:
+        keys = range(self.keys, self.keys + n)
+        self.keys += n
+        return keys
+
+    def run(self, fn, args):
+        ex = self.ex
+        keys = self._next_keys(len(args))
+        for key, arg in zip(keys, args, strict=True):
+            ex.queue(key, fn, arg)
+        ex.wait_until_done()
+        events = ex.get_event_buffer()
+        out = []
+        for key in keys:
+            e = events[key]
+            if e.exception is not None:
+                raise e.exception
+            out.append(e.result)
+        return out
+
+    def call(self, fn, arg):
+        ex = self.ex
+        (key,) = self._next_keys(1)
+        ex.queue(key, fn, arg)
+        ex.sync()  # dispatch now; a sync(timeout) would first wait for something to happen
+        while True:
+            e = ex.get_event_buffer((key,)).get(key)
+            if e is not None and e.state.terminal:
+                if e.exception is not None:
+                    raise e.exception
+                return e.result
+            ex.sync(timeout=1.0)
+
+    def shorts_done(self, long_s, short_s, count):
+        ex = self.ex
+        started = time.perf_counter()
+        ex.queue("long", sleep_s, long_s)
+        keys = self._next_keys(count)
+        for key in keys:
+            ex.queue(key, sleep_s, short_s)
+        left = set(keys)
+        ex.sync()
+        while left:
+            ex.sync(timeout=0.05)
+            for key, e in ex.get_event_buffer().items():
+                if e.state.terminal and key in left:
+                    if e.exception is not None:
+                        raise e.exception
+                    left.discard(key)
+        return time.perf_counter() - started
+
+    def pids(self):
+        return self.ex.worker_pids()
+
+    def close(self):
+        self.ex.end()
+
+    def abort(self):
+        self.ex.terminate()
+
+
+class FuturesAdapter(Adapter):
+    """A ``concurrent.futures`` executor (pipepool's, the stdlib's, loky's): ``submit`` +
+    ``result`` one by one, or ``map`` with a given chunk size."""
+
+    def __init__(self, pool: Any, parallelism: int, mode: str,
+                 auto: Callable[[int], Any] | None = None) -> None:
+        self.pool = pool
+        self.parallelism = parallelism
+        self.mode = mode  # "submit", "map1" or "map-auto"
+        # map-auto: the chunksize to pass for a run of n calls (default: Pool.map's rule)
+        self.auto = auto or (lambda n: auto_chunksize(n, parallelism))
+
+    def run(self, fn, args):
+        pool = self.pool
+        if self.mode == "submit":
+            futures = [pool.submit(fn, a) for a in args]
+            return [f.result() for f in futures]
+        if self.mode == "map1":
+            return list(pool.map(fn, args, chunksize=1))
+        return list(pool.map(fn, args, chunksize=self.auto(len(args))))
+
+    def call(self, fn, arg):
+        return self.pool.submit(fn, arg).result()
+
+    def shorts_done(self, long_s, short_s, count):
+        started = time.perf_counter()
+        self.pool.submit(sleep_s, long_s)
+        _wait_futures([self.pool.submit(sleep_s, short_s) for _ in range(count)])
+        return time.perf_counter() - started
+
+    def close(self):
+        self.pool.shutdown(wait=True)
+
+
+class PipepoolFuturesAdapter(FuturesAdapter):
+    def __init__(self, parallelism: int, start_method: str | None, mode: str) -> None:
+        ctx = multiprocessing.get_context(start_method) if start_method else None
+        native, value, _ = pipepool_map_auto()
+        auto = (lambda _n: value) if native else None
+        super().__init__(pipepool.ProcessPoolExecutor(parallelism, mp_context=ctx),
+                         parallelism, mode, auto)
+
+    def pids(self):
+        return self.pool.worker_pids()
+
+    def abort(self):
+        self.pool.terminate_workers()
+
+
+# -- peers ---------------------------------------------------------------------------------
+
+class StdlibAdapter(FuturesAdapter):
+    def __init__(self, parallelism: int, start_method: str | None, mode: str) -> None:
+        ctx = multiprocessing.get_context(start_method) if start_method else None
+        super().__init__(concurrent.futures.ProcessPoolExecutor(parallelism, mp_context=ctx),
+                         parallelism, mode)
+
+    def pids(self):
+        return list(self.pool._processes or {})
+
+    def abort(self):
+        procs = list((self.pool._processes or {}).values())
+        for p in procs:
+            p.kill()
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        for p in procs:
+            p.join()
+
+
+class LokyAdapter(FuturesAdapter):
+    def __init__(self, parallelism: int, start_method: str | None, mode: str) -> None:
+        import loky
+        from loky.backend.context import get_context
+
+        # Without a start method: loky's own default ("loky", a spawn variant).
+        ctx = get_context(start_method) if start_method else None
+        # loky warns (when it starts a worker) that fork "does not respect POSIX"; the
+        # start-up measure runs it with fork all the same, like every other pool.
+        warnings.filterwarnings("ignore", message=".*start method should not be used with",
+                                category=UserWarning)
+        super().__init__(loky.ProcessPoolExecutor(parallelism, context=ctx), parallelism, mode)
+
+    def pids(self):
+        return list(self.pool._processes or {})
+
+    def abort(self):
+        procs = list((self.pool._processes or {}).values())
+        self.pool.shutdown(wait=True, kill_workers=True)
+        for p in procs:
+            p.join()
+
+
+class MpPoolAdapter(Adapter):
+    """multiprocessing.Pool: ``imap_unordered(chunksize=1)`` or ``apply_async`` + ``get``."""
+
+    def __init__(self, parallelism: int, start_method: str | None, mode: str) -> None:
+        self.pool = multiprocessing.get_context(start_method).Pool(parallelism)
+        self.mode = mode  # "imap1" or "apply"
+
+    def run(self, fn, args):
+        pool = self.pool
+        if self.mode == "imap1":
+            return list(pool.imap_unordered(fn, args, chunksize=1))
+        results = [pool.apply_async(fn, (a,)) for a in args]
+        return [r.get() for r in results]
+
+    def call(self, fn, arg):
+        return self.pool.apply(fn, (arg,))
+
+    def shorts_done(self, long_s, short_s, count):
+        pool = self.pool
+        started = time.perf_counter()
+        if self.mode == "imap1":
+            left = count
+            for seconds in pool.imap_unordered(sleep_s, [long_s] + [short_s] * count,
+                                               chunksize=1):
+                if seconds == short_s:
+                    left -= 1
+                    if not left:
+                        break
+        else:
+            pool.apply_async(sleep_s, (long_s,))
+            for r in [pool.apply_async(sleep_s, (short_s,)) for _ in range(count)]:
+                r.get()
+        return time.perf_counter() - started
+
+    def pids(self):
+        return [p.pid for p in self.pool._pool if p.pid is not None]
+
+    def close(self):
+        self.pool.close()
+        self.pool.join()
+
+    def abort(self):
+        self.pool.terminate()
+        self.pool.join()
+
+
+class AirflowAdapter(Adapter):
+    def __init__(self, parallelism: int, start_method: str | None) -> None:
+        self.pool = AirflowStylePool(parallelism, start_method)
+
+    def run(self, fn, args):
+        return self.pool.run(fn, [(a,) for a in args])
+
+    def call(self, fn, arg):
+        return self.pool.call(fn, arg)
+
+    def shorts_done(self, long_s, short_s, count):
+        started = time.perf_counter()
+        left = count
+        for key, _ in self.pool.outcomes(sleep_s, [(long_s,)] + [(short_s,)] * count):
+            if key != 0:
+                left -= 1
+                if not left:
+                    break
+        return time.perf_counter() - started
+
+    def pids(self):
+        return self.pool.pids()
+
+    def close(self):
+        self.pool.close()
+
+    def abort(self):
+        self.pool.terminate()
+
+
+# -- the registry ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Spec:
+    """One contender: a stable key (JSON), a label (tables) and how to build it."""
+
+    key: str
+    label: str
+    family: str  # "pipepool", or the peer: "stdlib", "multiprocessing", "loky", "airflow"
+    make: Callable[[int, str | None], Adapter] = field(repr=False)
+    requires: str | None = None  # the optional module it needs
+
+    @property
+    def is_pipepool(self) -> bool:
+        return self.family == PIPEPOOL
+
+
+def local_spec(prefetch: Any, label: str | None = None, key: str | None = None) -> Spec:
+    name = "auto" if prefetch in ("default", None, "auto") else str(prefetch)
+    return Spec(key or f"local-p{name}", label or f"pipepool LocalExecutor (prefetch {name})",
+                PIPEPOOL, lambda p, m: LocalAdapter(p, m, prefetch))
+
+
+def _ppe(mode: str) -> Callable[[int, str | None], Adapter]:
+    return lambda p, m: PipepoolFuturesAdapter(p, m, mode)
+
+
+SPECS: dict[str, Spec] = {s.key: s for s in [
+    # LocalExecutor rows are added by the suite: one per prefetch it tries.
+    Spec("ppe-submit", "pipepool ProcessPoolExecutor submit+result", PIPEPOOL, _ppe("submit")),
+    Spec("ppe-map1", "pipepool ProcessPoolExecutor map(chunksize=1)", PIPEPOOL, _ppe("map1")),
+    Spec("ppe-map-auto", "pipepool ProcessPoolExecutor map(chunksize=auto)", PIPEPOOL,
+         _ppe("map-auto")),
+    Spec("std-submit", "stdlib ProcessPoolExecutor submit+result", "stdlib",
+         lambda p, m: StdlibAdapter(p, m, "submit")),
+    Spec("std-map1", "stdlib ProcessPoolExecutor map(chunksize=1)", "stdlib",
+         lambda p, m: StdlibAdapter(p, m, "map1")),
+    Spec("std-map-auto", "stdlib ProcessPoolExecutor map(chunksize=auto)", "stdlib",
+         lambda p, m: StdlibAdapter(p, m, "map-auto")),
+    Spec("mp-imap1", "multiprocessing.Pool imap_unordered(chunksize=1)", "multiprocessing",
+         lambda p, m: MpPoolAdapter(p, m, "imap1")),
+    Spec("mp-apply", "multiprocessing.Pool apply_async+get", "multiprocessing",
+         lambda p, m: MpPoolAdapter(p, m, "apply")),
+    Spec("loky-submit", "loky ProcessPoolExecutor submit+result", "loky",
+         lambda p, m: LokyAdapter(p, m, "submit"), requires="loky"),
+    Spec("airflow", "Airflow-style shared SimpleQueues", "airflow",
+         lambda p, m: AirflowAdapter(p, m)),
+]}
+
+# The peer each table compares against, one column per peer (its headline contender).
+PEER_COLUMNS = {
+    "std-submit": "stdlib PPE",
+    "mp-imap1": "mp.Pool imap",
+    "loky-submit": "loky",
+    "airflow": "Airflow-style",
+}
+
+
+def missing_requirement(spec: Spec) -> str | None:
+    """A note if the contender's optional package is not installed, else None."""
+    if spec.requires is None:
+        return None
+    try:
+        __import__(spec.requires)
+    except ImportError:
+        return (f"{spec.label}: skipped, {spec.requires} is not installed "
+                f"(pip install '.[bench]' or pip install {spec.requires})")
+    return None

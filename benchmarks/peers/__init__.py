@@ -1,0 +1,1 @@
+"""Peers the suite races that no package provides: written here from their description."""

@@ -1,0 +1,339 @@
+"""Write a suite run's results: markdown tables, JSON, PNG plots.
+
+Everything is rendered from the JSON document alone, so a run's report can be redrawn
+later without running anything::
+
+    python -m benchmarks.report benchmarks/results/results.json
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+from .contenders import PEER_COLUMNS
+
+MD_NAME = "results.md"
+JSON_NAME = "results.json"
+SWEEP_PNG = "throughput_vs_parallelism.png"
+LATENCY_PNG = "latency.png"
+
+
+def write_all(data: dict[str, Any], out_dir: str, *, plots: bool = True) -> list[str]:
+    """Write results.md, results.json and (matplotlib permitting) the plots."""
+    os.makedirs(out_dir, exist_ok=True)
+    written = []
+    if plots:
+        data["plots"] = write_plots(data, out_dir)
+    else:
+        data["plots"] = {"note": "plots not requested (--no-plots)"}
+    json_path = os.path.join(out_dir, JSON_NAME)
+    with open(json_path, "w") as f:
+        json.dump(data, f, indent=1)
+        f.write("\n")
+    written.append(json_path)
+    md_path = os.path.join(out_dir, MD_NAME)
+    with open(md_path, "w") as f:
+        f.write(markdown(data))
+    written.append(md_path)
+    written += [os.path.join(out_dir, name) for name in data["plots"].get("files", [])]
+    return written
+
+
+# -- markdown -------------------------------------------------------------------------------
+
+def _fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return "n/a"
+    if unit in ("tasks/s",):
+        return f"{value:,.0f}"
+    if unit.startswith("µs"):
+        return f"{value:,.0f}"
+    if unit == "MB/s":
+        return f"{value:,.0f}"
+    if unit == "ms":
+        return f"{value:,.1f}"
+    if unit == "s":
+        return f"{value:,.2f}"
+    return f"{value:,.3g}"
+
+
+def _ratio(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.2f}x" if value < 10 else f"{value:.1f}x"
+
+
+def _table(header: list[str], rows: list[list[str]], align: list[str] | None = None) -> str:
+    align = align or ["---"] + ["---:"] * (len(header) - 1)
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _label(data: dict[str, Any], key: str) -> str:
+    c = data["contenders"].get(key)
+    return c["label"] if c else key
+
+
+def targets_markdown(data: dict[str, Any]) -> str:
+    rows = []
+    for t in data["targets"]:
+        unit = _unit_of(data, t["measure"], t["field"])
+        ours = f"{_label(data, t['ours'])}: {_fmt(t['ours_value'], unit)} {unit}"
+        if t["peer"] in data["contenders"]:
+            peer = f"{_label(data, t['peer'])}: {_fmt(t['peer_value'], unit)} {unit}"
+        else:
+            peer = f"{t['peer']}: {_fmt(t['peer_value'], unit)} {unit}"
+        met = {True: "**met**", False: "not met", None: "n/a"}[t["met"]]
+        rows.append([t["target"], ours, peer, _ratio(t["ratio"]), t["goal"], met])
+    return _table(["target", "pipepool", "compared with", "ratio", "goal", "met"], rows,
+                  ["---", "---", "---", "---:", "---", "---"])
+
+
+def _unit_of(data: dict[str, Any], measure: str, field: str | None) -> str:
+    m = data["measures"].get(measure, {})
+    if field in ("p50_us", "p99_us", "mean_us"):
+        return "µs"
+    return m.get("unit", "")
+
+
+def _better(m: dict[str, Any], a: float, b: float) -> float:
+    """How many times better ``a`` is than ``b`` (>1: a is better)."""
+    return a / b if m["better"] == "higher" else b / a
+
+
+def _measure_sections(data: dict[str, Any], name: str) -> list[str]:
+    m = data["measures"][name]
+    unit, fld = m["unit"], m["field"]
+    out = [f"## {m['title']}"]
+    for param, by_key in m["params"].items():
+        peers = [k for k in PEER_COLUMNS if by_key.get(k, {}).get("median")]
+        header = ["contender", f"{unit} (median)", "min to max"]
+        if name in ("tiny", "mib", "kib64", "sweep"):
+            header += ["parent CPU µs/task", "worker CPU µs/task"]
+        if name == "latency":
+            header = ["contender", "p50 µs", "p99 µs", "mean µs", "p50 min to max"]
+        if name == "startup":
+            header += ["close ms"]
+        header += [f"vs {PEER_COLUMNS[k]}" for k in peers]
+        rows = []
+        for key, entry in by_key.items():
+            med = entry.get("median")
+            if not med:
+                rows.append([_label(data, key), "error: " + "; ".join(entry.get("errors", []))]
+                            + [""] * (len(header) - 2))
+                continue
+            spread = f"{_fmt(entry['min'], unit)} to {_fmt(entry['max'], unit)}"
+            if name == "latency":
+                row = [_label(data, key), _fmt(med["p50_us"], "µs"), _fmt(med["p99_us"], "µs"),
+                       _fmt(med["mean_us"], "µs"), spread]
+            else:
+                row = [_label(data, key), _fmt(med[fld], unit), spread]
+            if name in ("tiny", "mib", "kib64", "sweep"):
+                row += [f"{med['parent_cpu_us']:,.1f}", f"{med['worker_cpu_us']:,.1f}"]
+            if name == "startup":
+                row += [_fmt(med["close_ms"], "ms")]
+            for peer in peers:
+                row.append(_ratio(_better(m, med[fld], by_key[peer]["median"][fld])))
+            if len(entry.get("errors", [])):
+                row[0] += f" ({entry['ok']}/{len(entry['samples'])} samples ok)"
+            rows.append(row)
+        out.append(f"### {_param_title(name, param)}\n\n" + _table(header, rows))
+    return out
+
+
+def _param_title(measure: str, param: str) -> str:
+    if measure == "startup":
+        method, p = param.split(":")
+        return f"{method}, parallelism {p}"
+    if measure == "hol":
+        return f"{param} workers"
+    return f"parallelism {param}"
+
+
+def _sweep_section(data: dict[str, Any]) -> str:
+    m = data["measures"]["sweep"]
+    params = list(m["params"])
+    keys: list[str] = []
+    for by_key in m["params"].values():
+        keys += [k for k in by_key if k not in keys]
+    rows = []
+    for key in keys:
+        row = [_label(data, key)]
+        for p in params:
+            entry = m["params"][p].get(key, {})
+            row.append(_fmt(entry["median"]["rate"], "tasks/s") if entry.get("median") else "n/a")
+        rows.append(row)
+    return (f"## {m['title']}\n\nMedian tasks/s at each parallelism "
+            f"(plot: `{SWEEP_PNG}`).\n\n" + _table(["contender"] + [f"p={p}" for p in params],
+                                                  rows))
+
+
+def _hol_section(data: dict[str, Any]) -> str:
+    m = data["measures"]["hol"]
+    cfg = data["config"]
+    ideal = cfg["hol_count"] * cfg["hol_short"] / max(1, cfg["hol_workers"] - 1)
+    rows = []
+    for param, by_key in m["params"].items():
+        for key, entry in by_key.items():
+            med = entry.get("median")
+            if not med:
+                rows.append([_label(data, key), "error: " + "; ".join(entry.get("errors", [])),
+                             "", ""])
+                continue
+            s = med["seconds"]
+            blocked = "blocked behind the long task" if s >= 0.9 * cfg["hol_long"] else "no"
+            rows.append([_label(data, key), _fmt(s, "s"), f"{s / cfg['hol_long']:.2f}",
+                         blocked])
+        del param
+    return (f"## {m['title']}\n\nWith no blocking the short ones take about "
+            f"{ideal:.2f} s of sleeping spread over the other {cfg['hol_workers'] - 1} "
+            "workers, plus the pool's overhead; a short task queued behind the long one "
+            f"waits its {cfg['hol_long']:g} s out.\n\n"
+            + _table(["contender", "s until the short tasks are done", "÷ long task",
+                      "head-of-line blocking"], rows))
+
+
+def markdown(data: dict[str, Any]) -> str:
+    mach = data["machine"]
+    cfg = data["config"]
+    cores = f"{mach['cores']} cores"
+    if mach.get("usable_cores") not in (None, mach["cores"]):
+        cores += f" ({mach['usable_cores']} usable)"
+    lines = [
+        "# pipepool benchmark results",
+        "",
+        f"- **Machine**: {cores}" + (f", {mach['cpu']}" if mach.get("cpu") else "")
+        + f", {mach['machine']}; {mach['python']}; kernel {mach['kernel']}",
+        f"- **pipepool**: {mach['pipepool']}, git {mach.get('git') or 'unknown'}; "
+        f"default start method {mach['default_start_method']}; "
+        f"loky {mach.get('loky') or 'not installed'}",
+        f"- **Command**: `{data['command']}` ({data['preset']} configuration: "
+        f"{cfg['rounds']} interleaved rounds, sweep {cfg['sweep_rounds']}, "
+        f"long tasks {cfg['hol_rounds']}; medians), started {data['started']}, "
+        f"took {data['elapsed_s']:.0f} s; 1-minute load average "
+        f"{_load(data['load_1min']['before'])} before, {_load(data['load_1min']['after'])} "
+        "after (a shared machine: other work ran alongside)",
+        f"- **LocalExecutor** in the rows marked so and in the targets: "
+        f"{data['local_choice']['why']}",
+        f"- **map(chunksize=auto)**: {data['map_auto_chunksize']}",
+    ]
+    lines += [f"- **Note**: {note}" for note in data["notes"]]
+    plots = data.get("plots", {})
+    if plots.get("note"):
+        lines.append(f"- **Plots**: {plots['note']}")
+    lines += ["", "## Targets", "",
+              "Each ratio is pipepool's median over the peer's, both from this run "
+              "(latency and start-up: time ratios, lower is better).", "",
+              targets_markdown(data), "",
+              "In the tables below, each `vs peer` column says how many times better the row "
+              "is than that peer's headline contender: higher throughput, or lower time "
+              "(>1 means the row wins). CPU per task: the parent's own CPU (all its threads), "
+              "and the workers' (from /proc/<pid>/schedstat), divided by the tasks.", ""]
+    for name in ("tiny", "mib", "kib64", "latency", "startup"):
+        if name in data["measures"]:
+            lines += ["\n\n".join(_measure_sections(data, name)), ""]
+    if "latency" in data["measures"] and plots.get("files"):
+        lines += [f"Latency distribution: `{LATENCY_PNG}`.", ""]
+    if "startup" in data["measures"]:
+        lines += ["Start-up counts until the first result: pipepool and the stdlib pool "
+                  "start workers as work needs them (the stdlib all at once with fork), "
+                  "multiprocessing.Pool, loky and the Airflow-style pool start every worker "
+                  "up front.", ""]
+    if "sweep" in data["measures"]:
+        lines += [_sweep_section(data), ""]
+    if "hol" in data["measures"]:
+        lines += [_hol_section(data), ""]
+    return "\n".join(lines)
+
+
+def _load(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
+
+
+# -- plots ----------------------------------------------------------------------------------
+
+def write_plots(data: dict[str, Any], out_dir: str) -> dict[str, Any]:
+    """Throughput vs parallelism and the latency distribution, as PNGs."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return {"note": "no plots: matplotlib is not installed (pip install '.[bench]')"}
+    files = []
+    style = {}
+    colors = plt.get_cmap("tab20").colors
+    for i, (key, c) in enumerate(data["contenders"].items()):  # one color per contender,
+        style[key] = {"color": colors[i % len(colors)],  # the same in both plots
+                      "linestyle": "-" if c["family"] == "pipepool" else "--",
+                      "linewidth": 2.0 if c["family"] == "pipepool" else 1.2}
+    machine_line = (f"{data['machine']['cores']} cores, {data['machine']['python']}, "
+                    f"{data['machine']['kernel']}")
+    sweep = data["measures"].get("sweep")
+    if sweep:
+        fig, ax = plt.subplots(figsize=(8, 5))
+        params = [int(p) for p in sweep["params"]]
+        keys: list[str] = []
+        for by_key in sweep["params"].values():
+            keys += [k for k in by_key if k not in keys]
+        for key in keys:
+            xs, ys = [], []
+            for p in params:
+                entry = sweep["params"][str(p)].get(key, {})
+                if entry.get("median"):
+                    xs.append(p)
+                    ys.append(entry["median"]["rate"])
+            if xs:
+                ax.plot(xs, ys, marker="o", label=_label(data, key), **style[key])
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(params, [str(p) for p in params])
+        ax.set_xlabel("parallelism (worker processes)")
+        ax.set_ylabel("no-op tasks/s (median)")
+        ax.set_title(f"Throughput vs parallelism ({machine_line})", fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out_dir, SWEEP_PNG), dpi=110)
+        plt.close(fig)
+        files.append(SWEEP_PNG)
+    cdf = data.get("latency_cdf")
+    if cdf:
+        fig, axes = plt.subplots(1, len(cdf), figsize=(6 * len(cdf), 4.5), squeeze=False)
+        for ax, (param, by_key) in zip(axes[0], cdf.items(), strict=True):
+            for key, points in by_key.items():
+                ax.plot([us for _, us in points], [q for q, _ in points],
+                        label=_label(data, key), **style[key])
+            ax.set_xscale("log")
+            ax.set_xlabel("round-trip time of one no-op (µs, log)")
+            ax.set_ylabel("percentile")
+            ax.set_title(f"Latency distribution, parallelism {param}", fontsize=9)
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=7)
+        fig.suptitle(machine_line, fontsize=8)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out_dir, LATENCY_PNG), dpi=110)
+        plt.close(fig)
+        files.append(LATENCY_PNG)
+    return {"files": files}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m benchmarks.report RESULTS.json", file=sys.stderr)
+        return 2
+    with open(argv[0]) as f:
+        data = json.load(f)
+    for path in write_all(data, os.path.dirname(os.path.abspath(argv[0]))):
+        print("wrote", path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,599 @@
+"""The benchmark suite: pipepool against the pools a user would pick instead, in one run.
+
+Measures (at each parallelism of ``--parallelism``, 2 and 8 by default):
+
+=========  ============================================================================
+tiny       20,000 no-op calls submitted one by one and all collected: tasks/s, and the
+           CPU time per task of the parent (all its threads) and of the workers
+mib        200 tasks each returning 1 MiB: MB/s (10^6 bytes)
+kib64      2,000 tasks each sending 64 KiB: MB/s
+latency    one no-op at a time, 2,000 round trips: p50 and p99 in µs
+startup    pool construction + first result, with fork, forkserver and spawn: ms
+sweep      tiny tasks (fewer per point) at parallelism 1, 2, 4, ... 64: tasks/s
+hol        one 10 s task, then 1,000 tasks of 1 ms, on 4 workers: seconds until the
+           short ones are done (head-of-line blocking)
+=========  ============================================================================
+
+Every measure runs its contenders interleaved (round 1: A B C, round 2: B C A, ...),
+each sample on a fresh pool whose workers are up before the clock starts (except for
+``startup``), and reports medians: on a shared machine noise then hits everyone alike.
+Contenders whose package is missing (loky) are skipped with a note.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import faulthandler
+import gc
+import math
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pipepool
+
+from . import _cpu, report
+from .contenders import (
+    SPECS,
+    Adapter,
+    Spec,
+    local_prefetch_default,
+    local_spec,
+    missing_requirement,
+    pipepool_map_auto,
+)
+from .tasks import KIB64, MIB, make_mib, noop, take
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+MEASURES = ("tiny", "mib", "kib64", "latency", "startup", "sweep", "hol")
+START_METHODS = ("fork", "forkserver", "spawn")
+
+
+@dataclass
+class Config:
+    parallelism: list[int] = field(default_factory=lambda: [2, 8])
+    rounds: int = 5  # interleaved rounds of tiny, mib, kib64, latency and startup
+    tiny_tasks: int = 20_000
+    mib_tasks: int = 200
+    kib_tasks: int = 2_000
+    latency_calls: int = 2_000
+    methods: list[str] = field(default_factory=lambda: list(START_METHODS))
+    sweep: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64])
+    sweep_tasks: int = 4_000  # per point: start-up is excluded, so a few thousand suffice
+    sweep_rounds: int = 3
+    hol_long: float = 10.0
+    hol_short: float = 0.001
+    hol_count: int = 1_000
+    hol_workers: int = 4
+    hol_rounds: int = 2  # a yes/no measure: blocked short tasks wait the long one out
+    prefetches: list[int] = field(default_factory=lambda: [1, 16, 64])
+    sample_timeout: float = 300.0  # s; a sample that takes longer dumps stacks and exits
+
+
+PRESETS = {
+    "full": Config(),
+    # A smoke run of every measure in about a minute: numbers indicative only.
+    "quick": Config(rounds=2, tiny_tasks=2_000, mib_tasks=20, kib_tasks=200,
+                    latency_calls=200, sweep=[1, 2, 4, 8, 16], sweep_tasks=1_000,
+                    sweep_rounds=1, hol_long=2.0, hol_count=200, hol_rounds=1),
+    # The test suite's configuration: a few seconds, checks the outputs, not the numbers.
+    "smoke": Config(parallelism=[2], rounds=1, tiny_tasks=200, mib_tasks=4, kib_tasks=20,
+                    latency_calls=30, methods=["fork"], sweep=[1, 2], sweep_tasks=100,
+                    sweep_rounds=1, hol_long=1.0, hol_count=20, hol_rounds=1,
+                    prefetches=[1, 16], sample_timeout=60.0),
+}
+
+# What each measure reports: title, unit, the primary field and which way is better.
+MEASURE_INFO: dict[str, dict[str, Any]] = {
+    "tiny": {"title": "Tiny tasks: {n:,} no-op calls submitted one by one, all collected",
+             "unit": "tasks/s", "field": "rate", "better": "higher"},
+    "mib": {"title": "Payload: {n:,} tasks each returning 1 MiB", "unit": "MB/s",
+            "field": "mb_s", "better": "higher"},
+    "kib64": {"title": "Payload: {n:,} tasks each sending 64 KiB", "unit": "MB/s",
+              "field": "mb_s", "better": "higher"},
+    "latency": {"title": "Round-trip latency: one no-op at a time, {n:,} calls per sample",
+                "unit": "µs p50", "field": "p50_us", "better": "lower"},
+    "startup": {"title": "Start-up: pool construction + first task's result", "unit": "ms",
+                "field": "ms", "better": "lower"},
+    "sweep": {"title": "Parallelism sweep: {n:,} no-op calls per point", "unit": "tasks/s",
+              "field": "rate", "better": "higher"},
+    "hol": {"title": "Long tasks: one {long:g} s task, then {n:,} of {short:g} s, on {w} "
+                     "workers: time until the short ones are done",
+            "unit": "s", "field": "seconds", "better": "lower"},
+}
+
+
+class SampleError(Exception):
+    """A sample whose results were wrong (a contender that lost or changed results)."""
+
+
+# -- samples ---------------------------------------------------------------------------------
+
+def _open(spec: Spec, parallelism: int, method: str | None = None, warm: bool = True) -> Adapter:
+    adapter = spec.make(parallelism, method)
+    if warm:
+        try:
+            # Enough work that every worker is up (some pools start them on demand).
+            adapter.run(noop, list(range(4 * parallelism)))
+        except BaseException:
+            adapter.abort()
+            raise
+    return adapter
+
+
+def throughput_sample(spec: Spec, parallelism: int, fn: Callable[[Any], Any], args: list[Any],
+                      check: Callable[[list[Any]], bool], nbytes: int = 0) -> dict[str, float]:
+    """One timed ``run`` on a fresh, warm pool: rate, MB/s, parent and worker CPU."""
+    adapter = _open(spec, parallelism)
+    try:
+        gc.collect()
+        pids = adapter.pids()
+        workers_before = _cpu.snapshot(pids)
+        parent_before = _cpu.parent_seconds()
+        started = time.perf_counter()
+        results = adapter.run(fn, args)
+        elapsed = time.perf_counter() - started
+        parent_used = _cpu.parent_seconds() - parent_before
+        workers_used = _cpu.used_since(
+            workers_before, _cpu.snapshot(sorted(set(pids) | set(adapter.pids()))))
+        if not check(results):
+            raise SampleError(f"{spec.label}: wrong results")
+    except BaseException:
+        adapter.abort()
+        raise
+    adapter.close()
+    n = len(args)
+    out = {"seconds": elapsed, "rate": n / elapsed,
+           "parent_cpu_us": parent_used / n * 1e6, "worker_cpu_us": workers_used / n * 1e6}
+    if nbytes:
+        out["mb_s"] = nbytes * n / elapsed / 1e6
+    return out
+
+
+def latency_sample(spec: Spec, parallelism: int, calls: int) -> dict[str, Any]:
+    adapter = _open(spec, parallelism)
+    try:
+        for i in range(min(50, calls)):
+            adapter.call(noop, i)
+        gc.collect()
+        times = []
+        clock = time.perf_counter_ns
+        call = adapter.call
+        for i in range(calls):
+            started = clock()
+            if call(noop, i) != i:
+                raise SampleError(f"{spec.label}: wrong result")
+            times.append((clock() - started) / 1000)
+    except BaseException:
+        adapter.abort()
+        raise
+    adapter.close()
+    return {"p50_us": percentile(times, 50), "p99_us": percentile(times, 99),
+            "mean_us": statistics.fmean(times), "_times": times}
+
+
+def startup_sample(spec: Spec, parallelism: int, method: str) -> dict[str, float]:
+    gc.collect()
+    started = time.perf_counter()
+    adapter = _open(spec, parallelism, method, warm=False)
+    try:
+        if adapter.call(noop, 7) != 7:
+            raise SampleError(f"{spec.label}: wrong result")
+        elapsed = time.perf_counter() - started
+    except BaseException:
+        adapter.abort()
+        raise
+    closing = time.perf_counter()
+    adapter.close()
+    return {"ms": elapsed * 1e3, "close_ms": (time.perf_counter() - closing) * 1e3}
+
+
+def hol_sample(spec: Spec, cfg: Config) -> dict[str, float]:
+    adapter = _open(spec, cfg.hol_workers)
+    try:
+        seconds = adapter.shorts_done(cfg.hol_long, cfg.hol_short, cfg.hol_count)
+    finally:
+        adapter.abort()  # do not wait out the long task
+    return {"seconds": seconds}
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of unsorted values."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+# -- the run ---------------------------------------------------------------------------------
+
+class Suite:
+    def __init__(self, cfg: Config, log: Callable[[str], None]) -> None:
+        self.cfg = cfg
+        self.log = log
+        self.notes: list[str] = []
+        self.measures: dict[str, dict[str, Any]] = {}
+        self.latency_times: dict[str, dict[str, list[float]]] = {}
+        self.contenders: dict[str, dict[str, str]] = {}
+        self.skipped: set[str] = set()
+        default = local_prefetch_default()
+        self.adaptive_prefetch = default is None or isinstance(default, str)
+        local = [local_spec(p) for p in cfg.prefetches]
+        if self.adaptive_prefetch:
+            local.insert(0, local_spec("default"))
+        self.local_specs = local
+        self.local: Spec = local[0]  # replaced by the choice made after `tiny`
+        self.local_why = (f"LocalExecutor's own adaptive default (prefetch={default!r})"
+                          if self.adaptive_prefetch else
+                          f"prefetch={cfg.prefetches[0]}: `tiny` was not run to choose one")
+        for spec in [*local, *SPECS.values()]:
+            note = missing_requirement(spec)
+            if note:
+                self.skipped.add(spec.key)
+                if note not in self.notes:
+                    self.notes.append(note)
+
+    def specs(self, *keys: str) -> list[Spec]:
+        chosen = []
+        for key in keys:
+            spec = self.local if key == "local" else SPECS[key]
+            if spec.key not in self.skipped:
+                chosen.append(spec)
+        return chosen
+
+    def interleave(self, measure: str, params: list[Any], specs: list[Spec], rounds: int,
+                   sample: Callable[[Spec, Any], dict[str, Any]]) -> None:
+        """``rounds`` rounds; in each, every param, every contender (rotated per round)."""
+        table = self.measures.setdefault(measure, {"params": {}})["params"]
+        for spec in specs:
+            self.contenders[spec.key] = {"label": spec.label, "family": spec.family}
+        for r in range(rounds):
+            for param in params:
+                shift = r % len(specs)
+                for spec in specs[shift:] + specs[:shift]:
+                    samples = table.setdefault(_param_key(param), {}).setdefault(spec.key, [])
+                    faulthandler.dump_traceback_later(self.cfg.sample_timeout, exit=True)
+                    try:
+                        s = sample(spec, param)
+                    except Exception as exc:  # one contender failing must not sink the run
+                        s = {"error": f"{type(exc).__name__}: {exc}"}
+                    finally:
+                        faulthandler.cancel_dump_traceback_later()
+                    times = s.pop("_times", None)
+                    if times is not None:
+                        self.latency_times.setdefault(_param_key(param), {}).setdefault(
+                            spec.key, []).extend(times)
+                    samples.append(s)
+                    self.log(f"{measure} round {r + 1}/{rounds} {_param_key(param)}: "
+                             f"{spec.label}: {_brief(s)}")
+
+    # -- each measure -------------------------------------------------------------------
+
+    def run_tiny(self) -> None:
+        cfg = self.cfg
+        args = list(range(cfg.tiny_tasks))
+        keys = ["ppe-submit", "ppe-map1", "ppe-map-auto", "std-submit", "std-map1",
+                "std-map-auto", "mp-imap1", "mp-apply", "loky-submit", "airflow"]
+        specs = [s for s in self.local_specs if s.key not in self.skipped] + self.specs(*keys)
+        self.interleave("tiny", cfg.parallelism, specs, cfg.rounds,
+                        lambda s, p: throughput_sample(s, p, noop, args,
+                                                       lambda r: sorted(r) == args))
+        self.choose_local()
+
+    def choose_local(self) -> None:
+        """The LocalExecutor configuration every later measure uses (reported)."""
+        if self.adaptive_prefetch:
+            return
+        params = self.measures["tiny"]["params"]
+        p = "2" if "2" in params else next(iter(params))
+        rates = {}
+        for spec in self.local_specs:
+            values = [s["rate"] for s in params[p].get(spec.key, []) if "rate" in s]
+            if values:
+                rates[spec.key] = statistics.median(values)
+        if not rates:
+            return
+        best = max(rates, key=rates.__getitem__)
+        self.local = next(s for s in self.local_specs if s.key == best)
+        tried = ", ".join(f"{s.key[len('local-p'):]} ({rates.get(s.key, 0):,.0f} tasks/s)"
+                          for s in self.local_specs)
+        self.local_why = (f"prefetch {best[len('local-p'):]}, the best median tasks/s in "
+                          f"`tiny` at p={p} of prefetch {tried} (LocalExecutor has no "
+                          "adaptive default yet)")
+
+    PAYLOAD_KEYS = ("local", "ppe-submit", "std-submit", "mp-apply", "mp-imap1", "loky-submit",
+                    "airflow")
+
+    def run_mib(self) -> None:
+        args = list(range(self.cfg.mib_tasks))
+        self.interleave("mib", self.cfg.parallelism, self.specs(*self.PAYLOAD_KEYS),
+                        self.cfg.rounds,
+                        lambda s, p: throughput_sample(
+                            s, p, make_mib, args,
+                            lambda r: len(r) == len(args) and all(len(b) == MIB for b in r),
+                            nbytes=MIB))
+
+    def run_kib64(self) -> None:
+        blob = bytes(KIB64)  # pickled anew for every call, as any argument is
+        args = [blob] * self.cfg.kib_tasks
+        self.interleave("kib64", self.cfg.parallelism, self.specs(*self.PAYLOAD_KEYS),
+                        self.cfg.rounds,
+                        lambda s, p: throughput_sample(s, p, take, args,
+                                                       lambda r: r == [KIB64] * len(args),
+                                                       nbytes=KIB64))
+
+    def run_latency(self) -> None:
+        keys = ["local", "ppe-submit", "std-submit", "mp-apply", "loky-submit", "airflow"]
+        self.interleave("latency", self.cfg.parallelism, self.specs(*keys), self.cfg.rounds,
+                        lambda s, p: latency_sample(s, p, self.cfg.latency_calls))
+
+    def run_startup(self) -> None:
+        keys = ["local", "ppe-submit", "std-submit", "mp-apply", "loky-submit", "airflow"]
+        params = [(m, p) for m in self.cfg.methods for p in self.cfg.parallelism]
+        self.interleave("startup", params, self.specs(*keys), self.cfg.rounds,
+                        lambda s, mp: startup_sample(s, mp[1], mp[0]))
+
+    def run_sweep(self) -> None:
+        args = list(range(self.cfg.sweep_tasks))
+        keys = ["local", "ppe-submit", "ppe-map1", "std-submit", "mp-imap1", "loky-submit",
+                "airflow"]
+        self.interleave("sweep", self.cfg.sweep, self.specs(*keys), self.cfg.sweep_rounds,
+                        lambda s, p: throughput_sample(s, p, noop, args,
+                                                       lambda r: sorted(r) == args))
+
+    def run_hol(self) -> None:
+        specs = [s for s in self.local_specs if s.key not in self.skipped] + self.specs(
+            "ppe-submit", "std-submit", "mp-imap1", "mp-apply", "loky-submit", "airflow")
+        self.interleave("hol", [self.cfg.hol_workers], specs, self.cfg.hol_rounds,
+                        lambda s, _p: hol_sample(s, self.cfg))
+
+
+def _param_key(param: Any) -> str:
+    if isinstance(param, tuple):
+        return f"{param[0]}:{param[1]}"
+    return str(param)
+
+
+def _brief(sample: dict[str, Any]) -> str:
+    if "error" in sample:
+        return "ERROR " + sample["error"]
+    return ", ".join(f"{k} {v:,.4g}" for k, v in sample.items() if not k.startswith("_"))
+
+
+# -- summary ---------------------------------------------------------------------------------
+
+def summarize(suite: Suite, cfg: Config) -> None:
+    """Medians (and min/max of the primary field) of every measure/param/contender."""
+    for measure, data in suite.measures.items():
+        info = MEASURE_INFO[measure]
+        data.update(info)
+        n = {"tiny": cfg.tiny_tasks, "mib": cfg.mib_tasks, "kib64": cfg.kib_tasks,
+             "latency": cfg.latency_calls, "sweep": cfg.sweep_tasks, "hol": cfg.hol_count,
+             "startup": 1}[measure]
+        data["title"] = info["title"].format(n=n, long=cfg.hol_long, short=cfg.hol_short,
+                                             w=cfg.hol_workers)
+        for by_key in data["params"].values():
+            for key, samples in list(by_key.items()):
+                good = [s for s in samples if "error" not in s]
+                entry: dict[str, Any] = {"samples": samples, "ok": len(good)}
+                if good:
+                    fields = [k for k in good[0] if not k.startswith("_")]
+                    entry["median"] = {f: statistics.median(s[f] for s in good) for f in fields}
+                    primary = [s[info["field"]] for s in good]
+                    entry["min"], entry["max"] = min(primary), max(primary)
+                errors = sorted({s["error"] for s in samples if "error" in s})
+                if errors:
+                    entry["errors"] = errors
+                by_key[key] = entry
+
+
+def latency_cdf(suite: Suite) -> dict[str, dict[str, list[list[float]]]]:
+    """Pooled round-trip times as (percentile, µs) points: what the latency plot draws."""
+    points = [*range(0, 100), 99.5, 99.9, 100]
+    return {param: {key: [[q, percentile(times, q) if q else min(times)] for q in points]
+                    for key, times in by_key.items() if times}
+            for param, by_key in suite.latency_times.items()}
+
+
+def median_of(data: dict[str, Any], measure: str, param: str, key: str,
+              field_name: str | None = None) -> float | None:
+    m = data["measures"].get(measure)
+    if m is None:
+        return None
+    entry = m["params"].get(param, {}).get(key)
+    if not entry or "median" not in entry:
+        return None
+    return entry["median"].get(field_name or m["field"])
+
+
+def evaluate_targets(data: dict[str, Any], cfg: Config) -> list[dict[str, Any]]:
+    """Issue 6's targets, each a ratio of two medians measured in this run."""
+    local = data["local_choice"]["key"]
+    rows: list[dict[str, Any]] = []
+
+    def add(name: str, measure: str, param: str, ours: str, peer: str, goal: str,
+            bound: float, field_name: str | None = None, absolute: float | None = None) -> None:
+        a = median_of(data, measure, param, ours, field_name)
+        b = absolute if absolute is not None else median_of(data, measure, param, peer,
+                                                             field_name)
+        ratio = a / b if a is not None and b else None
+        met = None if ratio is None else (ratio >= bound if goal == ">=" else ratio <= bound)
+        rows.append({"target": name, "measure": measure, "param": param, "ours": ours,
+                     "peer": peer, "ours_value": a, "peer_value": b, "ratio": ratio,
+                     "goal": f"{goal} {bound:g}x", "met": met,
+                     "field": field_name or data["measures"].get(measure, {}).get("field")})
+
+    ps = [str(p) for p in cfg.parallelism]
+    p2 = "2" if "2" in ps else ps[0]
+    add(f"LocalExecutor tiny tasks, p={p2}", "tiny", p2, local, "airflow", ">=", 2)
+    for p in ps:
+        add(f"ProcessPoolExecutor submit+result, p={p}", "tiny", p, "ppe-submit",
+            "std-submit", ">=", 10)
+    for p in ps:
+        add(f"ProcessPoolExecutor.map chunksize 1, p={p}", "tiny", p, "ppe-map1", "mp-imap1",
+            ">=", 2)
+    for p in ps:
+        add(f"round-trip latency p50, p={p}", "latency", p, "ppe-submit", "std-submit", "<=",
+            0.3, "p50_us")
+        add(f"round-trip latency p99, p={p}", "latency", p, "ppe-submit", "std-submit", "<=",
+            0.3, "p99_us")
+    for p in ps:
+        add(f"1 MiB results, p={p}", "mib", p, "ppe-submit", "std-submit", ">=", 2)
+    for method in ("fork", "spawn"):
+        if method in cfg.methods:
+            for p in ps:
+                add(f"start-up + first task, {method}, p={p}", "startup", f"{method}:{p}",
+                    "ppe-submit", "std-submit", "<=", 1)
+    hol = str(cfg.hol_workers)
+    for key, who in (("ppe-submit", "ProcessPoolExecutor"), (local, "LocalExecutor")):
+        add(f"long tasks, no head-of-line blocking: {who}, {hol} workers", "hol", hol, key,
+            f"the long task ({cfg.hol_long:g} s)", "<=", 0.2, absolute=cfg.hol_long)
+    return rows
+
+
+# -- machine and command ----------------------------------------------------------------------
+
+def machine() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "cores": os.cpu_count(),
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "kernel": f"{platform.system()} {platform.release()}",
+        "machine": platform.machine(),
+        "pipepool": f"{pipepool.__version__} ({pipepool.IMPLEMENTATION} loop)",
+        "default_start_method": __import__("multiprocessing").get_start_method(),
+    }
+    with contextlib.suppress(AttributeError):  # not on Linux
+        info["usable_cores"] = len(os.sched_getaffinity(0))
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    info["cpu"] = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    for module in ("loky", "matplotlib"):
+        try:
+            info[module] = __import__(module).__version__
+        except ImportError:
+            info[module] = None
+    info["git"] = _git_state()
+    return info
+
+
+def _git_state() -> str | None:
+    try:
+        head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, timeout=10, check=True).stdout
+        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--", "src", "pyx"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    files = [line[3:] for line in dirty.splitlines()]
+    return head.strip() + (f" + uncommitted changes in {', '.join(files)}" if files else "")
+
+
+def _load() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
+# -- command line ----------------------------------------------------------------------------
+
+def build_parser(prog: str = "python -m benchmarks") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog, description=__doc__.split("\n\n")[0],
+        epilog="Measures: " + ", ".join(MEASURES) + ". See benchmarks/suite.py.")
+    preset = parser.add_mutually_exclusive_group()
+    preset.add_argument("--quick", action="store_const", const="quick", dest="preset",
+                        help="fewer rounds and tasks (about a minute): a smoke run")
+    preset.add_argument("--smoke", action="store_const", const="smoke", dest="preset",
+                        help="the test suite's tiny configuration (seconds; numbers meaningless)")
+    parser.add_argument("--only", nargs="+", choices=MEASURES, metavar="MEASURE",
+                        help="run only these measures (targets that need others show n/a)")
+    parser.add_argument("-p", "--parallelism", type=int, nargs="+",
+                        help="parallelism levels (default: 2 8)")
+    parser.add_argument("--rounds", type=int, help="interleaved rounds per measure")
+    parser.add_argument("--tasks", type=int, help="tasks per tiny-task sample")
+    parser.add_argument("--prefetch", type=int, nargs="+",
+                        help="LocalExecutor prefetch depths to try (default: 1 16 64)")
+    parser.add_argument("--out", help="output directory (default: benchmarks/results, "
+                                      "or benchmarks/results/<preset> with --quick/--smoke)")
+    parser.add_argument("--no-plots", action="store_true", help="write no PNG plots")
+    return parser
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m benchmarks") -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(prog).parse_args(argv)
+    preset = args.preset or "full"
+    cfg = dataclasses.replace(PRESETS[preset])
+    if args.parallelism:
+        cfg.parallelism = args.parallelism
+    if args.rounds:
+        cfg.rounds = args.rounds
+        cfg.sweep_rounds = min(cfg.sweep_rounds, args.rounds)
+        cfg.hol_rounds = min(cfg.hol_rounds, args.rounds)
+    if args.tasks:
+        cfg.tiny_tasks = args.tasks
+    if args.prefetch:
+        cfg.prefetches = args.prefetch
+    out_dir = args.out or os.path.join(HERE, "results", "" if preset == "full" else preset)
+    measures = args.only or list(MEASURES)
+
+    def log(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    command = " ".join([prog, *map(shlex.quote, argv)])
+    log(f"{command}: {preset} configuration, measures {', '.join(measures)}, "
+        f"results to {out_dir}")
+    began, load_before = time.time(), _load()
+    suite = Suite(cfg, log)
+    for note in suite.notes:
+        log("note: " + note)
+    if "tiny" in measures:
+        suite.run_tiny()
+    log(f"LocalExecutor configuration for the other measures: {suite.local_why}")
+    steps = {"mib": suite.run_mib, "kib64": suite.run_kib64, "latency": suite.run_latency,
+             "startup": suite.run_startup, "sweep": suite.run_sweep, "hol": suite.run_hol}
+    for name, step in steps.items():
+        if name in measures:
+            step()
+    summarize(suite, cfg)
+    _, _, map_note = pipepool_map_auto()
+    data: dict[str, Any] = {
+        "command": command,
+        "preset": preset,
+        "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(began)),
+        "elapsed_s": round(time.time() - began, 1),
+        "load_1min": {"before": load_before, "after": _load()},
+        "machine": machine(),
+        "config": dataclasses.asdict(cfg),
+        "notes": suite.notes,
+        "local_choice": {"key": suite.local.key, "label": suite.local.label,
+                         "why": suite.local_why},
+        "map_auto_chunksize": map_note,
+        "contenders": suite.contenders,
+        "measures": suite.measures,
+        "latency_cdf": latency_cdf(suite),
+    }
+    data["targets"] = evaluate_targets(data, cfg)
+    paths = report.write_all(data, out_dir, plots=not args.no_plots)
+    print(report.targets_markdown(data))
+    log("wrote " + ", ".join(os.path.relpath(p) for p in paths))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
