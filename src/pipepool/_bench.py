@@ -11,8 +11,10 @@ import concurrent.futures
 import multiprocessing
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from .executor import LocalExecutor
 
@@ -81,3 +83,32 @@ def race(tasks: int = 20000, workers: int | None = None, rounds: int = 3,
     for name, value in medians.items():
         out(f"{name:<{width}}  {value:>10,.0f}  {value / stdlib:>8.2f}x")
     return medians
+
+
+def find_suite_root() -> Path | None:
+    """The source checkout whose ``benchmarks/`` holds the full suite, or None.
+
+    ``benchmarks/`` is not installed with the package: it is found next to the ``src/``
+    this module was imported from (an editable install or ``PYTHONPATH=src``), else in
+    the current directory (an installed pipepool, run from the checkout's root).
+    """
+    for root in (Path(__file__).resolve().parents[2], Path.cwd()):
+        if (root / "benchmarks" / "suite.py").is_file() and (root / "pyproject.toml").is_file():
+            return root
+    return None
+
+
+def run_suite(argv: list[str]) -> int:
+    """``pipepool bench --full ARGS``: the suite of ``benchmarks/`` with ``ARGS``."""
+    root = find_suite_root()
+    if root is None:
+        print("pipepool bench --full: the full benchmark suite lives in benchmarks/ of a "
+              "source checkout and is not installed with the package; run this command "
+              "(or python -m benchmarks) from the root of a pipepool checkout",
+              file=sys.stderr)
+        return 2
+    # On sys.path, so that spawned workers (which get the parent's path) import it too.
+    sys.path.insert(0, str(root))
+    from benchmarks.suite import main
+
+    return main(argv, prog="pipepool bench --full")

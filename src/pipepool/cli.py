@@ -93,6 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--tasks", type=int, default=20000, help="no-op tasks per round")
     bench.add_argument("-j", "--jobs", type=int, default=None, help="workers (default: cores)")
     bench.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
+    bench.add_argument("--full", nargs=argparse.REMAINDER, metavar="SUITE_ARGS",
+                       help="run the full suite of benchmarks/ instead (needs a source "
+                            "checkout); the arguments after --full go to it: --quick, "
+                            "--only MEASURE ..., --out DIR (see --full --help)")
     return parser
 
 
@@ -106,6 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bench":
         if groups:
             parser.error("bench takes no ::: arguments")
+        if args.full is not None:
+            from ._bench import run_suite
+
+            return run_suite(args.full)
         from ._bench import race
 
         race(args.tasks, args.jobs, args.rounds)
