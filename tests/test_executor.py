@@ -225,3 +225,31 @@ def test_worker_holds_only_its_own_pipe_ends(impl):
         assert len(rec.terminal) == 3
     finally:
         ex.terminate()
+
+
+def test_adaptive_depth_never_queues_long_tasks_behind_each_other(impl):
+    """prefetch=None: tasks that take longer than the backlog go one per worker."""
+    ex = LocalExecutor(3, start_method="fork", prefetch=None, _loop_impl=impl)
+    ex.start()
+    try:
+        for i in range(9):
+            ex.queue(i, tasks.sleep, 0.05, i)
+        rec = Recorder(ex)
+        deepest = 0
+        while ex.has_work():
+            rec.round(0.01)
+            deepest = max([deepest, *(len(w.in_flight) for w in ex._workers.values())])
+        assert deepest == 1
+        assert ex.stats()["dispatch_depth"] == 1
+        rec.finish()
+        assert {k: e.result for k, e in rec.terminal.items()} == {i: i for i in range(9)}
+    finally:
+        ex.terminate()
+
+
+def test_adaptive_depth_runs_tiny_tasks(impl):
+    with LocalExecutor(2, start_method="fork", prefetch=None, _loop_impl=impl) as ex:
+        for i in range(3000):
+            ex.queue(i, tasks.echo, i)
+    events = ex.get_event_buffer()
+    assert {k: e.result for k, e in events.items()} == {i: i for i in range(3000)}

@@ -59,6 +59,14 @@ REAP_INTERVAL = 0.25  # s between exit checks of every worker: catches a worker 
 # result pipe a grandchild still holds open (no EOF), at a cost of one waitpid per worker
 INIT_RETRIES = 3  # consecutive initializer failures before queued work fails
 INIT_BACKOFF = 0.1  # s before the first restart after an initializer failure; doubles
+# Adaptive dispatch depth (prefetch=None): a worker gets as many tasks ahead as fit in
+# BACKLOG seconds of the observed task time. Deep for tiny tasks (fewer wake-ups, one
+# writev per batch), 1 for long ones (they never wait behind each other); and a worker
+# whose current task overruns gets nothing more, so a surprise long task traps at most
+# the few short ones already sent to it.
+BACKLOG = 0.002  # s of predicted work queued per worker: the wait a short task may pay
+MAX_DEPTH = 64  # beyond this, bigger batches stop paying and fairness suffers
+EMA_WEIGHT = 0.2  # weight of the newest run-time sample
 
 # Every parent-side pipepool fd open in this process. A forked worker closes all of them
 # but its own, so that no worker holds another's pipe ends: otherwise one worker's EOF or
@@ -71,6 +79,7 @@ _QUEUED, _RUNNING, _DONE = 0, 1, 2
 class _Task:
     __slots__ = (
         "args",
+        "began",
         "deadline",
         "fn",
         "key",
@@ -91,6 +100,7 @@ class _Task:
         self.timeout = timeout
         self.phase = _QUEUED
         self.started = False
+        self.began = 0.0  # when its STARTED frame was read
         self.deadline: float | None = None
 
 
@@ -99,6 +109,7 @@ class _Worker:
         "close_error",
         "closed_at",
         "closing",
+        "current",
         "fds",
         "heard",
         "in_flight",
@@ -128,6 +139,7 @@ class _Worker:
         self.kill_reason: BaseException | None = None  # why we killed it, for its task
         self.killed = False
         self.heard = False  # any frame received: it got through start-up
+        self.current: _Task | None = None  # the task it said it started, until its outcome
 
 
 class LocalExecutor:
@@ -142,7 +154,7 @@ class LocalExecutor:
         parallelism: int | None = None,
         *,
         start_method: str | None = None,
-        prefetch: int = 1,
+        prefetch: int | None = 1,
         pipe_size: int | None = None,
         max_tasks_per_child: int | None = None,
         initializer: Callable[..., object] | None = None,
@@ -153,8 +165,8 @@ class LocalExecutor:
             parallelism = os.cpu_count() or 1
         if parallelism < 1:
             raise ValueError("parallelism must be at least 1")
-        if prefetch < 1:
-            raise ValueError("prefetch must be at least 1")
+        if prefetch is not None and prefetch < 1:
+            raise ValueError("prefetch must be at least 1, or None for an adaptive depth")
         if max_tasks_per_child is not None and max_tasks_per_child < 1:
             raise ValueError("max_tasks_per_child must be at least 1 or None")
         if start_method not in (None, "fork", "spawn", "forkserver"):
@@ -186,6 +198,7 @@ class LocalExecutor:
             ("done", "failed", "lost", "crashes", "recycles", "started_workers"), 0
         )
         self._last_progress = time.monotonic()
+        self._task_time = BACKLOG  # EMA of task run time; starts at depth 1, learns fast
 
     # -- public API -------------------------------------------------------------------
 
@@ -375,6 +388,7 @@ class LocalExecutor:
             "worker_crashes": self._stats["crashes"],
             "worker_recycles": self._stats["recycles"],
             "workers_started": self._stats["started_workers"],
+            "dispatch_depth": self.prefetch or self._adaptive_depth(),
             "last_progress": self._last_progress,
         }
 
@@ -391,6 +405,20 @@ class LocalExecutor:
         """Make a ``sync(timeout=...)`` waiting in another thread return now. The one
         method safe to call from another thread; not after ``end()``/``terminate()``."""
         self._loop.wake()
+
+    def prestart(self) -> None:
+        """Start every missing worker now, work or not (``sync`` starts them only while
+        work is outstanding), from the calling thread: a fork from a thread of the
+        caller's choosing, and before anything can forbid it (interpreter shutdown)."""
+        self._require_started()
+        deferred = None
+        try:
+            deferred = _signals.defer()
+            alive = sum(1 for w in self._workers.values() if not w.closing)
+            for _ in range(self.parallelism - alive):
+                self._start_worker()
+        finally:
+            _signals.undefer(deferred)
 
     def __enter__(self) -> LocalExecutor:
         self.start()
@@ -412,11 +440,12 @@ class LocalExecutor:
     def _collect(self) -> None:
         frames, closed = self._loop.pump()
         workers = self._workers
+        now = time.monotonic() if frames else 0.0  # one clock read per batch, not per frame
         for channel, kind, ident, payload in frames:
             w = workers.get(channel)
             if w is not None:
                 w.heard = True
-                self._on_frame(w, kind, ident, payload)
+                self._on_frame(w, kind, ident, payload, now)
         for channel, error in closed:
             w = workers.get(channel)
             if w is not None:
@@ -426,13 +455,16 @@ class LocalExecutor:
                 if error is not None:  # a stream we cannot trust: the worker must go
                     self._kill_worker(w, None)
 
-    def _on_frame(self, w: _Worker, kind: int, ident: int, payload: bytes) -> None:
+    def _on_frame(self, w: _Worker, kind: int, ident: int, payload: bytes,
+                  now: float) -> None:
         if kind == Kind.STARTED:
             t = w.in_flight.get(ident)
             if t is not None:
                 t.started = True
+                t.began = now
+                w.current = t
                 if t.timeout is not None:
-                    t.deadline = time.monotonic() + t.timeout
+                    t.deadline = now + t.timeout
                     self._timed[t.tid] = t
                 self._publish(Event(t.key, State.RUNNING, pid=w.pid), terminal=False)
             return
@@ -441,7 +473,11 @@ class LocalExecutor:
             if t is None:
                 return
             self._init_failures = 0  # a task ran, so the initializer works
-            self._last_progress = time.monotonic()
+            self._last_progress = now
+            if t.started:
+                self._task_time += EMA_WEIGHT * (now - t.began - self._task_time)
+            if w.current is t:
+                w.current = None
             if kind == Kind.DONE:
                 try:
                     result = pickle.loads(payload)
@@ -528,13 +564,19 @@ class LocalExecutor:
         queue = self._queue
         if not queue:
             return
-        prefetch = self.prefetch
+        prefetch = self.prefetch or self._adaptive_depth()
         limit = self.max_tasks_per_child
         open_workers = [
             w for w in self._workers.values()
             if not w.closing and len(w.in_flight) < prefetch
             and (limit is None or w.sent < limit)
         ]
+        if self.prefetch is None and prefetch > 1:
+            # Feed no worker whose current task overruns what we expect of a task: what
+            # we send it now would wait behind that task instead of running elsewhere.
+            overrun = time.monotonic() - max(BACKLOG, 4 * self._task_time)
+            open_workers = [w for w in open_workers
+                            if w.current is None or w.current.began > overrun]
         loop = self._loop
         fed = set()
         # Breadth first: one task per worker per pass, so a deep prefetch stays fair.
@@ -748,6 +790,10 @@ class LocalExecutor:
             if old is not None and old.state.terminal:
                 return
         self._events[event.key] = event
+
+    def _adaptive_depth(self) -> int:
+        """Tasks ahead per worker: BACKLOG seconds of the observed task time, 1..MAX_DEPTH."""
+        return max(1, min(MAX_DEPTH, int(BACKLOG / max(self._task_time, 1e-7))))
 
     def _wait_bound(self) -> float:
         """How long a wait may last before a step in this object has work to do."""
