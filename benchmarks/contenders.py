@@ -53,9 +53,26 @@ def pipepool_map_auto() -> tuple[bool, Any, str]:
     return False, None, "ceil(tasks / (4 x workers)), multiprocessing.Pool.map's rule"
 
 
-def local_prefetch_default() -> Any:
-    """LocalExecutor's ``prefetch`` default: an int, or None/"auto" if it adapts."""
-    return inspect.signature(pipepool.LocalExecutor).parameters["prefetch"].default
+NO_ADAPTIVE = object()  # LocalExecutor has no adaptive prefetch (yet)
+
+
+def local_adaptive_prefetch() -> Any:
+    """The ``prefetch`` value that makes LocalExecutor adapt its dispatch depth, if any.
+
+    An adaptive default (None or a string such as "auto") is returned as "default"
+    (pass nothing); else an accepted None or "auto" option; else ``NO_ADAPTIVE``.
+    Building an executor without starting it costs no process.
+    """
+    default = inspect.signature(pipepool.LocalExecutor).parameters["prefetch"].default
+    if default is None or isinstance(default, str):
+        return "default"
+    for candidate in (None, "auto"):
+        try:
+            pipepool.LocalExecutor(1, prefetch=candidate)
+        except (TypeError, ValueError):
+            continue
+        return candidate
+    return NO_ADAPTIVE
 
 
 def _wait_futures(futures: list[concurrent.futures.Future]) -> None:
@@ -343,10 +360,14 @@ class Spec:
         return self.family == PIPEPOOL
 
 
-def local_spec(prefetch: Any, label: str | None = None, key: str | None = None) -> Spec:
-    name = "auto" if prefetch in ("default", None, "auto") else str(prefetch)
-    return Spec(key or f"local-p{name}", label or f"pipepool LocalExecutor (prefetch {name})",
-                PIPEPOOL, lambda p, m: LocalAdapter(p, m, prefetch))
+def local_spec(prefetch: Any) -> Spec:
+    """LocalExecutor with a fixed ``prefetch``, or an adaptive one (see above)."""
+    if isinstance(prefetch, int):
+        key, label = f"local-p{prefetch}", f"pipepool LocalExecutor (prefetch {prefetch})"
+    else:
+        shown = "default" if prefetch == "default" else f"prefetch={prefetch!r}"
+        key, label = "local-adaptive", f"pipepool LocalExecutor (adaptive, {shown})"
+    return Spec(key, label, PIPEPOOL, lambda p, m: LocalAdapter(p, m, prefetch))
 
 
 def _ppe(mode: str) -> Callable[[int, str | None], Adapter]:

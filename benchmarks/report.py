@@ -150,7 +150,8 @@ def _param_title(measure: str, param: str) -> str:
         method, p = param.split(":")
         return f"{method}, parallelism {p}"
     if measure == "hol":
-        return f"{param} workers"
+        state, workers = param.split(":")
+        return f"{state} pool, {workers} workers"
     return f"parallelism {param}"
 
 
@@ -178,23 +179,24 @@ def _hol_section(data: dict[str, Any]) -> str:
     ideal = cfg["hol_count"] * cfg["hol_short"] / max(1, cfg["hol_workers"] - 1)
     rows = []
     for param, by_key in m["params"].items():
+        state = param.split(":")[0]
         for key, entry in by_key.items():
             med = entry.get("median")
             if not med:
-                rows.append([_label(data, key), "error: " + "; ".join(entry.get("errors", [])),
-                             "", ""])
+                rows.append([_label(data, key), state,
+                             "error: " + "; ".join(entry.get("errors", [])), "", ""])
                 continue
             s = med["seconds"]
             blocked = "blocked behind the long task" if s >= 0.9 * cfg["hol_long"] else "no"
-            rows.append([_label(data, key), _fmt(s, "s"), f"{s / cfg['hol_long']:.2f}",
+            rows.append([_label(data, key), state, _fmt(s, "s"), f"{s / cfg['hol_long']:.2f}",
                          blocked])
-        del param
     return (f"## {m['title']}\n\nWith no blocking the short ones take about "
             f"{ideal:.2f} s of sleeping spread over the other {cfg['hol_workers'] - 1} "
             "workers, plus the pool's overhead; a short task queued behind the long one "
             f"waits its {cfg['hol_long']:g} s out.\n\n"
-            + _table(["contender", "s until the short tasks are done", "÷ long task",
-                      "head-of-line blocking"], rows))
+            + _table(["contender", "pool", "s until the short tasks are done",
+                      "÷ long task", "head-of-line blocking"], rows,
+                     ["---", "---", "---:", "---:", "---"]))
 
 
 def markdown(data: dict[str, Any]) -> str:

@@ -11,7 +11,8 @@ latency    one no-op at a time, 2,000 round trips: p50 and p99 in µs
 startup    pool construction + first result, with fork, forkserver and spawn: ms
 sweep      tiny tasks (fewer per point) at parallelism 1, 2, 4, ... 64: tasks/s
 hol        one 10 s task, then 1,000 tasks of 1 ms, on 4 workers: seconds until the
-           short ones are done (head-of-line blocking)
+           short ones are done (head-of-line blocking), on a fresh pool (cold) and on
+           one that ran no-ops first (warm: an adaptive dispatch depth has seen tiny tasks)
 =========  ============================================================================
 
 Every measure runs its contenders interleaved (round 1: A B C, round 2: B C A, ...),
@@ -43,10 +44,11 @@ import pipepool
 
 from . import _cpu, report
 from .contenders import (
+    NO_ADAPTIVE,
     SPECS,
     Adapter,
     Spec,
-    local_prefetch_default,
+    local_adaptive_prefetch,
     local_spec,
     missing_requirement,
     pipepool_map_auto,
@@ -75,7 +77,7 @@ class Config:
     hol_short: float = 0.001
     hol_count: int = 1_000
     hol_workers: int = 4
-    hol_rounds: int = 2  # a yes/no measure: blocked short tasks wait the long one out
+    hol_rounds: int = 1  # a yes/no measure: blocked short tasks wait the long one out
     prefetches: list[int] = field(default_factory=lambda: [1, 16, 64])
     sample_timeout: float = 300.0  # s; a sample that takes longer dumps stacks and exits
 
@@ -89,7 +91,7 @@ PRESETS = {
     # The test suite's configuration: a few seconds, checks the outputs, not the numbers.
     "smoke": Config(parallelism=[2], rounds=1, tiny_tasks=200, mib_tasks=4, kib_tasks=20,
                     latency_calls=30, methods=["fork"], sweep=[1, 2], sweep_tasks=100,
-                    sweep_rounds=1, hol_long=1.0, hol_count=20, hol_rounds=1,
+                    sweep_rounds=1, hol_long=0.5, hol_count=20, hol_rounds=1,
                     prefetches=[1, 16], sample_timeout=60.0),
 }
 
@@ -108,7 +110,8 @@ MEASURE_INFO: dict[str, dict[str, Any]] = {
     "sweep": {"title": "Parallelism sweep: {n:,} no-op calls per point", "unit": "tasks/s",
               "field": "rate", "better": "higher"},
     "hol": {"title": "Long tasks: one {long:g} s task, then {n:,} of {short:g} s, on {w} "
-                     "workers: time until the short ones are done",
+                     "workers: time until the short ones are done (cold: a fresh pool; "
+                     "warm: it ran no-ops first)",
             "unit": "s", "field": "seconds", "better": "lower"},
 }
 
@@ -198,8 +201,10 @@ def startup_sample(spec: Spec, parallelism: int, method: str) -> dict[str, float
     return {"ms": elapsed * 1e3, "close_ms": (time.perf_counter() - closing) * 1e3}
 
 
-def hol_sample(spec: Spec, cfg: Config) -> dict[str, float]:
-    adapter = _open(spec, cfg.hol_workers)
+def hol_sample(spec: Spec, cfg: Config, warm: bool) -> dict[str, float]:
+    """Warm: the pool ran no-ops first (so an adaptive depth has seen tiny tasks, as in a
+    pool that has been in use); cold: the long task is the pool's first."""
+    adapter = _open(spec, cfg.hol_workers, warm=warm)
     try:
         seconds = adapter.shorts_done(cfg.hol_long, cfg.hol_short, cfg.hol_count)
     finally:
@@ -225,16 +230,20 @@ class Suite:
         self.latency_times: dict[str, dict[str, list[float]]] = {}
         self.contenders: dict[str, dict[str, str]] = {}
         self.skipped: set[str] = set()
-        default = local_prefetch_default()
-        self.adaptive_prefetch = default is None or isinstance(default, str)
+        adaptive = local_adaptive_prefetch()
+        self.adaptive_prefetch = adaptive is not NO_ADAPTIVE
         local = [local_spec(p) for p in cfg.prefetches]
         if self.adaptive_prefetch:
-            local.insert(0, local_spec("default"))
+            # One setting for tiny and long tasks alike: the one to judge the design by.
+            local.insert(0, local_spec(adaptive))
         self.local_specs = local
-        self.local: Spec = local[0]  # replaced by the choice made after `tiny`
-        self.local_why = (f"LocalExecutor's own adaptive default (prefetch={default!r})"
-                          if self.adaptive_prefetch else
-                          f"prefetch={cfg.prefetches[0]}: `tiny` was not run to choose one")
+        self.local: Spec = local[0]  # without an adaptive one: chosen after `tiny`
+        self.local_why = (
+            f"{local[0].label.split('(', 1)[1].rstrip(')')}: LocalExecutor's adaptive "
+            "dispatch depth, used wherever one LocalExecutor row stands for pipepool "
+            "(fixed depths are shown beside it in tiny and long tasks)"
+            if self.adaptive_prefetch else
+            f"prefetch {cfg.prefetches[0]}: `tiny` was not run to choose one")
         for spec in [*local, *SPECS.values()]:
             note = missing_requirement(spec)
             if note:
@@ -353,8 +362,9 @@ class Suite:
     def run_hol(self) -> None:
         specs = [s for s in self.local_specs if s.key not in self.skipped] + self.specs(
             "ppe-submit", "std-submit", "mp-imap1", "mp-apply", "loky-submit", "airflow")
-        self.interleave("hol", [self.cfg.hol_workers], specs, self.cfg.hol_rounds,
-                        lambda s, _p: hol_sample(s, self.cfg))
+        self.interleave("hol", [("cold", self.cfg.hol_workers), ("warm", self.cfg.hol_workers)],
+                        specs, self.cfg.hol_rounds,
+                        lambda s, param: hol_sample(s, self.cfg, param[0] == "warm"))
 
 
 def _param_key(param: Any) -> str:
@@ -453,10 +463,11 @@ def evaluate_targets(data: dict[str, Any], cfg: Config) -> list[dict[str, Any]]:
             for p in ps:
                 add(f"start-up + first task, {method}, p={p}", "startup", f"{method}:{p}",
                     "ppe-submit", "std-submit", "<=", 1)
-    hol = str(cfg.hol_workers)
-    for key, who in (("ppe-submit", "ProcessPoolExecutor"), (local, "LocalExecutor")):
-        add(f"long tasks, no head-of-line blocking: {who}, {hol} workers", "hol", hol, key,
-            f"the long task ({cfg.hol_long:g} s)", "<=", 0.2, absolute=cfg.hol_long)
+    for state in ("cold", "warm"):
+        for key, who in (("ppe-submit", "ProcessPoolExecutor"), (local, "LocalExecutor")):
+            add(f"long tasks, no head-of-line blocking: {who}, {state} pool", "hol",
+                f"{state}:{cfg.hol_workers}", key, f"the long task ({cfg.hol_long:g} s)", "<=",
+                0.2, absolute=cfg.hol_long)
     return rows
 
 
