@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures as cf
+import gc
 import inspect
 import itertools
 import multiprocessing
@@ -29,6 +30,7 @@ import pytest
 
 import futures_tasks as ft
 import pipepool
+import proc_table
 from pipepool import (
     TaskKilledError,
     TaskPicklingError,
@@ -82,6 +84,7 @@ def make_pool(flavor, start_method, no_leaks):
         wait_until(lambda: not multiprocessing.active_children() and not any(
             type(t).__name__ == "_ExecutorManagerThread" for t in threading.enumerate()),
             what="the stdlib pool to wind down")
+        gc.collect()  # its queues' pipes are closed when the queues are collected
 
 
 def shutdown_stdlib(pool: cf.ProcessPoolExecutor) -> None:
@@ -133,14 +136,7 @@ def read_pid(path: Path, limit: float = WAIT) -> int:
     return int(path.read_text())
 
 
-def alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie nobody reaped yet counts as dead)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state not in ("Z", "X")
+alive = proc_table.alive  # running, not a zombie: /proc, or ps on macOS
 
 
 def line_of(fn, text: str) -> int:
@@ -560,8 +556,6 @@ def test_terminate_workers_stops_running_tasks(make_pipepool, tmp_path):
 
 @pytest.mark.parametrize("in_cycle", [False, True], ids=["refcount", "cycle"])
 def test_garbage_collected_pool_stops_its_workers(start_method, no_leaks, in_cycle):
-    import gc
-
     pool = pipepool.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context(start_method))
     if in_cycle:
         pool.myself = pool  # only the cycle collector can free it

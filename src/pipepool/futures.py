@@ -135,7 +135,7 @@ class _Driver:
         try:
             while True:
                 busy = self._feed()
-                ex.sync(timeout=0.0 if busy else IDLE_WAIT)
+                self._sync(timeout=0.0 if busy else IDLE_WAIT)
                 self._deliver()
                 self.pids = tuple(ex.worker_pids())
                 if self.terminate:
@@ -152,6 +152,19 @@ class _Driver:
             self._crash(exc)
         finally:
             _live_drivers.discard(self)
+
+    def _sync(self, timeout: float) -> None:
+        """The LocalExecutor's round; at interpreter shutdown, do without new workers."""
+        ex = self.executor
+        try:
+            ex.sync(timeout=timeout)
+        except RuntimeError:
+            # Python 3.12 refuses os.fork() once the interpreter is shutting down. The
+            # exit hook still lets the pool finish its work: with the workers it has.
+            alive = len(ex.worker_pids())
+            if not (_global_shutdown and 0 < alive < ex.parallelism):
+                raise
+            ex.parallelism = alive  # a step that cannot repeat: each time there are fewer
 
     def _feed(self) -> bool:
         """Hand pending work to the LocalExecutor while it has room; run commands."""
@@ -453,16 +466,27 @@ class ProcessPoolExecutor(Executor):
         mask instead of the driver's all-blocked one.
         """
         d = self._driver
-        if d.executor.start_method != "fork":
+        ex = d.executor
+        if ex.start_method != "fork":
             from multiprocessing import resource_tracker
 
             resource_tracker.ensure_running()
-        d.executor.start()
-        thread = threading.Thread(target=d.run, name=f"pipepool-driver-{id(self):x}",
-                                  daemon=True)
-        d.thread = thread
-        _live_drivers.add(d)
-        thread.start()
+        ex.start()
+        try:
+            if ex.start_method == "fork":
+                # As the stdlib does under fork: every worker now, from this thread, while
+                # the driver thread does not exist yet (fork copies only the forking
+                # thread; the fewer threads then, the fewer locks a child inherits held),
+                # and before interpreter shutdown can forbid fork (3.12). Only
+                # replacements are forked from the driver.
+                with contextlib.suppress(Exception):  # the driver retries, futures report
+                    ex.prestart()
+        finally:
+            thread = threading.Thread(target=d.run, name=f"pipepool-driver-{id(self):x}",
+                                      daemon=True)
+            d.thread = thread
+            _live_drivers.add(d)
+            thread.start()
 
     def _join(self) -> None:
         thread = self._driver.thread
