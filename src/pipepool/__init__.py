@@ -24,8 +24,23 @@ from .futures import ProcessPoolExecutor
 
 __version__ = "0.1.0"
 
+# Dask is an optional extra: ClusterExecutor loads on first use (``import pipepool`` and
+# ``from pipepool import ClusterExecutor`` never import distributed; creating one does).
+_LAZY = {"ClusterExecutor": "cluster", "ClusterWorkerLostError": "cluster"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "IMPLEMENTATION",
+    "ClusterExecutor",
+    "ClusterWorkerLostError",
     "Event",
     "FrameError",
     "InitializerError",
