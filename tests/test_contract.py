@@ -41,19 +41,29 @@ ALLOWED_FAILURES = 1
 pytestmark = pytest.mark.timeout(90)
 
 
+def is_tblib(reducer) -> bool:
+    return getattr(getattr(reducer, "func", reducer), "__module__", "").startswith("tblib")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_tblib_after_this_module():
+    """Importing distributed registers tblib's reducer for every exception class in this
+    process (copyreg), and so in LocalExecutor's forked workers, where SystemExit then
+    loses its code. Later modules test LocalExecutor in a process without Dask: undo it."""
+    yield
+    for cls, reducer in list(copyreg.dispatch_table.items()):
+        if is_tblib(reducer):
+            del copyreg.dispatch_table[cls]
+
+
 @pytest.fixture(scope="module")
 def dask_cluster():
     """Two Dask worker processes with one thread each; nothing listens beyond 127.0.0.1."""
-    saved = copyreg.dispatch_table.copy()
     distributed = pytest.importorskip("distributed")
     import dask
     import tblib.pickling_support
 
-    # Importing distributed registers tblib's reducer for every exception class in this
-    # process (and so in LocalExecutor's forked workers). Make that true in this module
-    # whichever module imported distributed first, and undo it after: later modules test
-    # LocalExecutor in a process without Dask (test_executor's BadException case).
-    tblib.pickling_support.install()
+    tblib.pickling_support.install()  # as importing distributed did, whichever module did
     from pipepool.cluster import WORKER_SATURATION
 
     with dask.config.set({"distributed.scheduler.allowed-failures": ALLOWED_FAILURES,
@@ -66,8 +76,6 @@ def dask_cluster():
         yield cluster
     finally:
         cluster.close(timeout=30)
-        copyreg.dispatch_table.clear()
-        copyreg.dispatch_table.update(saved)
 
 
 def connect(cluster, **kwargs):
@@ -87,7 +95,7 @@ def plain_exception_pickling():
     process and so in LocalExecutor's forked workers (SystemExit would lose its code)."""
     saved = copyreg.dispatch_table.copy()
     for cls, reducer in saved.items():
-        if getattr(getattr(reducer, "func", reducer), "__module__", "").startswith("tblib"):
+        if is_tblib(reducer):
             del copyreg.dispatch_table[cls]
     try:
         yield

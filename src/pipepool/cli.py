@@ -86,6 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="print no summary on stderr at the end")
     run.add_argument("--json", action="store_true",
                      help="print a JSON summary as the last line of stdout")
+    run.add_argument("--cluster", metavar="ADDRESS",
+                     help="run the jobs on a Dask cluster: its scheduler's address "
+                          "(tcp://host:8786; -j defaults to its worker threads), or 'local' "
+                          "for -j worker processes on 127.0.0.1 (needs pipepool[dask])")
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="COMMAND",
                      help="command template; {} is replaced by each argument")
 
@@ -155,8 +159,9 @@ def _run(args: argparse.Namespace, groups: list[tuple[str, list[str]]],
         return EXIT_ERROR
     if args.results:
         os.makedirs(args.results, exist_ok=True)
+    at_once = args.jobs or (default_jobs() if args.cluster in (None, "local") else 0)
     options = RunOptions(
-        jobs=args.jobs or default_jobs(), timeout=args.timeout, retries=args.retries,
+        jobs=at_once, cluster=args.cluster, timeout=args.timeout, retries=args.retries,
         keep_order=args.keep_order, tag=args.tag, results=args.results,
         joblog=args.joblog, resume=args.resume, joblog_fsync=args.joblog_fsync,
         progress=args.progress, summary=args.summary, json=args.json)
@@ -164,7 +169,8 @@ def _run(args: argparse.Namespace, groups: list[tuple[str, list[str]]],
         options.halt = args.halt
     try:
         summary = Runner(jobs, options).run()
-    except OSError as exc:  # an unwritable joblog or results directory, say
+    except (OSError, ImportError) as exc:  # an unwritable joblog, no scheduler at
+        # --cluster ADDRESS, or --cluster without Dask installed (the message says how)
         print(f"pipepool run: {exc}", file=sys.stderr)
         return EXIT_ERROR
     try:

@@ -30,14 +30,17 @@ its registration with the guardian is not listed there.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import mmap
 import os
 import select
+import shutil
 import signal
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -79,6 +82,8 @@ class JobResult:
     stdout_size: int
     stderr_size: int
     pid: int
+    host: str = ":"  # the joblog's Host: GNU parallel's ":" here, a Dask worker's address
+    output: tuple[bytes, bytes] | None = None  # (stdout, stderr) from a Dask worker
 
     @property
     def ok(self) -> bool:
@@ -155,6 +160,42 @@ def run_job(spec: JobSpec) -> JobResult:
                      *sizes, proc.pid)
 
 
+_CLUSTER_LOCK = threading.Lock()  # one job at a time per Dask worker process
+
+
+def run_job_on_cluster(spec: JobSpec) -> JobResult:
+    """``run_job`` in a Dask worker (``pipepool run --cluster``).
+
+    The output comes back in the result, not through files: the runner's machine need
+    not share a filesystem with the worker's. ``host`` names the worker. Jobs run one at
+    a time per worker process, whatever its thread count: the subreaper, the guardian's
+    slot and the orphan sweep (which kills every child but the guardian) belong to the
+    whole process, so two jobs in one process would kill each other's trees.
+    """
+    from distributed import get_worker
+
+    address = get_worker().address
+    with _CLUSTER_LOCK:
+        here = tempfile.mkdtemp(prefix="pipepool-job-")
+        try:
+            local = dataclasses.replace(spec, stdout_path=os.path.join(here, "stdout"),
+                                        stderr_path=os.path.join(here, "stderr"),
+                                        drop_empty=False)
+            result = run_job(local)
+            output = (_read(local.stdout_path), _read(local.stderr_path))
+        finally:
+            shutil.rmtree(here, ignore_errors=True)
+    return dataclasses.replace(result, host=address, output=output)
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
 def _open_output(path: str) -> int:
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
     try:
@@ -221,8 +262,10 @@ def _setup_worker() -> None:
     _owner_pid = os.getpid()
     # A runner that installed its own SIGTERM handler passed it on to its forked workers;
     # a worker must die of SIGTERM (LocalExecutor.terminate relies on it, and so does the
-    # guardian, which takes over at the worker's death).
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # guardian, which takes over at the worker's death). A Dask worker runs jobs in a
+    # thread, where signal() raises; it inherited no runner's handler anyway.
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _become_subreaper()
     _start_guardian()
     # A worker that exits normally (the pool ends) stops its guardian and waits for it,

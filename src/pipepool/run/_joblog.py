@@ -32,6 +32,7 @@ class JoblogRow:
     exitval: int
     signal: int
     command: str
+    host: str = HOST  # GNU parallel's ":" for this machine; a Dask worker's address
 
     @property
     def ok(self) -> bool:
@@ -39,7 +40,7 @@ class JoblogRow:
 
     def format(self) -> str:
         # The same number formats as GNU parallel, so tools that read its joblog read ours.
-        return (f"{self.seq}\t{HOST}\t{self.start:10.3f}\t{self.runtime:10.3f}\t0\t"
+        return (f"{self.seq}\t{self.host}\t{self.start:10.3f}\t{self.runtime:10.3f}\t0\t"
                 f"{self.receive}\t{self.exitval}\t{self.signal}\t{_escape(self.command)}\n")
 
 

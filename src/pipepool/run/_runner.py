@@ -37,8 +37,8 @@ from ..events import Event, State
 from ..executor import LocalExecutor
 from ._halt import Halt
 from ._inputs import Job
-from ._job import KILL_GRACE, JobResult, JobSpec, run_job
-from ._joblog import Joblog, JoblogRow, read_joblog
+from ._job import KILL_GRACE, JobResult, JobSpec, run_job, run_job_on_cluster
+from ._joblog import HOST, Joblog, JoblogRow, read_joblog
 from ._output import OutputWriter
 from ._progress import Progress
 from ._summary import Outcome, Summary
@@ -66,6 +66,7 @@ class RunOptions:
     progress: bool | None = None  # None: on when stderr is a terminal
     summary: bool = True
     json: bool = False
+    cluster: str | None = None  # --cluster: a Dask scheduler's address, or "local"
 
 
 class Runner:
@@ -89,6 +90,7 @@ class Runner:
 
     def run(self) -> Summary:
         options = self.options
+        ex = _make_executor(options)  # first: without Dask, --cluster fails before any file
         to_run = self._select_jobs()
         summary = self.summary = Summary(total=len(self.jobs), jobs=options.jobs,
                                          skipped=len(self.jobs) - len(to_run))
@@ -105,11 +107,12 @@ class Runner:
                               fsync=options.joblog_fsync) if options.joblog else None)
         self.tmpdir = _make_tmpdir()
         started = time.monotonic()
-        ex = LocalExecutor(options.jobs, prefetch=1)
         previous = self._install_signal_handlers()
         clean = False
         try:
             ex.start()
+            if not options.jobs:  # --cluster ADDRESS without -j: one job per worker thread
+                options.jobs = summary.jobs = ex.max_in_flight = max(1, ex.parallelism)
             self._loop(ex)
             clean = True
             self.output.flush_all()  # --keep-order: what waited for a job that never ran
@@ -176,7 +179,8 @@ class Runner:
             backstop = None
             if self.options.timeout is not None:
                 backstop = self.options.timeout + KILL_GRACE + BACKSTOP_SLACK
-            ex.queue_call(job.seq, run_job, (spec,), timeout=backstop)
+            ex.queue_call(job.seq, run_job if self.options.cluster is None
+                          else run_job_on_cluster, (spec,), timeout=backstop)
             self._inflight[job.seq] = (job, spec, time.time())
             fed = True
         return fed
@@ -185,8 +189,12 @@ class Runner:
         """A job's attempt ended: retry it, or log it, print its output and count it."""
         job, spec, queued_at = self._inflight.pop(event.key)
         self._running_since.pop(event.key, None)
+        host = HOST
         if event.state is State.SUCCESS:
             result: JobResult = event.result
+            host = result.host
+            if result.output is not None:  # run on a Dask worker: its output came back
+                _land_output(spec, result.output)
             outcome = Outcome(job.seq, job.command, "ok" if result.ok else "failed",
                               result.exitval, result.signal, result.timed_out, result.runtime,
                               spec.attempt)
@@ -197,6 +205,7 @@ class Runner:
                 self.output.skip(job.seq)
                 return
             start, receive = queued_at, _file_size(spec.stdout_path)
+            host = getattr(exc, "address", None) or HOST  # a lost Dask worker's
             outcome = _lost_outcome(job, spec, exc, time.time() - queued_at)
         if outcome.status == "failed" and spec.attempt <= self.options.retries \
                 and not self._stopping:
@@ -205,7 +214,7 @@ class Runner:
             return
         if outcome.status != "aborted" and self.joblog is not None:
             self.joblog.write(JoblogRow(job.seq, start, outcome.runtime, receive,
-                                        outcome.exitval, outcome.signal, job.command))
+                                        outcome.exitval, outcome.signal, job.command, host))
         if event.state is State.SUCCESS and spec.drop_empty \
                 and result.stdout_size == result.stderr_size == 0:
             self.output.skip(job.seq)  # no output, and the worker removed the empty files
@@ -314,6 +323,32 @@ class Runner:
             with contextlib.suppress(ValueError):  # not the main thread: the caller's job
                 previous[signum] = signal.signal(signum, handler)
         return previous
+
+
+def _make_executor(options: RunOptions):
+    """A LocalExecutor, or with ``--cluster`` a ClusterExecutor: both drive the same loop."""
+    if options.cluster is None:
+        return LocalExecutor(options.jobs, prefetch=1)
+    import logging
+
+    from ..cluster import ClusterExecutor
+
+    # As many jobs handed to Dask as run at once (LocalExecutor's prefetch=1): the ones
+    # fed ahead stay queued here, where stopping early can still cancel them.
+    if options.cluster == "local":
+        return ClusterExecutor(None, n_workers=options.jobs, threads_per_worker=1,
+                               max_in_flight=options.jobs, silence_logs=logging.CRITICAL)
+    return ClusterExecutor(options.cluster, max_in_flight=options.jobs or None)
+
+
+def _land_output(spec: JobSpec, output: tuple[bytes, bytes]) -> None:
+    """Write a cluster job's output where a local worker would have (the runner's
+    temporary directory, or ``--results``), for the OutputWriter to pick up."""
+    for path, data in zip((spec.stdout_path, spec.stderr_path), output, strict=True):
+        if data or not spec.drop_empty:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as f:
+                f.write(data)
 
 
 def _lost_outcome(job: Job, spec: JobSpec, exc: BaseException | None,
