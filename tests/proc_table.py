@@ -79,7 +79,10 @@ def _stat(pid: int) -> tuple[str, int] | None:
 def _ps(pid: int | None = None) -> dict[int, tuple[int, str, bytes]]:
     """``{pid: (ppid, state, command)}`` from ps: every process, or just ``pid``."""
     which = ["-p", str(pid)] if pid is not None else ["-A"]
-    proc = subprocess.Popen(["ps", *which, "-ww", "-o", "pid=,ppid=,stat=,command="],
+    # One -o per column: BSD ps (macOS) may read the text after "pid=" up to the end of
+    # the argument as that column's header, commas included.
+    columns = [arg for name in ("pid", "ppid", "stat", "command") for arg in ("-o", f"{name}=")]
+    proc = subprocess.Popen(["ps", *which, "-ww", *columns],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     out, _ = proc.communicate(timeout=30)  # exit 1 with -p: no such process
     rows = {}
