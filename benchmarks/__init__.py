@@ -14,10 +14,12 @@ benchmarks of one layer each.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 
-try:
-    import pipepool  # noqa: F401
-except ImportError:  # a source checkout without an install: use src/ (the .so built in place)
+# A source checkout without an install: use src/ (the .so built in place). Looked up, not
+# imported: spawned workers of every pool import this package to unpickle the tasks, and
+# importing pipepool here would slow the peers' start-up by pipepool's import time.
+if importlib.util.find_spec("pipepool") is None:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))

@@ -1,0 +1,204 @@
+"""Where a contender's time goes: cProfile of the parent, CPU per task of each side.
+
+    python -m benchmarks.profile ppe-submit                 # tiny tasks, parallelism 2
+    python -m benchmarks.profile local-adaptive --measure mib -p 8
+    python -m benchmarks.profile ppe-map1 --tasks 50000 --top 30 --sort cumulative
+
+One warm pool, one timed run (the suite's own sample), profiled: the calling thread
+with cProfile, and for pipepool's ProcessPoolExecutor its driver thread too (a profiler
+sees one thread only, so the driver's ``run`` is wrapped to profile itself). Then the
+CPU time per task of every parent thread (``/proc/self/task/<tid>/schedstat``) and of
+the workers (``/proc/<pid>/schedstat``), beside the wall time per task: a side whose
+CPU per task is close to the wall time per task is the bottleneck.
+
+Contender keys are those of the suite's JSON (``local-p16``, ``local-adaptive``,
+``ppe-submit``, ``ppe-map1``, ``std-submit``, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import sys
+import threading
+import time
+from typing import Any
+
+from . import _cpu
+from .contenders import (
+    NO_ADAPTIVE,
+    SPECS,
+    Spec,
+    local_adaptive_prefetch,
+    local_spec,
+)
+from .tasks import KIB64, make_mib, noop, take
+
+MEASURES = {
+    "tiny": (noop, lambda n: list(range(n)), 20_000),
+    "mib": (make_mib, lambda n: list(range(n)), 200),
+    "kib64": (take, lambda n: [bytes(KIB64)] * n, 2_000),
+    "latency": (noop, lambda n: list(range(n)), 2_000),  # one call at a time
+    "startup": (noop, lambda n: [7], 1),  # pool construction + first call, --method
+}
+
+
+def find_spec(key: str) -> Spec:
+    if key in SPECS:
+        return SPECS[key]
+    if key == "local-adaptive":
+        adaptive = local_adaptive_prefetch()
+        if adaptive is NO_ADAPTIVE:
+            raise SystemExit("LocalExecutor has no adaptive prefetch")
+        return local_spec(adaptive)
+    if key.startswith("local-p") and key[len("local-p"):].isdigit():
+        return local_spec(int(key[len("local-p"):]))
+    raise SystemExit(f"unknown contender {key!r}; one of local-adaptive, local-pN, "
+                     + ", ".join(SPECS))
+
+
+def _thread_seconds() -> dict[int, float]:
+    """CPU seconds of each thread of this process, by native thread id."""
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                out[int(tid)] = int(f.read().split()[0]) / 1e9
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+class DriverProfile:
+    """Profile pipepool's ProcessPoolExecutor driver thread from the inside."""
+
+    def __init__(self) -> None:
+        self.profile = cProfile.Profile()
+        self.tid: int | None = None
+        self._original: Any = None
+
+    def install(self) -> None:
+        from pipepool import futures
+
+        original = self._original = futures._Driver.run
+        me = self
+
+        def run(driver: Any) -> None:
+            me.tid = threading.get_native_id()
+            me.profile.enable()
+            try:
+                original(driver)
+            finally:
+                me.profile.disable()
+
+        futures._Driver.run = run
+
+    def uninstall(self) -> None:
+        if self._original is not None:
+            from pipepool import futures
+
+            futures._Driver.run = self._original
+
+
+class _NoProfile:
+    def enable(self) -> None:
+        pass
+
+    def disable(self) -> None:
+        pass
+
+
+def _stats_text(profile: cProfile.Profile, sort: str, top: int) -> str:
+    buf = io.StringIO()
+    pstats.Stats(profile, stream=buf).strip_dirs().sort_stats(sort).print_stats(top)
+    return buf.getvalue()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.profile",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("contender", help="a contender key (ppe-submit, local-p16, ...)")
+    parser.add_argument("--measure", choices=sorted(MEASURES), default="tiny")
+    parser.add_argument("-p", "--parallelism", type=int, default=2)
+    parser.add_argument("--tasks", type=int, help="tasks in the run (default: the suite's)")
+    parser.add_argument("--method", choices=("fork", "forkserver", "spawn"),
+                        help="start method (default: the platform's)")
+    parser.add_argument("--top", type=int, default=25, help="functions to list")
+    parser.add_argument("--sort", default="tottime", help="pstats sort key")
+    parser.add_argument("--cpu-only", action="store_true",
+                        help="no cProfile: CPU per task of each thread and the workers, "
+                             "undistorted by the profiler")
+    args = parser.parse_args(argv)
+    spec = find_spec(args.contender)
+    fn, make_args, default_n = MEASURES[args.measure]
+    calls = make_args(args.tasks or default_n)
+    n = len(calls)
+
+    driver = DriverProfile()
+    driver.install()
+    main_profile = cProfile.Profile()
+    if args.cpu_only:  # keep the wrapper (it records the driver's thread id), not the cost
+        driver.profile = main_profile = _NoProfile()  # type: ignore[assignment]
+    try:
+        if args.measure == "startup":
+            pids: list[int] = []
+            workers_before: dict[int, float] = {}
+            threads_before = _thread_seconds()
+            started = time.perf_counter()
+            main_profile.enable()
+            adapter = spec.make(args.parallelism, args.method)
+            results = [adapter.call(fn, calls[0])]
+            main_profile.disable()
+        else:
+            adapter = spec.make(args.parallelism, args.method)
+            adapter.run(noop, list(range(4 * args.parallelism)))  # warm: every worker up
+            pids = adapter.pids()
+            workers_before = _cpu.snapshot(pids)
+            threads_before = _thread_seconds()
+            started = time.perf_counter()
+            main_profile.enable()
+            if args.measure == "latency":
+                results = [adapter.call(fn, a) for a in calls]
+            else:
+                results = adapter.run(fn, calls)
+            main_profile.disable()
+        elapsed = time.perf_counter() - started
+        threads_after = _thread_seconds()
+        workers_after = _cpu.snapshot(sorted(set(pids) | set(adapter.pids())))
+        assert len(results) == n
+        adapter.close()
+    finally:
+        driver.uninstall()
+
+    per_task = 1e6 / n
+    how = ("not profiled" if args.cpu_only else
+           "profiled (cProfile slows the parent: read the shares, not the rate)")
+    print(f"{spec.label}: {args.measure}, {n:,} tasks, parallelism {args.parallelism}, {how}")
+    print(f"wall {elapsed:.3f} s = {elapsed * per_task:,.1f} µs/task ({n / elapsed:,.0f} tasks/s)")
+    main_tid = threading.get_native_id()
+    for tid, after in sorted(threads_after.items()):
+        used = after - threads_before.get(tid, 0.0)
+        if used < 0.001:
+            continue
+        name = ("main thread" if tid == main_tid else
+                "driver thread" if tid == driver.tid else f"thread {tid}")
+        print(f"  parent {name:<14} CPU {used * per_task:8.1f} µs/task")
+    workers_used = _cpu.used_since(workers_before, workers_after)
+    print(f"  workers (all {len(workers_after)}) CPU {workers_used * per_task:8.1f} µs/task "
+          f"({workers_used / len(workers_after) * per_task if workers_after else 0:.1f} "
+          "per worker)")
+    if args.cpu_only:
+        return 0
+    print(f"\n== parent, calling thread: top {args.top} by {args.sort} ==")
+    print(_stats_text(main_profile, args.sort, args.top))
+    if driver.tid is not None:
+        print(f"== parent, driver thread: top {args.top} by {args.sort} ==")
+        print(_stats_text(driver.profile, args.sort, args.top))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
