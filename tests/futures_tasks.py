@@ -148,3 +148,9 @@ def sleep_then_touch(path, seconds):
     with open(path, "w") as f:
         f.write(str(os.getpid()))
     return path
+
+
+def sleep_then_sigkill(seconds):
+    """Die by SIGKILL after ``seconds``: a worker lost while the program is exiting."""
+    time.sleep(seconds)
+    sigkill_self()

@@ -364,12 +364,7 @@ class ProcessPoolExecutor(Executor):
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Stop taking work; finish what was submitted (or cancel the pending part with
         ``cancel_futures``) and stop the workers. ``wait`` joins the driver thread."""
-        d = self._driver
-        with d.lock:
-            d.shutdown = True
-            doomed = d.drain_pending() if cancel_futures else []
-            d.wake()
-        _cancel(doomed)  # outside the lock: done-callbacks may call back into the pool
+        self._stop_taking_work(cancel_futures=cancel_futures, terminate=False)
         if wait:
             self._join()
 
@@ -418,13 +413,7 @@ class ProcessPoolExecutor(Executor):
         """Stop now (as Python 3.14's method of this name): cancel pending futures, kill
         the workers (SIGTERM, then SIGKILL after a grace period); running futures fail
         with ``TaskKilledError``. Waits for the driver thread to finish."""
-        d = self._driver
-        with d.lock:
-            d.shutdown = True
-            d.terminate = True
-            doomed = d.drain_pending()
-            d.wake()
-        _cancel(doomed)
+        self._stop_taking_work(cancel_futures=True, terminate=True)
         self._join()
 
     kill_workers = terminate_workers
@@ -487,6 +476,22 @@ class ProcessPoolExecutor(Executor):
             d.thread = thread
             _live_drivers.add(d)
             thread.start()
+
+    def _stop_taking_work(self, *, cancel_futures: bool, terminate: bool) -> None:
+        d = self._driver
+        # A Ctrl-C between taking pending futures out of the queue and cancelling them
+        # would strand them PENDING forever: the handlers wait until both are done.
+        deferred = None
+        try:
+            deferred = _signals.defer()
+            with d.lock:
+                d.shutdown = True
+                d.terminate = d.terminate or terminate
+                doomed = d.drain_pending() if cancel_futures else []
+                d.wake()
+            _cancel(doomed)  # outside the lock: done-callbacks may call back into the pool
+        finally:
+            _signals.undefer(deferred)
 
     def _join(self) -> None:
         thread = self._driver.thread
