@@ -154,3 +154,10 @@ def sleep_then_sigkill(seconds):
     """Die by SIGKILL after ``seconds``: a worker lost while the program is exiting."""
     time.sleep(seconds)
     sigkill_self()
+
+
+def raise_cancelled():
+    """A task whose own exception is a CancelledError: it must come back as itself."""
+    from concurrent.futures import CancelledError
+
+    raise CancelledError("raised by the task itself")

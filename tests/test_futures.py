@@ -165,6 +165,11 @@ def test_submit_returns_results_and_reraises_with_remote_traceback(make_pool):
     # The worker's traceback is the cause, naming the file and line that raised.
     line = line_of(ft.fail, "raise TaskError")
     assert f'futures_tasks.py", line {line}, in fail' in str(info.value.__cause__)
+    # Whatever its type: a task's own CancelledError is not mistaken for a cancellation.
+    f = pool.submit(ft.raise_cancelled)
+    with pytest.raises(cf.CancelledError, match="raised by the task itself"):
+        f.result(timeout=WAIT)
+    assert not f.cancelled()
 
 
 def test_map_keeps_order_with_any_chunksize(make_pool):

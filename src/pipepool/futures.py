@@ -19,7 +19,16 @@ Future states follow the standard library: a future is PENDING (cancellable) whi
 waits in ``_pending`` and becomes RUNNING when the driver hands it to the LocalExecutor,
 which happens at most ``max_workers + EXTRA_QUEUED`` tasks ahead of the workers (the
 standard library's call queue holds ``max_workers + 1``). A cancelled future's function
-therefore never runs.
+therefore never runs. Done-callbacks run in the driver thread (the stdlib runs them in
+its manager thread); they may submit more work.
+
+Workers: under fork, all of them are started by the first ``submit`` from the calling
+thread (as the stdlib does); later ones (replacing a dead or recycled worker) are forked
+from the driver thread, which the usual fork-with-threads caveats apply to: prefer
+forkserver or spawn for code that holds locks in other threads. Under spawn and
+forkserver they start on demand. At interpreter exit, pools finish the work already
+submitted (as the stdlib), unless the program is ending on KeyboardInterrupt; a worker
+never outlives its parent (its lifeline pipe ends it).
 
 Where it differs from the standard library, on purpose:
 
@@ -31,8 +40,13 @@ Where it differs from the standard library, on purpose:
 * An initializer that fails is retried with back-off (``executor.INIT_RETRIES``) before
   the pool becomes broken; then futures fail with ``InitializerError`` (a
   ``BrokenProcessPool``) and ``submit`` raises it.
-* ``max_tasks_per_child`` is allowed with the fork start method (every worker is started
-  from the driver thread whatever the option, so the option adds no fork hazard).
+* ``max_tasks_per_child`` is allowed with the fork start method (replacements are forked
+  from the driver thread whatever the option, so it adds no new hazard), and values
+  above 1 do not deadlock (CPython gh-115634, Python 3.11 to 3.13).
+* ``shutdown(cancel_futures=True)`` cancels before it returns, even with ``wait=False``,
+  and those futures notify ``wait()``/``as_completed()`` (the stdlib's do not).
+* A future stopped by ``kill()`` or ``terminate_workers()`` after it was handed over
+  fails with ``TaskKilledError`` (it is RUNNING and cannot turn CANCELLED).
 * ``with_options(timeout=...)`` bounds single tasks and ``kill(future)`` stops one.
 * KeyboardInterrupt leaving a ``with`` block, or ending the program, stops the workers
   at once instead of waiting for the queued work.
@@ -55,7 +69,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from . import _signals
-from .errors import TaskKilledError
+from .errors import RemoteTraceback, TaskKilledError
 from .events import State
 from .executor import LocalExecutor
 
@@ -211,7 +225,8 @@ class _Driver:
             error = event.exception
             if error is not None and error is broken:
                 self._break(error)
-            elif isinstance(error, CancelledError):
+            elif isinstance(error, CancelledError) and not isinstance(
+                    error.__cause__, RemoteTraceback):  # (a task's own error has one)
                 # The LocalExecutor cancelled a task that was queued in it: on kill()
                 # before it started, or by terminate(). Its future is already RUNNING
                 # (it cannot turn CANCELLED now), so it fails instead.
