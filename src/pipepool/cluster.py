@@ -76,6 +76,7 @@ CLOSE_TIMEOUT = 10.0  # s end()/terminate() give the client and an own cluster t
 CANCEL_SETTLE = 0.1  # s between cancelling a task and killing its worker: the cancel
 # travels on the client's batched stream (flushed every few ms), the kill on an RPC; were
 # the kill first, the scheduler would run the killed task again on another worker
+KILL_TIMEOUT = 5.0  # s a kill request to a worker may take (a live one answers in ms)
 EXIT_DELAY = 0.02  # s between a worker's reply to the kill request and its death
 WORKER_SATURATION = 1.0  # tasks a LocalCluster's scheduler hands a worker per thread: 1.0
 # sends the next task only when one ends (LocalExecutor's prefetch=1), so a worker that
@@ -600,8 +601,12 @@ class ClusterExecutor:
         addresses = list(addresses)
         if addresses:
             await asyncio.sleep(CANCEL_SETTLE)
-            await self._client.run(_exit_worker, workers=addresses, on_error="ignore",
-                                   asynchronous=True)
+            # Bounded: a worker that is gone already (its task was being retried elsewhere)
+            # is retried by distributed's connect() up to its 30 s connect timeout.
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._client.run(
+                    _exit_worker, workers=addresses, on_error="ignore", asynchronous=True),
+                    KILL_TIMEOUT)
 
     # -- helpers ----------------------------------------------------------------------------
 
