@@ -562,6 +562,10 @@ class ClusterExecutor:
         distributed = _import_distributed()
         tid_of = {f.key: tid for tid, f in zip(tids, futures, strict=True)}
         done = distributed.as_completed(futures, loop=self._client.loop)
+        # From here on only as_completed holds a future, until it yields it: the key is
+        # released as soon as its outcome is here, so a worker that dies later holds no
+        # result that Dask would compute again (running the task twice).
+        futures.clear()
         async for first in done:
             ready = [first]
             while done.has_ready():
