@@ -253,3 +253,24 @@ def test_adaptive_depth_runs_tiny_tasks(impl):
             ex.queue(i, tasks.echo, i)
     events = ex.get_event_buffer()
     assert {k: e.result for k, e in events.items()} == {i: i for i in range(3000)}
+
+
+def test_exceptions_keep_their_attributes_when_tblib_reducers_are_installed(impl):
+    """Importing Dask installs tblib's copyreg reducer for every exception class; a
+    forked worker inherits it, and SystemExit.code came back as None."""
+    import copyreg
+
+    import tblib.pickling_support
+
+    before = dict(copyreg.dispatch_table)
+    tblib.pickling_support.install()
+    try:
+        with LocalExecutor(1, start_method="fork", _loop_impl=impl) as ex:
+            ex.queue("exit", tasks.exit_via_sys, 3)
+            ex.queue("custom", tasks.raise_custom, 5)
+        events = ex.get_event_buffer()
+    finally:
+        copyreg.dispatch_table.clear()
+        copyreg.dispatch_table.update(before)
+    assert type(events["exit"].exception) is SystemExit and events["exit"].exception.code == 3
+    assert events["custom"].exception.code == 5

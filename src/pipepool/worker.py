@@ -18,6 +18,8 @@ parent must never block). Its invariants:
 from __future__ import annotations
 
 import contextlib
+import copyreg
+import io
 import os
 import pickle
 import signal
@@ -85,7 +87,7 @@ def _failure_frame(kind: int, ident: int, exc: BaseException) -> list[bytes]:
     # it when the exception itself cannot be unpickled there.
     tb = "".join(traceback.format_exception(exc))
     try:
-        exc_bytes = pickle.dumps(exc, PICKLE_PROTOCOL)
+        exc_bytes = _dumps_exception(exc)
     except BaseException as pickling_exc:  # whatever the failure, the answer is the substitute
         substitute = TaskPicklingError(
             f"the task raised {type(exc).__qualname__}: {_safe_repr(exc)}, "
@@ -95,6 +97,27 @@ def _failure_frame(kind: int, ident: int, exc: BaseException) -> list[bytes]:
         exc_bytes = pickle.dumps(substitute, PICKLE_PROTOCOL)
     payload = pickle.dumps((tb, exc_bytes), PICKLE_PROTOCOL)
     return [encode_header(kind, ident, len(payload)), payload]
+
+
+def _dumps_exception(exc: BaseException) -> bytes:
+    """Pickle an exception the standard way, whatever reducers the process registered.
+
+    Importing Dask's distributed installs tblib's reducer for every exception class in
+    ``copyreg``; a forked worker inherits it, and exceptions then lose attributes such
+    as ``SystemExit.code`` on the way back. Reducers from tblib are left out here.
+    """
+    buffer = io.BytesIO()
+    pickler = pickle.Pickler(buffer, PICKLE_PROTOCOL)
+    if any(_is_tblib(reducer) for reducer in copyreg.dispatch_table.values()):
+        pickler.dispatch_table = {cls: reducer for cls, reducer in copyreg.dispatch_table.items()
+                                  if not _is_tblib(reducer)}
+    pickler.dump(exc)
+    return buffer.getvalue()
+
+
+def _is_tblib(reducer: object) -> bool:
+    reducer = getattr(reducer, "func", reducer)  # tblib may register functools.partials
+    return (getattr(reducer, "__module__", None) or "").startswith("tblib")
 
 
 def _safe_repr(obj: object) -> str:
