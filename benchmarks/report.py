@@ -214,8 +214,9 @@ def markdown(data: dict[str, Any]) -> str:
         f"default start method {mach['default_start_method']}; "
         f"loky {mach.get('loky') or 'not installed'}",
         f"- **Command**: `{data['command']}` ({data['preset']} configuration: "
-        f"{cfg['rounds']} interleaved rounds, sweep {cfg['sweep_rounds']}, "
-        f"long tasks {cfg['hol_rounds']}; medians), started {data['started']}, "
+        f"{cfg['rounds']} interleaved rounds, start-up {cfg.get('startup_rounds', cfg['rounds'])}, "
+        f"sweep {cfg['sweep_rounds']}, long tasks {cfg['hol_rounds']}; medians), "
+        f"started {data['started']}, "
         f"took {data['elapsed_s']:.0f} s; 1-minute load average "
         f"{_load(data['load_1min']['before'])} before, {_load(data['load_1min']['after'])} "
         "after (a shared machine: other work ran alongside)",

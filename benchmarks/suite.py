@@ -70,6 +70,7 @@ class Config:
     kib_tasks: int = 2_000
     latency_calls: int = 2_000
     methods: list[str] = field(default_factory=lambda: list(START_METHODS))
+    startup_rounds: int = 9  # start-up samples are short and noisy: more of them (cheap)
     sweep: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64])
     sweep_tasks: int = 4_000  # per point: start-up is excluded, so a few thousand suffice
     sweep_rounds: int = 3
@@ -86,11 +87,12 @@ PRESETS = {
     "full": Config(),
     # A smoke run of every measure in about a minute: numbers indicative only.
     "quick": Config(rounds=2, tiny_tasks=2_000, mib_tasks=20, kib_tasks=200,
-                    latency_calls=200, sweep=[1, 2, 4, 8, 16], sweep_tasks=1_000,
+                    latency_calls=200, startup_rounds=3, sweep=[1, 2, 4, 8, 16], sweep_tasks=1_000,
                     sweep_rounds=1, hol_long=2.0, hol_count=200, hol_rounds=1),
     # The test suite's configuration: a few seconds, checks the outputs, not the numbers.
     "smoke": Config(parallelism=[2], rounds=1, tiny_tasks=200, mib_tasks=4, kib_tasks=20,
-                    latency_calls=30, methods=["fork"], sweep=[1, 2], sweep_tasks=100,
+                    latency_calls=30, methods=["fork"], startup_rounds=1, sweep=[1, 2],
+                    sweep_tasks=100,
                     sweep_rounds=1, hol_long=0.5, hol_count=20, hol_rounds=1,
                     prefetches=[1, 16], sample_timeout=60.0),
 }
@@ -185,8 +187,13 @@ def latency_sample(spec: Spec, parallelism: int, calls: int) -> dict[str, Any]:
             "mean_us": statistics.fmean(times), "_times": times}
 
 
+STARTUP_SETTLE = 0.02  # s of quiet before a start-up sample: the previous pool's workers
+# have been joined, but the kernel may still be tearing their memory down
+
+
 def startup_sample(spec: Spec, parallelism: int, method: str) -> dict[str, float]:
     gc.collect()
+    time.sleep(STARTUP_SETTLE)
     started = time.perf_counter()
     adapter = _open(spec, parallelism, method, warm=False)
     try:
@@ -348,7 +355,7 @@ class Suite:
     def run_startup(self) -> None:
         keys = ["local", "ppe-submit", "std-submit", "mp-apply", "loky-submit", "airflow"]
         params = [(m, p) for m in self.cfg.methods for p in self.cfg.parallelism]
-        self.interleave("startup", params, self.specs(*keys), self.cfg.rounds,
+        self.interleave("startup", params, self.specs(*keys), self.cfg.startup_rounds,
                         lambda s, mp: startup_sample(s, mp[1], mp[0]))
 
     def run_sweep(self) -> None:
@@ -553,7 +560,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m benchmarks") -> i
     if args.parallelism:
         cfg.parallelism = args.parallelism
     if args.rounds:
-        cfg.rounds = args.rounds
+        cfg.rounds = cfg.startup_rounds = args.rounds
         cfg.sweep_rounds = min(cfg.sweep_rounds, args.rounds)
         cfg.hol_rounds = min(cfg.hol_rounds, args.rounds)
     if args.tasks:
