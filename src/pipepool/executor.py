@@ -388,7 +388,7 @@ class LocalExecutor:
             "worker_crashes": self._stats["crashes"],
             "worker_recycles": self._stats["recycles"],
             "workers_started": self._stats["started_workers"],
-            "dispatch_depth": self.prefetch or self._adaptive_depth(),
+            "dispatch_depth": self.dispatch_depth,
             "last_progress": self._last_progress,
         }
 
@@ -790,6 +790,11 @@ class LocalExecutor:
             if old is not None and old.state.terminal:
                 return
         self._events[event.key] = event
+
+    @property
+    def dispatch_depth(self) -> int:
+        """Tasks a worker may hold ahead now: ``prefetch``, or the adaptive depth."""
+        return self.prefetch or self._adaptive_depth()
 
     def _adaptive_depth(self) -> int:
         """Tasks ahead per worker: BACKLOG seconds of the observed task time, 1..MAX_DEPTH."""

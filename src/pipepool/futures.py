@@ -10,7 +10,7 @@ Data flow (one driver thread per pool; only it touches the LocalExecutor)::
 A user thread appends a work item to ``_pending`` under the pool's lock and writes one
 byte to the loop's wake-up pipe; the driver thread, which otherwise sleeps in the
 loop's poll, wakes and runs one round of named steps: *feed* (move pending work into the
-LocalExecutor while it holds fewer than ``max_workers + EXTRA_QUEUED`` tasks), *sync*
+LocalExecutor while it holds fewer than its capacity, below), *sync*
 (the LocalExecutor's own round: results, reaping and starting workers, dispatch) and
 *deliver* (complete futures from the event buffer). Commands (``kill``) travel the
 same way. The LocalExecutor is not thread-safe, so no other thread calls it.
@@ -18,9 +18,11 @@ same way. The LocalExecutor is not thread-safe, so no other thread calls it.
 Future states follow the standard library: a future is PENDING (cancellable) while it
 waits in ``_pending`` and becomes RUNNING when the driver hands it to the LocalExecutor,
 which happens at most ``max_workers + EXTRA_QUEUED`` tasks ahead of the workers (the
-standard library's call queue holds ``max_workers + 1``). A cancelled future's function
-therefore never runs. Done-callbacks run in the driver thread (the stdlib runs them in
-its manager thread); they may submit more work.
+standard library's call queue holds ``max_workers + 1``), plus ``depth - 1`` per worker
+while the LocalExecutor's adaptive dispatch depth is deeper than 1: only for tasks of
+well under a millisecond, so what cannot be cancelled any more is at most ~2 ms of work
+per worker. A cancelled future's function therefore never runs. Done-callbacks run in
+the driver thread (the stdlib runs them in its manager thread); they may submit more work.
 
 Workers: under fork, all of them are started by the first ``submit`` from the calling
 thread (as the stdlib does); later ones (replacing a dead or recycled worker) are forked
@@ -100,7 +102,8 @@ class _Driver:
 
     def __init__(self, executor: LocalExecutor, capacity: int) -> None:
         self.executor = executor
-        self.capacity = capacity
+        self.capacity = capacity  # handed over at most, at dispatch depth 1
+        self.workers = executor.parallelism  # each gets depth - 1 more at a deeper depth
         # Re-entrant: a weakref callback (pool collected) may fire in any thread, the
         # driver included, while it holds the lock.
         self.lock = threading.RLock()
@@ -184,7 +187,8 @@ class _Driver:
         """Hand pending work to the LocalExecutor while it has room; run commands."""
         moved = False
         pending, running, ex = self.pending, self.running, self.executor
-        while pending and len(running) < self.capacity:
+        capacity = self.capacity + self.workers * (ex.dispatch_depth - 1)
+        while pending and len(running) < capacity:
             key, fut, fn, args, kwargs, timeout = pending.popleft()
             if not fut.set_running_or_notify_cancel():
                 continue  # cancelled while pending: it never runs
@@ -341,6 +345,7 @@ class ProcessPoolExecutor(Executor):
             max_tasks_per_child=max_tasks_per_child,
             initializer=initializer,
             initargs=self._initargs,
+            prefetch=None,  # adaptive: deep for tiny tasks, 1 once tasks take milliseconds
         )
         extra = max_workers if EXTRA_QUEUED is None else EXTRA_QUEUED
         self._driver = _Driver(executor, max_workers + extra)
