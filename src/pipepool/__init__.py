@@ -19,14 +19,19 @@ from .errors import (
     WorkerLostError,
 )
 from .events import Event, State
-from .executor import LocalExecutor
-from .futures import ProcessPoolExecutor
 
 __version__ = "0.1.0"
 
-# Dask is an optional extra: ClusterExecutor loads on first use (``import pipepool`` and
-# ``from pipepool import ClusterExecutor`` never import distributed; creating one does).
-_LAZY = {"ClusterExecutor": "cluster", "ClusterWorkerLostError": "cluster"}
+# The executors load on first use. Every worker process imports this package (for
+# pipepool.worker): keeping the executors out of that import saves start-up time. Dask is
+# an optional extra: ``import pipepool`` and ``from pipepool import ClusterExecutor``
+# never import distributed; creating a ClusterExecutor does.
+_LAZY = {
+    "LocalExecutor": "executor",
+    "ProcessPoolExecutor": "futures",
+    "ClusterExecutor": "cluster",
+    "ClusterWorkerLostError": "cluster",
+}
 
 
 def __getattr__(name: str):
@@ -35,6 +40,10 @@ def __getattr__(name: str):
 
         return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 __all__ = [
