@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .executor import LocalExecutor
+from .futures import ProcessPoolExecutor
 
 
 def noop(x: int) -> int:
@@ -24,7 +25,7 @@ def noop(x: int) -> int:
     return x
 
 
-def run_local(tasks: int, workers: int, prefetch: int) -> float:
+def run_local(tasks: int, workers: int, prefetch: int | None) -> float:
     with LocalExecutor(workers, prefetch=prefetch) as ex:
         ex.queue(-1, noop, -1)
         ex.wait_until_done()  # warm: workers are up before the clock starts
@@ -39,8 +40,8 @@ def run_local(tasks: int, workers: int, prefetch: int) -> float:
     return tasks / elapsed
 
 
-def run_stdlib_submit(tasks: int, workers: int) -> float:
-    with concurrent.futures.ProcessPoolExecutor(workers) as pool:
+def run_submit(tasks: int, workers: int, pool_class: type = ProcessPoolExecutor) -> float:
+    with pool_class(workers) as pool:
         list(pool.map(noop, range(workers)))
         started = time.perf_counter()
         futures = [pool.submit(noop, i) for i in range(tasks)]
@@ -65,9 +66,12 @@ def race(tasks: int = 20000, workers: int | None = None, rounds: int = 3,
     """Run every contender ``rounds`` times, interleaved; print and return median tasks/s."""
     workers = workers or os.cpu_count() or 1
     contenders: dict[str, Callable[[], float]] = {
-        "pipepool LocalExecutor (prefetch 16)": lambda: run_local(tasks, workers, 16),
+        "pipepool LocalExecutor (prefetch=None, adaptive)": lambda: run_local(tasks, workers,
+                                                                              None),
         "pipepool LocalExecutor (prefetch 1)": lambda: run_local(tasks, workers, 1),
-        "concurrent.futures.ProcessPoolExecutor submit": lambda: run_stdlib_submit(tasks, workers),
+        "pipepool ProcessPoolExecutor submit": lambda: run_submit(tasks, workers),
+        "concurrent.futures.ProcessPoolExecutor submit": lambda: run_submit(
+            tasks, workers, concurrent.futures.ProcessPoolExecutor),
         "multiprocessing.Pool imap_unordered(chunksize=1)": lambda: run_mp_pool(tasks, workers),
     }
     samples: dict[str, list[float]] = {name: [] for name in contenders}
