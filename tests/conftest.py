@@ -55,8 +55,9 @@ def no_leaks():
     yield
     multiprocessing.active_children()  # reaps multiprocessing's own finished children
     leaked_kids = child_pids() - kids_before
-    # The forkserver process is shared and lives on purpose; it is not ours to leak.
-    leaked_kids = {p for p in leaked_kids if not _is_forkserver(p)}
+    # The forkserver and the resource tracker are shared and live on purpose (the first
+    # spawn or forkserver pool of a session starts the tracker); they are not ours to leak.
+    leaked_kids = {p for p in leaked_kids if not _is_multiprocessing_helper(p)}
     assert not leaked_kids, f"child processes left behind: {sorted(leaked_kids)}"
     leaked_threads = [t for t in threading.enumerate() if t.ident not in threads_before]
     assert not leaked_threads, f"threads left behind: {leaked_threads}"
@@ -65,8 +66,9 @@ def no_leaks():
     assert not leaked_fds, f"fds left open: {sorted(leaked_fds)}"
 
 
-def _is_forkserver(pid: int) -> bool:
-    return b"forkserver" in proc_table.cmdline(pid)
+def _is_multiprocessing_helper(pid: int) -> bool:
+    cmd = proc_table.cmdline(pid)
+    return b"forkserver" in cmd or b"resource_tracker" in cmd
 
 
 def _is_forkserver_fd(fd: int) -> bool:
