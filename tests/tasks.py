@@ -131,3 +131,98 @@ class CustomBaseException(BaseException):
 
 def raise_base_exception():
     raise CustomBaseException("not an Exception")
+
+
+# -- hardening (tests/test_hardening.py, benchmarks/soak.py) ----------------------------
+
+
+def segfault():
+    """A real segmentation fault: read address 0 (not a SIGSEGV sent by kill)."""
+    import ctypes
+
+    ctypes.string_at(0)
+
+
+def raise_keyboard_interrupt():
+    raise KeyboardInterrupt("inside the task")
+
+
+def record_pid(log: str, key, sleep: float = 0.0) -> int:
+    """Append ``key pid`` to ``log`` (one line per real run) and return the pid."""
+    line = f"{key} {os.getpid()}\n".encode()
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+    if sleep:
+        time.sleep(sleep)
+    return os.getpid()
+
+
+def record_big(log: str, key, size: int) -> bytes:
+    """Record the run, then return ``size`` bytes (a result that fills many pipes)."""
+    record(log, key)
+    return bytes(range(256)) * (size // 256) + b"\0" * (size % 256)
+
+
+def _serve_local(name: str):
+    """A local of ``pipepool.worker.serve``, which is on the stack of every task: how a
+    test reaches the running worker's result fd and task id without a hook in the
+    library. A rename of that function or its locals fails here, loudly."""
+    import sys
+
+    from pipepool import worker
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is worker.serve.__code__:
+            return frame.f_locals[name]
+        frame = frame.f_back
+    raise RuntimeError("not running inside pipepool.worker.serve")
+
+
+def write_to_result_pipe(data: bytes, then: str = "return", forge_result=None):
+    """Write raw ``data`` on the worker's own result pipe (in one write, followed by a
+    well-formed DONE frame for this very task when ``forge_result`` is given), then
+    "return", "exit" or "sleep" (until the parent kills us; bounded)."""
+    import pickle
+
+    from pipepool.frames import Kind, encode_header
+
+    if forge_result is not None:
+        payload = pickle.dumps(forge_result, 5)
+        data += encode_header(Kind.DONE, _serve_local("ident"), len(payload)) + payload
+    os.write(_serve_local("result_fd"), data)
+    if then == "exit":
+        os._exit(0)
+    if then == "sleep":
+        time.sleep(30)
+    return "returned"
+
+
+def return_above_frame_limit(limit: int, size: int) -> bytes:
+    """Lower this worker's frame limit, then return more than it: the worker must refuse
+    to send the result (a TaskPicklingError), as for a result past the 4 GiB header."""
+    from pipepool import frames
+
+    frames.MAX_PAYLOAD = limit
+    return b"r" * size
+
+
+def stamp_and_fail_init(log: str) -> None:
+    """An initializer that records when it ran (monotonic, system-wide) and raises."""
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{time.monotonic()!r} {os.getpid()}\n".encode())
+    finally:
+        os.close(fd)
+    raise RuntimeError("initializer says no")
+
+
+def slow_init(log: str, seconds: float) -> None:
+    """An initializer that takes ``seconds``; records each run, then sets the flag."""
+    record(log, os.getpid())
+    time.sleep(seconds)
+    _initialized["flag"] = "ready"
+

@@ -443,7 +443,9 @@ class LocalExecutor:
         now = time.monotonic() if frames else 0.0  # one clock read per batch, not per frame
         for channel, kind, ident, payload in frames:
             w = workers.get(channel)
-            if w is not None:
+            # Nothing behind a frame we cannot trust counts, not even a well-formed
+            # result in the same read: the stream is out of step or forged from there on.
+            if w is not None and w.close_error is None:
                 w.heard = True
                 self._on_frame(w, kind, ident, payload, now)
         for channel, error in closed:
@@ -451,7 +453,9 @@ class LocalExecutor:
             if w is not None:
                 w.closing = True
                 w.closed_at = time.monotonic()
-                w.close_error = error
+                # The first reason stays: a bad frame _on_frame saw is followed by the
+                # plain EOF of the worker it killed.
+                w.close_error = w.close_error or error
                 if error is not None:  # a stream we cannot trust: the worker must go
                     self._kill_worker(w, None)
 
@@ -661,10 +665,16 @@ class LocalExecutor:
         del self._workers[w.wid]
         lost_error = self._lost_error(w, exitcode)
         unstarted = []
+        died_running = False
         for t in w.in_flight.values():
             if t.started or not requeue:
-                self._finish(t, State.FAILED, exception=lost_error(t), pid=w.pid)
-                self._stats["lost"] += 1
+                error = lost_error(t)
+                self._finish(t, State.FAILED, exception=error, pid=w.pid)
+                # Lost means the worker died under it; a timeout, kill() or terminate()
+                # is a failure of its own kind (DESIGN.md, invariant 1).
+                if isinstance(error, WorkerLostError):
+                    self._stats["lost"] += 1
+                died_running = died_running or t.started
             else:
                 t.phase = _QUEUED
                 unstarted.append(t)
@@ -680,7 +690,7 @@ class LocalExecutor:
                 "by if __name__ == '__main__'?)", pid=w.pid, exitcode=exitcode))
         if w.init_error is not None:
             pass  # counted by _note_init_failure, not a crash of a serving worker
-        elif w.killed or exitcode != 0:
+        elif w.killed or exitcode != 0 or died_running:  # os._exit(0) mid-task is no recycle
             self._stats["crashes"] += 1
         else:
             self._stats["recycles"] += 1
