@@ -374,7 +374,7 @@ class LocalExecutor:
 
     def stats(self) -> dict[str, Any]:
         """Counters from the parent's own state (no IPC): workers and tasks."""
-        busy = sum(1 for w in self._workers.values() if w.in_flight)
+        busy = sum(1 for w in self._workers.values() if w.in_flight and not w.closing)
         alive = sum(1 for w in self._workers.values() if not w.closing)
         return {
             "workers_alive": alive,
