@@ -58,6 +58,7 @@ from concurrent.futures import CancelledError
 from typing import Any
 
 from . import _signals
+from ._api import SchedulerAPI
 from .errors import (
     RemoteTraceback,
     TaskKilledError,
@@ -133,7 +134,7 @@ class _Task:
         self.pid: int | None = None
 
 
-class ClusterExecutor:
+class ClusterExecutor(SchedulerAPI):
     """Run callables on a Dask distributed cluster, scheduler style (LocalExecutor's API).
 
     ``address=None`` starts a ``LocalCluster`` on 127.0.0.1 (worker processes with one
@@ -222,10 +223,6 @@ class ClusterExecutor:
             raise
         self._state = "started"
 
-    def queue(self, key: Hashable, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> None:
-        """Queue ``fn(*args, **kwargs)`` under ``key``; pickled when it is dispatched."""
-        self.queue_call(key, fn, args, kwargs)
-
     def queue_call(self, key: Hashable, fn: Callable[..., Any], args: tuple = (),
                    kwargs: dict | None = None, *, timeout: float | None = None) -> None:
         """Like ``queue`` with the call spelled out, plus a per-task ``timeout`` in seconds,
@@ -255,15 +252,6 @@ class ClusterExecutor:
             self._dispatch()
         finally:
             _signals.undefer(deferred)
-
-    heartbeat = sync
-
-    def get_event_buffer(self, keys: Iterable[Hashable] | None = None) -> dict[Hashable, Event]:
-        """Pop and return ``{key: newest event}``, for all keys or only ``keys``."""
-        if keys is None:
-            events, self._events = self._events, {}
-            return events
-        return {k: self._events.pop(k) for k in list(keys) if k in self._events}
 
     @property
     def queued(self) -> set[Hashable]:
@@ -318,17 +306,6 @@ class ClusterExecutor:
         finally:
             _signals.undefer(deferred)
         return len(doomed)
-
-    def wait_until_done(self, timeout: float | None = None) -> bool:
-        """Drive the rounds until nothing is queued or in flight; False if ``timeout`` hit."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        self.sync()
-        while self.has_work():
-            remaining = 1.0 if deadline is None else deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            self.sync(timeout=min(remaining, 1.0))
-        return True
 
     def end(self) -> None:
         """Finish every queued and running task, collect all results, disconnect (and
@@ -414,16 +391,6 @@ class ClusterExecutor:
     def wake(self) -> None:
         """Make a ``sync(timeout=...)`` waiting in another thread return now."""
         self._wakeup.set()
-
-    def __enter__(self) -> ClusterExecutor:
-        self.start()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
-        if exc_type is not None and not issubclass(exc_type, Exception):
-            self.terminate()  # KeyboardInterrupt, SystemExit: stop now, do not wait for work
-        else:
-            self.end()
 
     def __del__(self) -> None:
         if getattr(self, "_state", None) == "started":
@@ -636,15 +603,6 @@ class ClusterExecutor:
             self._stats["failed"] += 1
         self._publish(Event(t.key, state, result, exception, pid), terminal=True)
 
-    def _publish(self, event: Event, *, terminal: bool) -> None:
-        # Newest event per key, except that a RUNNING event never hides an unread
-        # terminal one (the same key may be queued again while its first run ends).
-        if not terminal:
-            old = self._events.get(event.key)
-            if old is not None and old.state.terminal:
-                return
-        self._events[event.key] = event
-
     def _wait_bound(self) -> float:
         bound = WAIT_SLICE
         if self._timed:
@@ -677,13 +635,6 @@ class ClusterExecutor:
             if cluster is not None:
                 cluster.close(timeout=CLOSE_TIMEOUT)
             self._client = self._cluster = None
-
-    def _require_started(self) -> None:
-        if self._state != "started":
-            raise RuntimeError(
-                "ClusterExecutor is not running: call start() first"
-                if self._state == "new" else "ClusterExecutor has ended")
-
 
 def _import_distributed() -> Any:
     try:

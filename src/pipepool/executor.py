@@ -34,6 +34,7 @@ from concurrent.futures import CancelledError
 from typing import Any
 
 from . import _impl, _signals
+from ._api import SchedulerAPI
 from .errors import (
     FrameError,
     InitializerError,
@@ -142,7 +143,7 @@ class _Worker:
         self.current: _Task | None = None  # the task it said it started, until its outcome
 
 
-class LocalExecutor:
+class LocalExecutor(SchedulerAPI):
     """Run callables in a pool of local worker processes, scheduler style.
 
     ``queue`` work under a key, call ``sync`` (or ``heartbeat``) regularly, read outcomes
@@ -218,10 +219,6 @@ class LocalExecutor:
         self._lifeline = (lifeline_r, lifeline_w)
         self._state = "started"
 
-    def queue(self, key: Hashable, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> None:
-        """Queue ``fn(*args, **kwargs)`` under ``key``; pickled when it is dispatched."""
-        self.queue_call(key, fn, args, kwargs)
-
     def queue_call(
         self,
         key: Hashable,
@@ -260,15 +257,6 @@ class LocalExecutor:
             self._dispatch()
         finally:
             _signals.undefer(deferred)
-
-    heartbeat = sync
-
-    def get_event_buffer(self, keys: Iterable[Hashable] | None = None) -> dict[Hashable, Event]:
-        """Pop and return ``{key: newest event}``, for all keys or only ``keys``."""
-        if keys is None:
-            events, self._events = self._events, {}
-            return events
-        return {k: self._events.pop(k) for k in list(keys) if k in self._events}
 
     @property
     def queued(self) -> set[Hashable]:
@@ -320,17 +308,6 @@ class LocalExecutor:
                     self._kill_worker(w, TaskKilledError(f"task {key!r} was killed on request"))
                     killed += 1
         return killed
-
-    def wait_until_done(self, timeout: float | None = None) -> bool:
-        """Drive the loop until nothing is queued or in flight; False if ``timeout`` hit."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        self.sync()
-        while self.has_work():
-            remaining = 1.0 if deadline is None else deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            self.sync(timeout=min(remaining, 1.0))
-        return True
 
     def end(self) -> None:
         """Finish every queued and running task, collect all results, stop the workers."""
@@ -419,16 +396,6 @@ class LocalExecutor:
                 self._start_worker()
         finally:
             _signals.undefer(deferred)
-
-    def __enter__(self) -> LocalExecutor:
-        self.start()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
-        if exc_type is not None and not issubclass(exc_type, Exception):
-            self.terminate()  # KeyboardInterrupt, SystemExit: stop now, do not wait for work
-        else:
-            self.end()
 
     def __del__(self) -> None:
         if getattr(self, "_state", None) == "started":
@@ -792,15 +759,6 @@ class LocalExecutor:
             self._stats["failed"] += 1
         self._publish(Event(t.key, state, result, exception, pid), terminal=True)
 
-    def _publish(self, event: Event, *, terminal: bool) -> None:
-        # Newest event per key, except that a RUNNING event never hides an unread
-        # terminal one (the same key may be queued again while its first run ends).
-        if not terminal:
-            old = self._events.get(event.key)
-            if old is not None and old.state.terminal:
-                return
-        self._events[event.key] = event
-
     @property
     def dispatch_depth(self) -> int:
         """Tasks a worker may hold ahead now: ``prefetch``, or the adaptive depth."""
@@ -822,13 +780,6 @@ class LocalExecutor:
         if self._queue and self._init_retry_at > time.monotonic():
             bound = min(bound, self._init_retry_at - time.monotonic())
         return max(bound, 0.0)
-
-    def _require_started(self) -> None:
-        if self._state != "started":
-            raise RuntimeError(
-                "LocalExecutor is not running: call start() first"
-                if self._state == "new" else "LocalExecutor has ended")
-
 
 def _pickle_call(t: _Task) -> bytes:
     """Pickle a task's call; on failure name the key and the part that failed."""
