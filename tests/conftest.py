@@ -39,6 +39,25 @@ def start_method(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
+@pytest.fixture
+def make(impl: str, start_method: str):
+    """A factory of started LocalExecutors on this test's loop and start method; each is
+    terminated after the test, whatever the test left behind."""
+    from pipepool import LocalExecutor
+
+    made: list = []
+
+    def factory(parallelism: int, **kwargs) -> LocalExecutor:
+        ex = LocalExecutor(parallelism, start_method=start_method, _loop_impl=impl, **kwargs)
+        ex.start()
+        made.append(ex)
+        return ex
+
+    yield factory
+    for ex in made:
+        ex.terminate()
+
+
 def child_pids() -> set[int]:
     """Pids whose parent is this process (zombies included): /proc, or ps on macOS."""
     return proc_table.children(os.getpid())

@@ -22,21 +22,6 @@ from pipepool import (
 )
 
 
-@pytest.fixture
-def make(impl, start_method):
-    made: list[LocalExecutor] = []
-
-    def factory(parallelism: int = 2, **kwargs) -> LocalExecutor:
-        ex = LocalExecutor(parallelism, start_method=start_method, _loop_impl=impl, **kwargs)
-        ex.start()
-        made.append(ex)
-        return ex
-
-    yield factory
-    for ex in made:
-        ex.terminate()
-
-
 def test_results_and_events(make):
     ex = make(2)
     for i in range(50):

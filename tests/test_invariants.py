@@ -9,28 +9,11 @@ import signal
 import time
 from collections import Counter
 
-import pytest
-
 import tasks
 from executor_helpers import Recorder
 from pipepool import LocalExecutor, State, TaskPicklingError, WorkerLostError
 
 PAGE = 4096
-
-
-@pytest.fixture
-def make(impl, start_method):
-    made: list[LocalExecutor] = []
-
-    def factory(parallelism: int = 4, **kwargs) -> LocalExecutor:
-        ex = LocalExecutor(parallelism, start_method=start_method, _loop_impl=impl, **kwargs)
-        ex.start()
-        made.append(ex)
-        return ex
-
-    yield factory
-    for ex in made:
-        ex.terminate()
 
 
 def runs(log) -> Counter:
