@@ -259,3 +259,18 @@ def test_exceptions_keep_their_attributes_when_tblib_reducers_are_installed(impl
         copyreg.dispatch_table.update(before)
     assert type(events["exit"].exception) is SystemExit and events["exit"].exception.code == 3
     assert events["custom"].exception.code == 5
+
+
+def test_sync_with_timeout_dispatches_before_it_waits(impl):
+    """Work queued just before sync(timeout) is sent at once: the round that follows a
+    queue() must not sleep the whole timeout first (it used to: 10 ms per task)."""
+    with LocalExecutor(1, start_method="fork", _loop_impl=impl) as ex:
+        ex.queue("warm", tasks.echo, 0)
+        ex.wait_until_done()
+        ex.get_event_buffer()
+        ex.queue("k", tasks.echo, 1)
+        for _ in range(50):  # far fewer rounds than a 60 s timeout each would allow
+            ex.sync(timeout=60)
+            if "k" in ex.get_event_buffer() and not ex.has_work():
+                break
+        assert not ex.has_work()

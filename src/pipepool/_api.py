@@ -16,6 +16,7 @@ class SchedulerAPI:
 
     _events: dict[Hashable, Event]
     _state: str
+    _published = 0  # events published so far (an instance attribute once counting)
 
     def queue(self, key: Hashable, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> None:
         """Queue ``fn(*args, **kwargs)`` under ``key``; pickled when it is dispatched."""
@@ -61,6 +62,7 @@ class SchedulerAPI:
             if old is not None and old.state.terminal:
                 return
         self._events[event.key] = event
+        self._published += 1  # lets sync() tell whether a round produced anything
 
     def _require_started(self) -> None:
         if self._state != "started":

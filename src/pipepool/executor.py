@@ -241,12 +241,19 @@ class LocalExecutor(SchedulerAPI):
     def sync(self, timeout: float = 0.0) -> None:
         """One round: collect results, reap and start workers, dispatch what fits.
 
-        Never blocks on a pipe. With ``timeout`` > 0, first waits up to that long for
-        something to happen (a result, room in a pipe, a worker exit).
+        Never blocks on a pipe. With ``timeout`` > 0, a round that produced no event
+        waits up to that long for something to happen (a result, room in a pipe, a
+        worker exit) and runs once more: work queued just before is dispatched first,
+        not after the wait.
         """
         self._require_started()
-        if timeout > 0:
+        published = self._published
+        self._round()
+        if timeout > 0 and self._published == published:
             self._loop.wait(min(timeout, self._wait_bound()))
+            self._round()
+
+    def _round(self) -> None:
         deferred = None
         try:
             deferred = _signals.defer()
