@@ -4,18 +4,23 @@ scheduler builds on ``queue_call``, ``sync`` and ``has_work``, so both keep one 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Hashable, Iterable
+from concurrent.futures import CancelledError
 from typing import Any, Self
 
-from .events import Event
+from . import _signals
+from .events import Event, State
 
 
 class SchedulerAPI:
     """Mixin: subclasses provide ``queue_call``, ``sync``, ``has_work``, ``start``, ``end``,
-    ``terminate``, an ``_events`` dict and a ``_state`` of "new", "started" or "ended"."""
+    ``terminate``, ``_finish``, an ``_events`` dict, a ``_queue`` deque of tasks and a
+    ``_state`` of "new", "started" or "ended"."""
 
     _events: dict[Hashable, Event]
     _state: str
+    _queue: deque  # of tasks (anything with a ``key``), in dispatch order
     _published = 0  # events published so far (an instance attribute once counting)
 
     def queue(self, key: Hashable, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> None:
@@ -32,6 +37,29 @@ class SchedulerAPI:
             events, self._events = self._events, {}
             return events
         return {k: self._events.pop(k) for k in list(keys) if k in self._events}
+
+    @property
+    def queued(self) -> set[Hashable]:
+        """Keys with a task not yet dispatched (to a worker, or to the cluster)."""
+        return {t.key for t in self._queue}
+
+    def cancel(self, key: Hashable) -> int:
+        """Cancel the queued (never dispatched) tasks of ``key``; returns how many.
+
+        Each gets a FAILED event with ``concurrent.futures.CancelledError``.
+        """
+        deferred = None
+        try:
+            deferred = _signals.defer()
+            doomed = [t for t in self._queue if t.key == key]
+            if doomed:
+                self._queue = deque(t for t in self._queue if t.key != key)
+                for t in doomed:
+                    self._finish(t, State.FAILED,  # type: ignore[attr-defined]
+                                 exception=CancelledError(f"task {key!r} cancelled"))
+            return len(doomed)
+        finally:
+            _signals.undefer(deferred)
 
     def wait_until_done(self, timeout: float | None = None) -> bool:
         """Drive the rounds until nothing is queued or in flight; False if ``timeout`` hit."""

@@ -254,11 +254,6 @@ class ClusterExecutor(SchedulerAPI):
             _signals.undefer(deferred)
 
     @property
-    def queued(self) -> set[Hashable]:
-        """Keys with a task not yet handed to Dask."""
-        return {t.key for t in self._queue}
-
-    @property
     def running(self) -> set[Hashable]:
         """Keys with a task handed to Dask (waiting on the scheduler or running)."""
         return {t.key for t in self._inflight.values()}
@@ -273,24 +268,6 @@ class ClusterExecutor(SchedulerAPI):
     def has_work(self) -> bool:
         """True while any task is queued or handed to Dask and not reported."""
         return bool(self._queue or self._inflight)
-
-    def cancel(self, key: Hashable) -> int:
-        """Cancel the queued (not yet dispatched) tasks of ``key``; returns how many.
-
-        Each gets a FAILED event with ``concurrent.futures.CancelledError``.
-        """
-        deferred = None
-        try:
-            deferred = _signals.defer()
-            doomed = [t for t in self._queue if t.key == key]
-            if doomed:
-                self._queue = deque(t for t in self._queue if t.key != key)
-                for t in doomed:
-                    self._finish(t, State.FAILED,
-                                 exception=CancelledError(f"task {key!r} cancelled"))
-            return len(doomed)
-        finally:
-            _signals.undefer(deferred)
 
     def kill(self, key: Hashable) -> int:
         """Stop the started tasks of ``key``: each fails with ``TaskKilledError`` and (with

@@ -266,11 +266,6 @@ class LocalExecutor(SchedulerAPI):
             _signals.undefer(deferred)
 
     @property
-    def queued(self) -> set[Hashable]:
-        """Keys with a task not yet sent to a worker."""
-        return {t.key for t in self._queue}
-
-    @property
     def running(self) -> set[Hashable]:
         """Keys with at least one dispatch in flight (sent, started or not)."""
         return {t.key for w in self._workers.values() for t in w.in_flight.values()}
@@ -286,24 +281,6 @@ class LocalExecutor(SchedulerAPI):
     def has_work(self) -> bool:
         """True while any task is queued or in flight."""
         return bool(self._queue) or any(w.in_flight for w in self._workers.values())
-
-    def cancel(self, key: Hashable) -> int:
-        """Cancel the queued (never sent) tasks of ``key``; returns how many.
-
-        Each gets a FAILED event with ``concurrent.futures.CancelledError``.
-        """
-        deferred = None
-        try:
-            deferred = _signals.defer()
-            doomed = [t for t in self._queue if t.key == key]
-            if doomed:
-                self._queue = deque(t for t in self._queue if t.key != key)
-                for t in doomed:
-                    self._finish(t, State.FAILED,
-                                 exception=CancelledError(f"task {key!r} cancelled"))
-            return len(doomed)
-        finally:
-            _signals.undefer(deferred)
 
     def kill(self, key: Hashable) -> int:
         """Kill the workers running started tasks of ``key`` (they are replaced); those
