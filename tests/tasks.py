@@ -226,3 +226,16 @@ def slow_init(log: str, seconds: float) -> None:
     time.sleep(seconds)
     _initialized["flag"] = "ready"
 
+
+
+def hog_gil(log: str, key, limit: float = 60.0) -> None:
+    """Record the run, then spin without letting another thread of this worker run (the
+    GIL is not handed over for an hour), so its watcher thread cannot answer a REVOKE.
+    A kill ends it; ``limit`` bounds it if nobody does."""
+    import sys
+
+    record(log, key)
+    sys.setswitchinterval(3600)
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        pass

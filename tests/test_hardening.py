@@ -816,6 +816,10 @@ BAD_FRAMES = {
     "unknown-kind-then-result": BadFrame(
         (tasks.write_to_result_pipe, header(99, 0), "return", "forged"), WorkerLostError,
         "unexpected frame kind 99"),
+    # REVOKED answers a REVOKE; unasked, it would make the parent hand out tasks this
+    # worker still runs.
+    "unasked-revoked": BadFrame((tasks.write_to_result_pipe, header(Kind.REVOKED, 0)),
+                                WorkerLostError, "unexpected frame kind 7"),
     "task-kind-from-worker": BadFrame((tasks.write_to_result_pipe, header(Kind.TASK, 0)),
                                       WorkerLostError, "unexpected frame kind 1"),
     "truncated-then-exit": BadFrame(
@@ -960,7 +964,7 @@ def test_stats_after_a_known_scenario(pool, tmp_path):
     assert {k: v for k, v in stats.items() if k not in ("last_progress", "dispatch_depth")} == {
         "workers_alive": 0, "workers_busy": 0, "workers_idle": 0, "tasks_queued": 0,
         "tasks_running": 0, "tasks_done": 0, "tasks_failed": 0, "tasks_lost": 0,
-        "worker_crashes": 0, "worker_recycles": 0, "workers_started": 0}
+        "worker_crashes": 0, "worker_recycles": 0, "workers_started": 0, "tasks_revoked": 0}
     # Two blockers hold both workers; two more wait behind them.
     for i in range(4):
         ex.queue(("block", i), tasks.wait_for, release)
@@ -1000,7 +1004,8 @@ def test_stats_after_a_known_scenario(pool, tmp_path):
         "tasks_lost": 1,  # only the crash: its worker died under it
         "worker_crashes": 2,  # the crashed worker and the one killed for the timeout
         "worker_recycles": 0,
-        "workers_started": 3}
+        "workers_started": 3,
+        "tasks_revoked": 0}  # a fixed depth never revokes
     # Recycling: a pool whose workers serve two tasks each.
     ex2 = pool(1, "fork", max_tasks_per_child=2)
     for i in range(6):

@@ -47,7 +47,7 @@ from .errors import (
     describe_exit,
 )
 from .events import Event, State
-from .frames import MAX_PAYLOAD, PICKLE_PROTOCOL, Kind
+from .frames import MAX_PAYLOAD, PICKLE_PROTOCOL, Kind, encode_header
 from .worker import ChildFd
 from .worker import main as worker_main
 
@@ -86,6 +86,7 @@ class _Task:
         "key",
         "kwargs",
         "phase",
+        "seq",
         "started",
         "tid",
         "timeout",
@@ -100,6 +101,7 @@ class _Task:
         self.kwargs = kwargs
         self.timeout = timeout
         self.phase = _QUEUED
+        self.seq = 0  # its number in the stream of the worker it was last sent to
         self.started = False
         self.began = 0.0  # when its STARTED frame was read
         self.deadline: float | None = None
@@ -110,6 +112,7 @@ class _Worker:
         "close_error",
         "closed_at",
         "closing",
+        "control_fd",
         "current",
         "fds",
         "heard",
@@ -120,19 +123,24 @@ class _Worker:
         "killed",
         "pid",
         "proc",
+        "revoking",
         "sent",
+        "seq",
         "wid",
     )
 
     def __init__(self, wid: int, proc: multiprocessing.process.BaseProcess,
-                 fds: tuple[int, int], init_round: int) -> None:
+                 fds: tuple[int, int], control_fd: int, init_round: int) -> None:
         self.wid = wid
         self.proc = proc
         self.pid: int | None = proc.pid
         self.fds = fds  # the parent's ends, owned by the loop from add() to remove()
+        self.control_fd = control_fd  # write end of its control pipe (REVOKE), non-blocking
         self.init_round = init_round  # initializer failures counted when it started
         self.in_flight: dict[int, _Task] = {}  # tid -> task, in dispatch order
-        self.sent = 0  # tasks ever sent, for max_tasks_per_child
+        self.sent = 0  # tasks sent and not taken back, for max_tasks_per_child
+        self.seq = 0  # tasks ever sent: the numbering REVOKE and REVOKED use
+        self.revoking = False  # a REVOKE is out and its REVOKED not yet read
         self.closing = False  # its result pipe closed (EOF or a bad frame)
         self.closed_at = 0.0
         self.close_error: BaseException | None = None
@@ -196,7 +204,7 @@ class LocalExecutor(SchedulerAPI):
         self._next_reap = 0.0
         self._timed: dict[int, _Task] = {}  # started tasks with a deadline
         self._stats = dict.fromkeys(
-            ("done", "failed", "lost", "crashes", "recycles", "started_workers"), 0
+            ("done", "failed", "lost", "crashes", "recycles", "started_workers", "revoked"), 0
         )
         self._last_progress = time.monotonic()
         self._task_time = BACKLOG  # EMA of task run time; starts at depth 1, learns fast
@@ -261,6 +269,7 @@ class LocalExecutor(SchedulerAPI):
             self._reap()
             self._expire()
             self._start_workers()
+            self._revoke_trapped()
             self._dispatch()
         finally:
             _signals.undefer(deferred)
@@ -349,6 +358,7 @@ class LocalExecutor(SchedulerAPI):
             "worker_crashes": self._stats["crashes"],
             "worker_recycles": self._stats["recycles"],
             "workers_started": self._stats["started_workers"],
+            "tasks_revoked": self._stats["revoked"],
             "dispatch_depth": self.dispatch_depth,
             "last_progress": self._last_progress,
         }
@@ -449,6 +459,9 @@ class LocalExecutor(SchedulerAPI):
                              pid=w.pid)
             del w.in_flight[ident]
             return
+        if kind == Kind.REVOKED and w.revoking:
+            self._on_revoked(w, ident)
+            return
         if kind == Kind.INIT_FAILED:
             # Counted now, not when the worker is retired: by then a replacement would
             # already be on its way and the back-off would come too late.
@@ -457,6 +470,18 @@ class LocalExecutor(SchedulerAPI):
         # Any other kind from a worker is a broken stream.
         w.close_error = FrameError(f"unexpected frame kind {kind} from worker pid {w.pid}")
         self._kill_worker(w, None)
+
+    def _on_revoked(self, w: _Worker, last_started: int) -> None:
+        """The worker will skip everything it was sent after ``last_started``: those
+        tasks go back to the front of the queue, in their order, for any worker."""
+        w.revoking = False
+        back = [t for t in w.in_flight.values() if t.seq > last_started and not t.started]
+        for t in back:
+            del w.in_flight[t.tid]
+            t.phase = _QUEUED
+        w.sent -= len(back)
+        self._stats["revoked"] += len(back)
+        self._queue.extendleft(reversed(back))
 
     def _reap(self) -> None:
         now = time.monotonic()
@@ -515,6 +540,33 @@ class LocalExecutor(SchedulerAPI):
         for _ in range(wanted):
             self._start_worker()
 
+    def _overrun_after(self) -> float:
+        """Seconds past which a running task is longer than tasks have been lately."""
+        return max(BACKLOG, 4 * self._task_time)
+
+    def _revoke_trapped(self) -> None:
+        """Take back the tasks sent ahead to a worker whose current task overruns.
+
+        Deep dispatch sends short tasks behind whatever a worker runs; when that turns
+        out to be a long task they would wait for it while other workers idle. A REVOKE
+        on the worker's control pipe (a 16-byte write into a pipe that holds at most
+        one, so it cannot block) makes it skip them; its REVOKED answer says which, and
+        ``_on_revoked`` queues them again.
+        """
+        if self.prefetch is not None:
+            return  # a fixed depth is the caller's explicit choice
+        overrun = time.monotonic() - self._overrun_after()
+        for w in self._workers.values():
+            current = w.current
+            if (current is None or w.revoking or w.closing or len(w.in_flight) < 2
+                    or current.began > overrun):
+                continue
+            try:
+                os.write(w.control_fd, encode_header(Kind.REVOKE, w.seq, 0))
+            except OSError:  # gone (EPIPE): its exit will re-dispatch what it never started
+                continue
+            w.revoking = True
+
     def _dispatch(self) -> None:
         queue = self._queue
         if not queue:
@@ -529,9 +581,9 @@ class LocalExecutor(SchedulerAPI):
         if self.prefetch is None and prefetch > 1:
             # Feed no worker whose current task overruns what we expect of a task: what
             # we send it now would wait behind that task instead of running elsewhere.
-            overrun = time.monotonic() - max(BACKLOG, 4 * self._task_time)
-            open_workers = [w for w in open_workers
-                            if w.current is None or w.current.began > overrun]
+            overrun = time.monotonic() - self._overrun_after()
+            open_workers = [w for w in open_workers if not w.revoking
+                            and (w.current is None or w.current.began > overrun)]
         loop = self._loop
         fed = set()
         # Breadth first: one task per worker per pass, so a deep prefetch stays fair.
@@ -556,6 +608,8 @@ class LocalExecutor(SchedulerAPI):
                 t.phase = _RUNNING
                 w.in_flight[t.tid] = t
                 w.sent += 1
+                w.seq += 1
+                t.seq = w.seq
                 if len(w.in_flight) < prefetch and (limit is None or w.sent < limit):
                     still_open.append(w)
             open_workers = still_open
@@ -567,8 +621,10 @@ class LocalExecutor(SchedulerAPI):
     def _start_worker(self) -> None:
         activity_r, activity_w = os.pipe()
         result_r, result_w = os.pipe()
-        mine = (activity_r, result_w)
-        _PARENT_FDS.update((activity_r, activity_w, result_r, result_w))
+        control_r, control_w = os.pipe()
+        os.set_blocking(control_w, False)
+        mine = (activity_r, result_w, control_r)
+        _PARENT_FDS.update((activity_r, activity_w, result_r, result_w, control_r, control_w))
         if self.pipe_size:
             _set_pipe_size(activity_w, self.pipe_size)
             _set_pipe_size(result_w, self.pipe_size)
@@ -581,7 +637,8 @@ class LocalExecutor(SchedulerAPI):
         wid = next(self._wids)
         proc = self._context.Process(
             target=worker_main,
-            args=(ChildFd(activity_r), ChildFd(result_w), ChildFd(lifeline_r), close_fds,
+            args=(ChildFd(activity_r), ChildFd(result_w), ChildFd(lifeline_r),
+                  ChildFd(control_r), close_fds,
                   self.initializer, self.initargs, self.max_tasks_per_child,
                   self.implementation),
             name=f"pipepool-worker-{wid}",
@@ -590,7 +647,7 @@ class LocalExecutor(SchedulerAPI):
         try:
             proc.start()
         except BaseException:
-            for fd in (activity_w, result_r):
+            for fd in (activity_w, result_r, control_w):
                 _PARENT_FDS.discard(fd)
                 os.close(fd)
             raise
@@ -598,7 +655,7 @@ class LocalExecutor(SchedulerAPI):
             for fd in mine:  # the child has its copies now (or never will)
                 _PARENT_FDS.discard(fd)
                 os.close(fd)
-        w = _Worker(wid, proc, (activity_w, result_r), self._init_failures)
+        w = _Worker(wid, proc, (activity_w, result_r), control_w, self._init_failures)
         self._loop.add(wid, activity_w, result_r)
         self._workers[wid] = w
         self._stats["started_workers"] += 1
@@ -652,7 +709,8 @@ class LocalExecutor(SchedulerAPI):
         """Close a worker's parent ends (once) and drop them from the fork registry."""
         if w.wid not in self._loop:
             return []
-        _PARENT_FDS.difference_update(w.fds)
+        _PARENT_FDS.difference_update((*w.fds, w.control_fd))
+        os.close(w.control_fd)
         return self._loop.remove(w.wid)
 
     def _lost_error(self, w: _Worker, exitcode: int | None) -> Callable[[_Task], BaseException]:
@@ -761,6 +819,13 @@ class LocalExecutor(SchedulerAPI):
             now = time.monotonic()
             bound = min([bound] + [t.deadline - now for t in self._timed.values()
                                    if t.deadline is not None])
+        if self.prefetch is None:  # wake up when a worker's lead tasks become trapped
+            now = time.monotonic()
+            after = self._overrun_after()
+            bound = min([bound] + [w.current.began + after - now
+                                   for w in self._workers.values()
+                                   if w.current is not None and not w.revoking
+                                   and len(w.in_flight) > 1])
         if self._queue and self._init_retry_at > time.monotonic():
             bound = min(bound, self._init_retry_at - time.monotonic())
         return max(bound, 0.0)

@@ -41,6 +41,10 @@ class Kind(enum.IntEnum):
     DONE = 3  # worker → parent: pickle(result)
     RAISED = 4  # worker → parent: pickle((traceback text, pickle(exception)))
     INIT_FAILED = 5  # worker → parent: as RAISED, ident 0; the worker exits after it
+    REVOKE = 6  # parent → worker, on the control pipe: skip every task not yet started,
+    # up to this worker's sequence number ``ident`` (tasks numbered 1, 2, ... as sent)
+    REVOKED = 7  # worker → parent: the answer; ident = sequence number of the last task
+    # it started (0: none); every later one up to the REVOKE's number will not run
 
 
 def encode_header(kind: int, ident: int, length: int) -> bytes:

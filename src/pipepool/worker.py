@@ -1,8 +1,8 @@
 """The worker process: read a frame, say "started", run it, send the outcome.
 
-A worker holds exactly three pipe ends: the read end of its activity pipe, the write end
-of its result pipe, and the read end of its pool's lifeline. It blocks freely (only the
-parent must never block). Its invariants:
+A worker holds exactly four pipe ends: the read end of its activity pipe, the write end
+of its result pipe, the read end of its control pipe, and the read end of its pool's
+lifeline. It blocks freely (only the parent must never block). Its invariants:
 
 * "started" reaches the parent before the task runs, so a worker that dies mid-task is
   known to have started it (the task fails as lost, not re-run), and one that dies
@@ -13,6 +13,12 @@ parent must never block). Its invariants:
   breaks the loop; only the process dying does, and the parent sees that as EOF.
 * The parent's death ends the worker even while a task runs: a thread blocks on the
   lifeline pipe, whose only writer is the parent, and exits the process at its EOF.
+* Tasks sent ahead can be taken back while a long task runs. The same thread reads
+  REVOKE from the control pipe and answers REVOKED with the sequence number of the last
+  task this worker decided to start; every later task up to the REVOKE's number is then
+  skipped unrun. Deciding to start and answering a REVOKE hold one lock, so for each
+  task exactly one of the two happens, and the parent can hand the skipped ones to
+  other workers at once instead of waiting for the long task to end.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import copyreg
 import io
 import os
 import pickle
+import select
 import signal
 import sys
 import threading
@@ -31,7 +38,7 @@ from typing import Any
 
 from . import _impl, _signals
 from .errors import FrameError, TaskPicklingError, TaskUnpicklingError
-from .frames import PICKLE_PROTOCOL, Kind, encode_header
+from .frames import PICKLE_PROTOCOL, Kind, encode_header, split_frames
 
 EXIT_PARENT_DIED = 70  # the lifeline closed: the parent is gone
 EXIT_INIT_FAILED = 71  # the initializer raised; the parent got an INIT_FAILED frame
@@ -70,12 +77,68 @@ def _write_all(fd: int, buffers: list[bytes]) -> None:
                 written = 0
 
 
-def _watch_lifeline(fd: int) -> None:
+class _Gate:
+    """What the task loop and the watcher thread share: the result pipe's writes (whole
+    frames only, never interleaved) and the start-or-skip decision of each task."""
+
+    __slots__ = ("current", "lock", "result_fd", "revoked_upto")
+
+    def __init__(self, result_fd: int) -> None:
+        self.lock = threading.Lock()
+        self.result_fd = result_fd
+        self.current = 0  # sequence number of the last task decided to start
+        self.revoked_upto = 0  # tasks numbered above current and up to this are skipped
+
+    def write(self, buffers: list[bytes]) -> None:
+        with self.lock:
+            _write_all(self.result_fd, buffers)
+
+    def start(self, seq: int, buffers: list[bytes]) -> bool:
+        """Decide task ``seq``: False if it was revoked, else write ``buffers`` (its
+        STARTED frame) and return True; either way atomically with ``revoke``."""
+        with self.lock:
+            if seq <= self.revoked_upto:
+                return False
+            self.current = seq
+            _write_all(self.result_fd, buffers)
+            return True
+
+    def revoke(self, upto: int) -> None:
+        """Skip every task not yet started up to ``upto``; say which ran last."""
+        with self.lock:
+            self.revoked_upto = max(self.revoked_upto, upto)
+            _write_all(self.result_fd, [encode_header(Kind.REVOKED, self.current, 0)])
+
+
+def _watch(lifeline_fd: int, control_fd: int | None, gate: _Gate) -> None:
+    """Exit at the lifeline's EOF; answer REVOKE frames from the control pipe."""
     # A pipe's EOF, not prctl(PR_SET_PDEATHSIG): that is Linux-only and fires when the
     # parent *thread* that started us exits; the lifeline works the same on macOS.
+    poller = select.poll()
+    poller.register(lifeline_fd, select.POLLIN)
+    if control_fd is not None:
+        poller.register(control_fd, select.POLLIN)
+    control = bytearray()
     try:
-        while os.read(fd, 1):
-            pass
+        while True:
+            for fd, _ in poller.poll():
+                if fd == lifeline_fd:
+                    if not os.read(lifeline_fd, 1):
+                        os._exit(EXIT_PARENT_DIED)
+                    continue
+                data = os.read(fd, 4096)
+                if not data:  # the parent stopped us: the activity pipe's EOF ends the loop
+                    poller.unregister(fd)
+                    continue
+                control += data
+                frames: list[tuple[int, int, bytes]] = []
+                split_frames(control, frames, 0)
+                for kind, ident, _payload in frames:
+                    if kind != Kind.REVOKE:
+                        os._exit(EXIT_BAD_FRAME)
+                    gate.revoke(ident)
+    except FrameError:
+        os._exit(EXIT_BAD_FRAME)
     except OSError:
         pass
     os._exit(EXIT_PARENT_DIED)
@@ -160,43 +223,56 @@ def _outcome(ident: int, payload: bytes) -> list[bytes]:
 
 
 def serve(
-    activity_fd: int, result_fd: int, max_tasks: int | None = None, impl: str | None = None
+    activity_fd: int,
+    result_fd: int,
+    max_tasks: int | None = None,
+    impl: str | None = None,
+    gate: _Gate | None = None,
 ) -> None:
     """Run tasks from ``activity_fd`` until EOF (or ``max_tasks``), outcomes to ``result_fd``.
 
-    ``impl`` picks the frame reader ("python" or "cython"), the parent's loop by default.
+    ``impl`` picks the frame reader ("python" or "cython"), the parent's loop by default;
+    ``gate`` is shared with the watcher thread that answers REVOKE frames.
     """
     reader = _impl.load(impl)[1].FrameReader(activity_fd)
+    gate = gate or _Gate(result_fd)
     pending: list[bytes] = []
     served = 0
+    seq = 0  # tasks read so far: the numbering REVOKE and REVOKED use
     while max_tasks is None or served < max_tasks:
         if pending and not reader.buffered():
-            _write_all(result_fd, pending)  # nothing more to coalesce with: send it now
+            gate.write(pending)  # nothing more to coalesce with: send it now
             pending.clear()
         try:
             frame = reader.read()
         except FrameError:
-            _write_all(result_fd, pending)
+            gate.write(pending)
             os._exit(EXIT_BAD_FRAME)
         if frame is None:
             break
         kind, ident, payload = frame
         if kind != Kind.TASK:
-            _write_all(result_fd, pending)
+            gate.write(pending)
             os._exit(EXIT_BAD_FRAME)
+        seq += 1
         pending.append(encode_header(Kind.STARTED, ident, 0))
-        _write_all(result_fd, pending)  # "started" must be out before the task can crash us
+        # "started" must be out before the task can crash us
+        if not gate.start(seq, pending):
+            pending.pop()  # revoked: the parent has given it to another worker
+            del frame, payload
+            continue
         pending.clear()
         pending += _outcome(ident, payload)
         del frame, payload
         served += 1
-    _write_all(result_fd, pending)
+    gate.write(pending)
 
 
 def main(
     activity: ChildFd,
     result: ChildFd,
     lifeline: ChildFd,
+    control: ChildFd | None,
     close_fds: Sequence[int],
     initializer: Callable[..., object] | None,
     initargs: tuple,
@@ -218,14 +294,16 @@ def main(
     for fd in close_fds:
         with contextlib.suppress(OSError):
             os.close(fd)
+    gate = _Gate(result.fd)
     threading.Thread(
-        target=_watch_lifeline, args=(lifeline.fd,), name="pipepool-lifeline", daemon=True
+        target=_watch, args=(lifeline.fd, control and control.fd, gate),
+        name="pipepool-watcher", daemon=True,
     ).start()
     if initializer is not None:
         try:
             initializer(*initargs)
         except BaseException as exc:
-            _write_all(result.fd, _failure_frame(Kind.INIT_FAILED, 0, exc))
+            gate.write(_failure_frame(Kind.INIT_FAILED, 0, exc))
             sys.stderr.flush()
             os._exit(EXIT_INIT_FAILED)
-    serve(activity.fd, result.fd, max_tasks, impl)
+    serve(activity.fd, result.fd, max_tasks, impl, gate)

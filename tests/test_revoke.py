@@ -1,0 +1,134 @@
+"""Taking back tasks sent ahead (adaptive depth, ``prefetch=None``).
+
+Deep dispatch sends short tasks behind whatever a worker runs. When that turns out to be
+a long task, the parent revokes the ones behind it and hands them to other workers.
+These tests check that nothing is trapped, that every task still runs exactly once
+whatever the race between a REVOKE and the worker moving on, and that a worker that
+cannot answer loses nothing. Every start method, both loops.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import tasks
+from executor_helpers import Recorder
+from pipepool import State, TaskKilledError
+from test_invariants import runs
+
+
+def warm(ex, n: int = 2000) -> None:
+    """Tiny tasks until the adaptive depth has grown: a worker then gets many at once."""
+    for i in range(n):
+        ex.queue(("warm", i), tasks.echo, i)
+    Recorder(ex).run_until(lambda: not ex.has_work())
+    ex.get_event_buffer()
+    assert ex.dispatch_depth >= 2, ex.stats()  # precondition: tasks are sent ahead
+
+
+@pytest.mark.timeout(120)
+def test_short_tasks_sent_behind_a_long_one_run_elsewhere(make, tmp_path):
+    """A long task and 300 short ones on a warm pool: the short ones all finish while
+    the long one still runs, each exactly once, and some had been sent behind it."""
+    log, release = str(tmp_path / "runs"), str(tmp_path / "release")
+    ex = make(2, prefetch=None)
+    warm(ex)
+    ex.queue("long", tasks.wait_for, release)
+    short = list(range(300))
+    for i in short:
+        ex.queue(i, tasks.record, log, i)
+    rec = Recorder(ex)
+    # Without revocation the ones sent behind "long" wait for it: this never holds.
+    rec.run_until(lambda: all(i in rec.terminal for i in short), limit=60)
+    assert "long" not in rec.terminal and "long" in ex.running
+    assert ex.stats()["tasks_revoked"] >= 1
+    assert runs(log) == {str(i): 1 for i in short}
+    open(release, "w").close()
+    rec.finish()
+    assert rec.terminal["long"].state is State.SUCCESS
+    assert not rec.duplicates
+    assert all(rec.terminal[i].result == i for i in short)
+
+
+@pytest.mark.timeout(120)
+def test_revocations_racing_the_worker_run_every_task_once(make, tmp_path):
+    """Tasks just around the overrun threshold: REVOKEs meet workers that are finishing
+    the long task, starting the next one, or idle. Each task runs once and ends once."""
+    log = str(tmp_path / "runs")
+    ex = make(2, prefetch=None)
+    rng = random.Random(7)
+    keys = list(range(1500))
+    for i in keys:
+        pause = rng.choice((0.0, 0.0, 0.0, 0.0, 0.002, 0.004, 0.008))
+        ex.queue(i, tasks.record, log, i, pause)
+    rec = Recorder(ex)
+    rec.finish()
+    assert not rec.duplicates
+    assert {k: e.state for k, e in rec.terminal.items()} == dict.fromkeys(keys, State.SUCCESS)
+    assert runs(log) == {str(i): 1 for i in keys}
+    assert ex.stats()["tasks_revoked"] >= 1  # the race was actually run
+
+
+@pytest.mark.timeout(120)
+def test_revoked_tasks_do_not_count_towards_max_tasks_per_child(make, tmp_path):
+    """A worker that skipped revoked tasks still serves its full quota, so its count and
+    the parent's agree and it is recycled, not left waiting for tasks that never come."""
+    log = str(tmp_path / "runs")
+    ex = make(2, prefetch=None, max_tasks_per_child=40)
+    warm(ex, 300)
+    keys = list(range(400))
+    for i in keys:
+        ex.queue(i, tasks.record_pid, log, i, 0.02 if i % 50 == 0 else 0.0)
+    rec = Recorder(ex)
+    rec.finish()
+    assert {k: e.state for k, e in rec.terminal.items()} == dict.fromkeys(keys, State.SUCCESS)
+    assert ex.stats()["tasks_revoked"] >= 1
+    with open(log) as f:
+        rows = [line.split() for line in f]
+    assert sorted(int(key) for key, _ in rows) == keys  # each ran once
+    per_pid: dict[str, int] = {}
+    for _, pid in rows:
+        per_pid[pid] = per_pid.get(pid, 0) + 1
+    assert max(per_pid.values()) <= 40
+
+
+@pytest.mark.timeout(120)
+def test_worker_that_cannot_answer_a_revoke_loses_nothing(make, tmp_path):
+    """A task that never lets its worker's watcher thread run: the REVOKE goes
+    unanswered, the tasks behind it stay where they are, and when the task is killed
+    they run elsewhere, once each; only the killed task fails."""
+    log = str(tmp_path / "runs")
+    ex = make(2, prefetch=None)
+    warm(ex)
+    ex.queue("hog", tasks.hog_gil, log, "hog")
+    short = list(range(200))
+    for i in short:
+        ex.queue(i, tasks.record, log, i)
+    rec = Recorder(ex)
+    rec.run_until(lambda: any(w.revoking for w in ex._workers.values()))
+    stuck = [w for w in ex._workers.values() if w.revoking]
+    assert len(stuck) == 1 and len(stuck[0].in_flight) >= 2  # "hog" and tasks behind it
+    assert ex.kill("hog") == 1
+    rec.finish()
+    assert isinstance(rec.terminal["hog"].exception, TaskKilledError)
+    assert {k: rec.terminal[k].state for k in short} == dict.fromkeys(short, State.SUCCESS)
+    assert runs(log) == {"hog": 1, **{str(i): 1 for i in short}}
+    assert not rec.duplicates
+
+
+def test_fixed_depth_sends_no_revoke(make, tmp_path):
+    """``prefetch=N`` is an explicit depth: tasks stay where they were sent."""
+    release = str(tmp_path / "release")
+    ex = make(2, prefetch=8)
+    ex.queue("long", tasks.wait_for, release)
+    for i in range(40):
+        ex.queue(i, tasks.echo, i)
+    rec = Recorder(ex)
+    rec.run_until(lambda: "long" in rec.running_seen and len(rec.terminal) >= 30)
+    assert not any(w.revoking for w in ex._workers.values())
+    open(release, "w").close()
+    rec.finish()
+    assert ex.stats()["tasks_revoked"] == 0
+    assert len(rec.terminal) == 41
