@@ -140,7 +140,7 @@ class _Worker:
         self.in_flight: dict[int, _Task] = {}  # tid -> task, in dispatch order
         self.sent = 0  # tasks sent and not taken back, for max_tasks_per_child
         self.seq = 0  # tasks ever sent: the numbering REVOKE and REVOKED use
-        self.revoking = False  # a REVOKE is out and its REVOKED not yet read
+        self.revoking = 0  # while a REVOKE is out: the last sequence number it covers
         self.closing = False  # its result pipe closed (EOF or a bad frame)
         self.closed_at = 0.0
         self.close_error: BaseException | None = None
@@ -474,8 +474,11 @@ class LocalExecutor(SchedulerAPI):
     def _on_revoked(self, w: _Worker, last_started: int) -> None:
         """The worker will skip everything it was sent after ``last_started``: those
         tasks go back to the front of the queue, in their order, for any worker."""
-        w.revoking = False
-        back = [t for t in w.in_flight.values() if t.seq > last_started and not t.started]
+        upto, w.revoking = w.revoking, 0
+        # Only up to what the REVOKE covered: a task sent after it (at depth 1 a worker
+        # may get one once its queue drained) runs where it is.
+        back = [t for t in w.in_flight.values()
+                if last_started < t.seq <= upto and not t.started]
         for t in back:
             del w.in_flight[t.tid]
             t.phase = _QUEUED
@@ -565,7 +568,7 @@ class LocalExecutor(SchedulerAPI):
                 os.write(w.control_fd, encode_header(Kind.REVOKE, w.seq, 0))
             except OSError:  # gone (EPIPE): its exit will re-dispatch what it never started
                 continue
-            w.revoking = True
+            w.revoking = w.seq
 
     def _dispatch(self) -> None:
         queue = self._queue
@@ -575,15 +578,15 @@ class LocalExecutor(SchedulerAPI):
         limit = self.max_tasks_per_child
         open_workers = [
             w for w in self._workers.values()
-            if not w.closing and len(w.in_flight) < prefetch
+            if not w.closing and not w.revoking and len(w.in_flight) < prefetch
             and (limit is None or w.sent < limit)
         ]
         if self.prefetch is None and prefetch > 1:
             # Feed no worker whose current task overruns what we expect of a task: what
             # we send it now would wait behind that task instead of running elsewhere.
             overrun = time.monotonic() - self._overrun_after()
-            open_workers = [w for w in open_workers if not w.revoking
-                            and (w.current is None or w.current.began > overrun)]
+            open_workers = [w for w in open_workers
+                            if w.current is None or w.current.began > overrun]
         loop = self._loop
         fed = set()
         # Breadth first: one task per worker per pass, so a deep prefetch stays fair.
