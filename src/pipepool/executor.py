@@ -208,6 +208,7 @@ class LocalExecutor(SchedulerAPI):
         )
         self._last_progress = time.monotonic()
         self._task_time = BACKLOG  # EMA of task run time; starts at depth 1, learns fast
+        self._starting: list[tuple[_Task, int | None]] = []  # STARTED read, event not yet out
 
     # -- public API -------------------------------------------------------------------
 
@@ -409,6 +410,15 @@ class LocalExecutor(SchedulerAPI):
             if w is not None and w.close_error is None:
                 w.heard = True
                 self._on_frame(w, kind, ident, payload, now)
+        starting = self._starting
+        if starting:
+            # RUNNING events last, and only for tasks still running: one whose outcome
+            # came in the same batch would have its RUNNING event replaced right away
+            # (newest per key), so building it is skipped: most tiny tasks.
+            for t, pid in starting:
+                if t.phase == _RUNNING:
+                    self._publish(Event(t.key, State.RUNNING, pid=pid), terminal=False)
+            starting.clear()
         for channel, error in closed:
             w = workers.get(channel)
             if w is not None:
@@ -431,7 +441,7 @@ class LocalExecutor(SchedulerAPI):
                 if t.timeout is not None:
                     t.deadline = now + t.timeout
                     self._timed[t.tid] = t
-                self._publish(Event(t.key, State.RUNNING, pid=w.pid), terminal=False)
+                self._starting.append((t, w.pid))
             return
         if kind == Kind.DONE or kind == Kind.RAISED:
             t = w.in_flight.get(ident)
