@@ -9,14 +9,12 @@ compiled hot loop is in use, "python" for its pure-Python twin).
 from ._impl import IMPLEMENTATION
 from .errors import (
     FrameError,
-    InitializerError,
     PipepoolError,
     RemoteTraceback,
     TaskKilledError,
     TaskPicklingError,
     TaskTimeoutError,
     TaskUnpicklingError,
-    WorkerLostError,
 )
 from .events import Event, State
 
@@ -27,6 +25,8 @@ __version__ = "0.1.0"
 # an optional extra: ``import pipepool`` and ``from pipepool import ClusterExecutor``
 # never import distributed; creating a ClusterExecutor does.
 _LAZY = {
+    "WorkerLostError": "errors",  # these two extend BrokenProcessPool: see errors
+    "InitializerError": "errors",
     "LocalExecutor": "executor",
     "ProcessPoolExecutor": "futures",
     "ClusterExecutor": "cluster",

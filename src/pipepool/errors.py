@@ -1,10 +1,15 @@
-"""Exceptions of pipepool; each extends the standard library type a caller already catches."""
+"""Exceptions of pipepool; each extends the standard library type a caller already catches.
+
+``WorkerLostError`` and ``InitializerError`` extend ``BrokenProcessPool``, whose module
+(``concurrent.futures.process``) costs a spawned worker ~5 ms to import though no worker
+ever raises them: they live in ``_broken_pool`` and load on first access from here.
+"""
 
 from __future__ import annotations
 
 import pickle
 import signal
-from concurrent.futures.process import BrokenProcessPool
+from typing import Any
 
 
 class PipepoolError(Exception):
@@ -63,31 +68,6 @@ def _rebuild_unpickling_error(message: str, part: str) -> TaskUnpicklingError:
     return TaskUnpicklingError(message, part=part)
 
 
-class WorkerLostError(BrokenProcessPool):
-    """The worker running a task died; only that task fails, the pool goes on.
-
-    ``exitcode`` is the process exit status, or minus the signal number when a signal
-    killed it (as ``multiprocessing`` reports it); ``signal`` is the signal's name or None.
-    """
-
-    def __init__(self, message: str, *, pid: int | None, exitcode: int | None) -> None:
-        super().__init__(message)
-        self.pid = pid
-        self.exitcode = exitcode
-        self.signal = signal_name(exitcode)
-
-    def __reduce__(self):
-        return (_rebuild_lost, (str(self), self.pid, self.exitcode))
-
-
-def _rebuild_lost(message: str, pid: int | None, exitcode: int | None) -> WorkerLostError:
-    return WorkerLostError(message, pid=pid, exitcode=exitcode)
-
-
-class InitializerError(BrokenProcessPool):
-    """The pool's initializer kept failing; queued work fails with this, its cause attached."""
-
-
 class TaskTimeoutError(PipepoolError, TimeoutError):
     """A task ran past its timeout; its worker was killed and replaced."""
 
@@ -113,3 +93,11 @@ def describe_exit(exitcode: int | None) -> str:
     if exitcode < 0:
         return f"killed by {signal_name(exitcode)}"
     return f"exited with code {exitcode}"
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("WorkerLostError", "InitializerError"):
+        from . import _broken_pool
+
+        return getattr(_broken_pool, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
