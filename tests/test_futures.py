@@ -200,6 +200,31 @@ def test_map_timeout_counts_from_the_call(make_pool):
     assert time.monotonic() - start < 1.2
 
 
+def test_map_consumer_wakes_when_shutdown_cancels_its_items(make_pool, tmp_path):
+    """A map iterator waiting on an item that shutdown(cancel_futures=True) cancels
+    raises CancelledError instead of waiting forever; what was handed over finishes."""
+    pool = make_pool(1)
+    gate = tmp_path / "gate"
+    results = pool.map(ft.wait_for_file, [str(gate)] * 30, range(30), timeout=WAIT)
+    got: list = []
+    ended: list[BaseException] = []
+
+    def consume() -> None:
+        try:
+            got.extend(results)
+        except BaseException as exc:  # what the iterator ended with is the point
+            ended.append(exc)
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    pool.shutdown(wait=False, cancel_futures=True)
+    gate.touch()
+    consumer.join(WAIT)
+    assert not consumer.is_alive()
+    assert len(ended) == 1 and isinstance(ended[0], cf.CancelledError)
+    assert got == list(range(len(got))) and len(got) < 30
+
+
 def test_cancel_pending_futures(make_pool, tmp_path):
     pool = make_pool(1)
     gate = tmp_path / "gate"

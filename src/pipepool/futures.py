@@ -19,7 +19,8 @@ Future states follow the standard library: a future is PENDING (cancellable) whi
 waits in ``_pending`` and becomes RUNNING when the driver hands it to the LocalExecutor,
 which happens at most ``max_workers + EXTRA_QUEUED`` tasks ahead of the workers (the
 standard library's call queue holds ``max_workers + 1``), plus ``depth - 1`` per worker
-if the LocalExecutor's dispatch depth is above 1 (it runs at 1: see ``prefetch`` below).
+while the LocalExecutor's adaptive dispatch depth is above 1 (tiny tasks: up to 63 more
+per worker; tasks that take milliseconds or more: none).
 A cancelled future's function therefore never runs. Done-callbacks run in
 the driver thread (the stdlib runs them in its manager thread); they may submit more work.
 
@@ -344,10 +345,10 @@ class ProcessPoolExecutor(Executor):
             max_tasks_per_child=max_tasks_per_child,
             initializer=initializer,
             initargs=self._initargs,
-            # prefetch 1: a task never waits behind another (no head-of-line blocking
-            # behind a surprise long task). prefetch=None (adaptive) measured ~1.5x the
-            # no-op throughput here but trapped short tasks behind a long one.
-            prefetch=1,
+            # Adaptive depth: tiny tasks stream many per worker (fewer round trips and
+            # wake-ups), long ones go one per worker, and tasks sent behind a surprise
+            # long one are revoked and run elsewhere (no head-of-line blocking).
+            prefetch=None,
         )
         extra = max_workers if EXTRA_QUEUED is None else EXTRA_QUEUED
         self._driver = _Driver(executor, max_workers + extra)
@@ -381,7 +382,7 @@ class ProcessPoolExecutor(Executor):
         lazily and keeps at most that many chunks in flight, so an endless iterable
         works and memory stays flat. Without it the iterables are read at once.
         """
-        return _map(self.submit, fn, iterables, timeout, chunksize, buffersize)
+        return _map(self._map_submitter(None), fn, iterables, timeout, chunksize, buffersize)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Stop taking work; finish what was submitted (or cancel the pending part with
@@ -446,8 +447,17 @@ class ProcessPoolExecutor(Executor):
 
     # -- internals ----------------------------------------------------------------------
 
+    def _map_submitter(self, timeout: float | None) -> Callable[..., _MapItem]:
+        """``submit`` for one ``map`` call: its items are ``_MapItem``s, not Futures."""
+        batch = _MapBatch()
+
+        def submit(fn: Callable[..., Any], /, *args: Any) -> _MapItem:
+            return self._submit(fn, args, {}, timeout, _MapItem(batch))
+
+        return submit
+
     def _submit(self, fn: Callable[..., Any], args: tuple, kwargs: dict,
-                timeout: float | None) -> Future:
+                timeout: float | None, item: _MapItem | None = None) -> Any:
         d = self._driver
         with d.lock:
             if d.broken is not None:
@@ -459,9 +469,12 @@ class ProcessPoolExecutor(Executor):
                 raise RuntimeError("cannot schedule new futures after interpreter shutdown")
             if d.thread is None:
                 self._start_driver()
-            fut: Future = Future()
             key = next(d.keys)
-            fut._pipepool = (d, key)  # type: ignore[attr-defined]  # for kill()
+            if item is None:
+                fut: Future | _MapItem = Future()
+                fut._pipepool = (d, key)  # type: ignore[union-attr]  # for kill()
+            else:
+                fut = item
             d.pending.append((key, fut, fn, args, kwargs, timeout))
             # One wake per batch: a non-empty queue means the driver is already due to
             # look (a wake-up is unread) or is at capacity (a result will wake it).
@@ -534,7 +547,8 @@ class _PoolView:
     def map(self, fn: Callable[..., Any], *iterables: Iterable[Any],
             timeout: float | None = None, chunksize: int = 1,
             buffersize: int | None = None) -> Iterator[Any]:
-        return _map(self.submit, fn, iterables, timeout, chunksize, buffersize)
+        return _map(self._pool._map_submitter(self._timeout), fn, iterables, timeout,
+                    chunksize, buffersize)
 
 
 # -- map ---------------------------------------------------------------------------------
@@ -545,7 +559,88 @@ def _chunks(iterable: Iterable[Any], size: int) -> Iterator[tuple]:
         yield chunk
 
 
-def _map(submit: Callable[..., Future], fn: Callable[..., Any],
+_PENDING, _RUNNING, _OK, _ERROR, _CANCELLED = range(5)  # a _MapItem's states, in order
+
+
+class _MapBatch:
+    """What the items of one ``map`` call share: one Condition, and the item its
+    consumer waits for (the only one whose completion needs a wake-up)."""
+
+    __slots__ = ("cond", "wanted")
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition(threading.Lock())
+        self.wanted: _MapItem | None = None
+
+    def notify(self, item: _MapItem) -> None:
+        # The item's state is set before this reads ``wanted``; ``wait`` sets ``wanted``
+        # before it reads the state: one of the two always sees the other.
+        if self.wanted is item:
+            with self.cond:
+                self.cond.notify_all()
+
+    def wait(self, item: _MapItem, timeout: float | None) -> None:
+        end = None if timeout is None else time.monotonic() + timeout
+        with self.cond:
+            self.wanted = item
+            try:
+                while item.state < _OK:
+                    remaining = None if end is None else end - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        raise TimeoutError()
+                    self.cond.wait(remaining)
+            finally:
+                self.wanted = None
+
+
+class _MapItem:
+    """One call of a ``map``: the part of a Future that map and the driver use, without
+    the Condition and RLock a Future builds (and notifies) per call. Internal to the
+    map's iterator, so no user code waits on it, adds callbacks or cancels it."""
+
+    __slots__ = ("batch", "state", "value")
+
+    def __init__(self, batch: _MapBatch) -> None:
+        self.batch = batch
+        self.state = _PENDING
+        self.value: Any = None
+
+    def set_running_or_notify_cancel(self) -> bool:
+        if self.state == _CANCELLED:
+            return False
+        self.state = _RUNNING
+        return True
+
+    def set_result(self, value: Any) -> None:
+        self.value = value
+        self.state = _OK
+        self.batch.notify(self)
+
+    def set_exception(self, exc: BaseException) -> None:
+        self.value = exc
+        self.state = _ERROR
+        self.batch.notify(self)
+
+    def cancel(self) -> bool:
+        if self.state == _PENDING:
+            self.state = _CANCELLED
+            self.batch.notify(self)
+        return self.state == _CANCELLED
+
+    def done(self) -> bool:
+        return self.state >= _OK
+
+    def result(self, timeout: float | None = None) -> Any:
+        if self.state < _OK:
+            self.batch.wait(self, timeout)
+        if self.state == _OK:
+            return self.value
+        if self.state == _ERROR:
+            raise self.value
+        raise CancelledError()
+
+
+def _map(submit: Callable[..., Any], fn: Callable[..., Any],
          iterables: tuple[Iterable[Any], ...], timeout: float | None, chunksize: int,
          buffersize: int | None) -> Iterator[Any]:
     """The stdlib's ``Executor.map`` (3.14, with ``buffersize``) over chunks."""
@@ -563,7 +658,7 @@ def _map(submit: Callable[..., Future], fn: Callable[..., Any],
         calls = ((chunk,) for chunk in _chunks(zip(*iterables, strict=False), chunksize))
         task = _ChunkRunner(fn)
     if buffersize:
-        fs: deque[Future] = deque(submit(task, *args)
+        fs: deque[_MapItem] = deque(submit(task, *args)
                                   for args in itertools.islice(calls, buffersize))
     else:
         fs = deque(submit(task, *args) for args in calls)
@@ -591,7 +686,7 @@ class _ChunkRunner:
         return f"<map chunk of {self.fn!r}>"
 
 
-def _results(fs: deque[Future], submit: Callable[..., Future], task: Callable[..., Any],
+def _results(fs: deque[_MapItem], submit: Callable[..., _MapItem], task: Callable[..., Any],
              calls: Iterator[tuple] | None, end_time: float | None) -> Iterator[Any]:
     # A generator, so nothing waits until the first next(); the finally cancels what is
     # left when the consumer stops early, raises, or drops the iterator.
