@@ -1,6 +1,7 @@
 """LocalExecutor: the queue, dispatch, bookkeeping, undo and worker lifecycle.
 
-Data flow (one pipe pair per worker; only the PipeLoop touches the parent's ends)::
+Data flow (one pipe pair per worker, whose parent ends only the PipeLoop touches; plus a
+control pipe per worker that carries nothing but REVOKE, written here directly)::
 
     queue(key, fn, *args) ─► _queue ─► dispatch ─► PipeLoop.send ─► activity pipe ─► worker
                                                                                        │
@@ -8,7 +9,8 @@ Data flow (one pipe pair per worker; only the PipeLoop touches the parent's ends
 
 ``sync()`` is one round of named steps: collect (frames and closed channels), reap
 (retire workers that exited), expire (kill tasks past their timeout), start workers
-(while work is outstanding and fewer than ``parallelism`` are alive) and dispatch (give
+(while work is outstanding and fewer than ``parallelism`` are alive), revoke (at the
+adaptive depth, take back the tasks sent behind one that overruns) and dispatch (give
 each worker with room the next task). It never blocks on a pipe: the loop writes what fits
 and keeps the rest.
 
