@@ -559,6 +559,14 @@ class LocalExecutor(SchedulerAPI):
         """Seconds past which a running task is longer than tasks have been lately."""
         return max(BACKLOG, 4 * self._task_time)
 
+    def _trap_deadline(self, w: _Worker, after: float) -> float | None:
+        """When tasks sent ahead to ``w`` become trapped behind its current task (if it
+        has any such tasks and no REVOKE is out already), else None."""
+        current = w.current
+        if current is None or w.revoking or w.closing or len(w.in_flight) < 2:
+            return None
+        return current.began + after
+
     def _revoke_trapped(self) -> None:
         """Take back the tasks sent ahead to a worker whose current task overruns.
 
@@ -570,11 +578,11 @@ class LocalExecutor(SchedulerAPI):
         """
         if self.prefetch is not None:
             return  # a fixed depth is the caller's explicit choice
-        overrun = time.monotonic() - self._overrun_after()
+        now = time.monotonic()
+        after = self._overrun_after()
         for w in self._workers.values():
-            current = w.current
-            if (current is None or w.revoking or w.closing or len(w.in_flight) < 2
-                    or current.began > overrun):
+            deadline = self._trap_deadline(w, after)
+            if deadline is None or deadline > now:
                 continue
             try:
                 os.write(w.control_fd, encode_header(Kind.REVOKE, w.seq, 0))
@@ -837,10 +845,8 @@ class LocalExecutor(SchedulerAPI):
         if self.prefetch is None:  # wake up when a worker's lead tasks become trapped
             now = time.monotonic()
             after = self._overrun_after()
-            bound = min([bound] + [w.current.began + after - now
-                                   for w in self._workers.values()
-                                   if w.current is not None and not w.revoking
-                                   and len(w.in_flight) > 1])
+            deadlines = [self._trap_deadline(w, after) for w in self._workers.values()]
+            bound = min([bound] + [d - now for d in deadlines if d is not None])
         if self._queue and self._init_retry_at > time.monotonic():
             bound = min(bound, self._init_retry_at - time.monotonic())
         return max(bound, 0.0)

@@ -110,14 +110,13 @@ class _Gate:
             _write_all(self.result_fd, [encode_header(Kind.REVOKED, self.current, 0)])
 
 
-def _watch(lifeline_fd: int, control_fd: int | None, gate: _Gate) -> None:
+def _watch(lifeline_fd: int, control_fd: int, gate: _Gate) -> None:
     """Exit at the lifeline's EOF; answer REVOKE frames from the control pipe."""
     # A pipe's EOF, not prctl(PR_SET_PDEATHSIG): that is Linux-only and fires when the
     # parent *thread* that started us exits; the lifeline works the same on macOS.
     poller = select.poll()
     poller.register(lifeline_fd, select.POLLIN)
-    if control_fd is not None:
-        poller.register(control_fd, select.POLLIN)
+    poller.register(control_fd, select.POLLIN)
     control = bytearray()
     try:
         while True:
@@ -272,7 +271,7 @@ def main(
     activity: ChildFd,
     result: ChildFd,
     lifeline: ChildFd,
-    control: ChildFd | None,
+    control: ChildFd,
     close_fds: Sequence[int],
     initializer: Callable[..., object] | None,
     initargs: tuple,
@@ -296,7 +295,7 @@ def main(
             os.close(fd)
     gate = _Gate(result.fd)
     threading.Thread(
-        target=_watch, args=(lifeline.fd, control and control.fd, gate),
+        target=_watch, args=(lifeline.fd, control.fd, gate),
         name="pipepool-watcher", daemon=True,
     ).start()
     if initializer is not None:
