@@ -37,8 +37,10 @@ def want_extension() -> bool:
     if not os.path.exists(os.path.join("pyx", "_loop.pyx")):
         # Building on would give a wheel that silently lacks the compiled loop (a tree or
         # sdist without pyx/: MANIFEST.in ships it); a pure build has to be asked for.
-        raise SystemExit("setup.py: pyx/_loop.pyx is missing; set PIPEPOOL_PURE=1 to build "
-                         "the pure-Python package on purpose")
+        raise SystemExit(
+            "setup.py: pyx/_loop.pyx is missing; set PIPEPOOL_PURE=1 to build "
+            "the pure-Python package on purpose"
+        )
     return True
 
 

@@ -21,8 +21,7 @@ import time
 
 
 def contenders(jobs: int) -> dict[str, list[str]]:
-    py = [sys.executable, "-m", "pipepool", "run", "-j", str(jobs), "--no-summary",
-          "--no-progress"]
+    py = [sys.executable, "-m", "pipepool", "run", "-j", str(jobs), "--no-summary", "--no-progress"]
     table = {
         "pipepool run (sh -c per job)": py,
         "pipepool run --no-shell": [*py, "--no-shell"],
@@ -38,8 +37,9 @@ def contenders(jobs: int) -> dict[str, list[str]]:
 
 def time_one(argv: list[str], stdin: bytes, env: dict[str, str]) -> float:
     started = time.perf_counter()
-    proc = subprocess.run(argv, input=stdin, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, env=env, timeout=600)
+    proc = subprocess.run(
+        argv, input=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, timeout=600
+    )
     elapsed = time.perf_counter() - started
     if proc.returncode != 0:
         raise SystemExit(f"{argv[0]} failed ({proc.returncode}): {proc.stderr.decode()[-500:]}")
@@ -55,16 +55,21 @@ def main() -> None:
     args = parser.parse_args()
     env = dict(os.environ)
     src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.abspath(src),
-                                                      env.get("PYTHONPATH", "")]))
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [os.path.abspath(src), env.get("PYTHONPATH", "")])
+    )
     stdin = b"true\n" * args.jobs_count
     table = contenders(args.jobs)
     samples: dict[str, list[float]] = {name: [] for name in table}
     for _ in range(args.rounds):
         for name, argv in table.items():
             samples[name].append(time_one(argv, stdin, env))
-    impl = subprocess.run([sys.executable, "-c", "import pipepool; print(pipepool.IMPLEMENTATION)"],
-                          capture_output=True, text=True, env=env).stdout.strip()
+    impl = subprocess.run(
+        [sys.executable, "-c", "import pipepool; print(pipepool.IMPLEMENTATION)"],
+        capture_output=True,
+        text=True,
+        env=env,
+    ).stdout.strip()
     lines = [
         f"{args.jobs_count} `true` jobs, -j {args.jobs}, {os.cpu_count()} cores, "
         f"median of {args.rounds} interleaved rounds, wall time of the whole command "

@@ -35,9 +35,11 @@ def contenders(jobs: int) -> dict[str, object]:
         "LocalExecutor": LocalExecutor(jobs),
         "ClusterExecutor (LocalCluster)": ClusterExecutor(None, **cluster),
         "ClusterExecutor, running_events=False": ClusterExecutor(
-            None, running_events=False, **cluster),
+            None, running_events=False, **cluster
+        ),
         "ClusterExecutor, worker_saturation=inf": ClusterExecutor(
-            None, worker_saturation=float("inf"), **cluster),
+            None, worker_saturation=float("inf"), **cluster
+        ),
     }
 
 
@@ -61,8 +63,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-j", "--jobs", type=int, default=2, help="worker processes each")
     parser.add_argument("-n", "--tasks", type=int, default=2000, help="no-op tasks per round")
-    parser.add_argument("--sleep-tasks", type=int, default=200,
-                        help="10 ms tasks per round")
+    parser.add_argument("--sleep-tasks", type=int, default=200, help="10 ms tasks per round")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", help="also write the table (markdown) to this file")
     args = parser.parse_args()
@@ -87,11 +88,14 @@ def main() -> None:
         for ex in executors.values():
             ex.end()
 
-    lines = [f"tasks/s, median of {args.rounds} interleaved rounds, {args.jobs} worker "
-             f"processes each, {os.cpu_count()} cores "
-             f"(Python {sys.version.split()[0]}):", "",
-             "| workload | " + " | ".join(executors) + " |",
-             "| --- |" + " --- |" * len(executors)]
+    lines = [
+        f"tasks/s, median of {args.rounds} interleaved rounds, {args.jobs} worker "
+        f"processes each, {os.cpu_count()} cores "
+        f"(Python {sys.version.split()[0]}):",
+        "",
+        "| workload | " + " | ".join(executors) + " |",
+        "| --- |" + " --- |" * len(executors),
+    ]
     for wname in workloads:
         cells = [f"{statistics.median(rates[(wname, name)]):,.0f}" for name in executors]
         lines.append(f"| {wname} | " + " | ".join(cells) + " |")

@@ -104,6 +104,7 @@ class Adapter:
 
 # -- pipepool ------------------------------------------------------------------------------
 
+
 class LocalAdapter(Adapter):
     """pipepool.LocalExecutor driven scheduler style: queue everything, then sync until
     every event is in (``wait_until_done``), then read the event buffer."""
@@ -179,8 +180,9 @@ class FuturesAdapter(Adapter):
     """A ``concurrent.futures`` executor (pipepool's, the stdlib's, loky's): ``submit`` +
     ``result`` one by one, or ``map`` with a given chunk size."""
 
-    def __init__(self, pool: Any, parallelism: int, mode: str,
-                 auto: Callable[[int], Any] | None = None) -> None:
+    def __init__(
+        self, pool: Any, parallelism: int, mode: str, auto: Callable[[int], Any] | None = None
+    ) -> None:
         self.pool = pool
         self.parallelism = parallelism
         self.mode = mode  # "submit", "map1" or "map-auto"
@@ -214,8 +216,9 @@ class PipepoolFuturesAdapter(FuturesAdapter):
         ctx = multiprocessing.get_context(start_method) if start_method else None
         native, value, _ = pipepool_map_auto()
         auto = (lambda _n: value) if native else None
-        super().__init__(pipepool.ProcessPoolExecutor(parallelism, mp_context=ctx),
-                         parallelism, mode, auto)
+        super().__init__(
+            pipepool.ProcessPoolExecutor(parallelism, mp_context=ctx), parallelism, mode, auto
+        )
 
     def pids(self):
         return self.pool.worker_pids()
@@ -226,11 +229,13 @@ class PipepoolFuturesAdapter(FuturesAdapter):
 
 # -- peers ---------------------------------------------------------------------------------
 
+
 class StdlibAdapter(FuturesAdapter):
     def __init__(self, parallelism: int, start_method: str | None, mode: str) -> None:
         ctx = multiprocessing.get_context(start_method) if start_method else None
-        super().__init__(concurrent.futures.ProcessPoolExecutor(parallelism, mp_context=ctx),
-                         parallelism, mode)
+        super().__init__(
+            concurrent.futures.ProcessPoolExecutor(parallelism, mp_context=ctx), parallelism, mode
+        )
 
     def pids(self):
         return list(self.pool._processes or {})
@@ -253,8 +258,9 @@ class LokyAdapter(FuturesAdapter):
         ctx = get_context(start_method) if start_method else None
         # loky warns (when it starts a worker) that fork "does not respect POSIX"; the
         # start-up measure runs it with fork all the same, like every other pool.
-        warnings.filterwarnings("ignore", message=".*start method should not be used with",
-                                category=UserWarning)
+        warnings.filterwarnings(
+            "ignore", message=".*start method should not be used with", category=UserWarning
+        )
         super().__init__(loky.ProcessPoolExecutor(parallelism, context=ctx), parallelism, mode)
 
     def pids(self):
@@ -289,8 +295,7 @@ class MpPoolAdapter(Adapter):
         started = time.perf_counter()
         if self.mode == "imap1":
             left = count
-            for seconds in pool.imap_unordered(sleep_s, [long_s] + [short_s] * count,
-                                               chunksize=1):
+            for seconds in pool.imap_unordered(sleep_s, [long_s] + [short_s] * count, chunksize=1):
                 if seconds == short_s:
                     left -= 1
                     if not left:
@@ -345,6 +350,7 @@ class AirflowAdapter(Adapter):
 
 # -- the registry ---------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Spec:
     """One contender: a stable key (JSON), a label (tables) and how to build it."""
@@ -374,27 +380,63 @@ def _ppe(mode: str) -> Callable[[int, str | None], Adapter]:
     return lambda p, m: PipepoolFuturesAdapter(p, m, mode)
 
 
-SPECS: dict[str, Spec] = {s.key: s for s in [
-    # LocalExecutor rows are added by the suite: one per prefetch it tries.
-    Spec("ppe-submit", "pipepool ProcessPoolExecutor submit+result", PIPEPOOL, _ppe("submit")),
-    Spec("ppe-map1", "pipepool ProcessPoolExecutor map(chunksize=1)", PIPEPOOL, _ppe("map1")),
-    Spec("ppe-map-auto", "pipepool ProcessPoolExecutor map(chunksize=auto)", PIPEPOOL,
-         _ppe("map-auto")),
-    Spec("std-submit", "stdlib ProcessPoolExecutor submit+result", "stdlib",
-         lambda p, m: StdlibAdapter(p, m, "submit")),
-    Spec("std-map1", "stdlib ProcessPoolExecutor map(chunksize=1)", "stdlib",
-         lambda p, m: StdlibAdapter(p, m, "map1")),
-    Spec("std-map-auto", "stdlib ProcessPoolExecutor map(chunksize=auto)", "stdlib",
-         lambda p, m: StdlibAdapter(p, m, "map-auto")),
-    Spec("mp-imap1", "multiprocessing.Pool imap_unordered(chunksize=1)", "multiprocessing",
-         lambda p, m: MpPoolAdapter(p, m, "imap1")),
-    Spec("mp-apply", "multiprocessing.Pool apply_async+get", "multiprocessing",
-         lambda p, m: MpPoolAdapter(p, m, "apply")),
-    Spec("loky-submit", "loky ProcessPoolExecutor submit+result", "loky",
-         lambda p, m: LokyAdapter(p, m, "submit"), requires="loky"),
-    Spec("airflow", "Airflow-style shared SimpleQueues", "airflow",
-         lambda p, m: AirflowAdapter(p, m)),
-]}
+SPECS: dict[str, Spec] = {
+    s.key: s
+    for s in [
+        # LocalExecutor rows are added by the suite: one per prefetch it tries.
+        Spec("ppe-submit", "pipepool ProcessPoolExecutor submit+result", PIPEPOOL, _ppe("submit")),
+        Spec("ppe-map1", "pipepool ProcessPoolExecutor map(chunksize=1)", PIPEPOOL, _ppe("map1")),
+        Spec(
+            "ppe-map-auto",
+            "pipepool ProcessPoolExecutor map(chunksize=auto)",
+            PIPEPOOL,
+            _ppe("map-auto"),
+        ),
+        Spec(
+            "std-submit",
+            "stdlib ProcessPoolExecutor submit+result",
+            "stdlib",
+            lambda p, m: StdlibAdapter(p, m, "submit"),
+        ),
+        Spec(
+            "std-map1",
+            "stdlib ProcessPoolExecutor map(chunksize=1)",
+            "stdlib",
+            lambda p, m: StdlibAdapter(p, m, "map1"),
+        ),
+        Spec(
+            "std-map-auto",
+            "stdlib ProcessPoolExecutor map(chunksize=auto)",
+            "stdlib",
+            lambda p, m: StdlibAdapter(p, m, "map-auto"),
+        ),
+        Spec(
+            "mp-imap1",
+            "multiprocessing.Pool imap_unordered(chunksize=1)",
+            "multiprocessing",
+            lambda p, m: MpPoolAdapter(p, m, "imap1"),
+        ),
+        Spec(
+            "mp-apply",
+            "multiprocessing.Pool apply_async+get",
+            "multiprocessing",
+            lambda p, m: MpPoolAdapter(p, m, "apply"),
+        ),
+        Spec(
+            "loky-submit",
+            "loky ProcessPoolExecutor submit+result",
+            "loky",
+            lambda p, m: LokyAdapter(p, m, "submit"),
+            requires="loky",
+        ),
+        Spec(
+            "airflow",
+            "Airflow-style shared SimpleQueues",
+            "airflow",
+            lambda p, m: AirflowAdapter(p, m),
+        ),
+    ]
+}
 
 # The peer each table compares against, one column per peer (its headline contender).
 PEER_COLUMNS = {
@@ -412,6 +454,8 @@ def missing_requirement(spec: Spec) -> str | None:
     try:
         __import__(spec.requires)
     except ImportError:
-        return (f"{spec.label}: skipped, {spec.requires} is not installed "
-                f"(pip install '.[bench]' or pip install {spec.requires})")
+        return (
+            f"{spec.label}: skipped, {spec.requires} is not installed "
+            f"(pip install '.[bench]' or pip install {spec.requires})"
+        )
     return None

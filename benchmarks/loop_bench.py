@@ -65,8 +65,9 @@ class EchoWorkers:
         for channel in range(count):
             act_r, act_w = os.pipe()
             res_r, res_w = os.pipe()
-            proc = subprocess.Popen([sys.executable, "-c", ECHO, str(act_r), str(res_w)],
-                                    pass_fds=(act_r, res_w))
+            proc = subprocess.Popen(
+                [sys.executable, "-c", ECHO, str(act_r), str(res_w)], pass_fds=(act_r, res_w)
+            )
             os.close(act_r)
             os.close(res_w)
             loop.add(channel, act_w, res_r)
@@ -133,25 +134,48 @@ def tasks_per_second(impl: str, tasks: int, workers: int, prefetch: int) -> floa
 
 
 def table(title: str, header: list[str], rows: list[list[str]]) -> str:
-    lines = [title, "", "| " + " | ".join(header) + " |",
-             "| " + " | ".join(["---"] + ["---:"] * (len(header) - 1)) + " |"]
+    lines = [
+        title,
+        "",
+        "| " + " | ".join(header) + " |",
+        "| " + " | ".join(["---"] + ["---:"] * (len(header) - 1)) + " |",
+    ]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-n", "--frames", type=int, default=1_000_000,
-                        help="frames pushed through the echo workers per round and loop")
+    parser.add_argument(
+        "-n",
+        "--frames",
+        type=int,
+        default=1_000_000,
+        help="frames pushed through the echo workers per round and loop",
+    )
     parser.add_argument("-w", "--workers", type=int, default=2, help="echo workers")
     parser.add_argument("--size", type=int, default=16, help="payload bytes per frame")
-    parser.add_argument("--window", type=int, nargs="+", default=[256, 4096],
-                        help="frames in flight per worker (one table row each)")
+    parser.add_argument(
+        "--window",
+        type=int,
+        nargs="+",
+        default=[256, 4096],
+        help="frames in flight per worker (one table row each)",
+    )
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (medians)")
-    parser.add_argument("--tasks", type=int, default=20_000,
-                        help="no-op tasks per executor run (0: skip the executor table)")
-    parser.add_argument("--prefetch", type=int, nargs="+", default=[1, 16, 64],
-                        help="LocalExecutor prefetch depths to run")
+    parser.add_argument(
+        "--tasks",
+        type=int,
+        default=20_000,
+        help="no-op tasks per executor run (0: skip the executor table)",
+    )
+    parser.add_argument(
+        "--prefetch",
+        type=int,
+        nargs="+",
+        default=[1, 16, 64],
+        help="LocalExecutor prefetch depths to run",
+    )
     parser.add_argument("--out", help="also write the tables (markdown) to this file")
     args = parser.parse_args()
     for impl in IMPLS:
@@ -159,21 +183,27 @@ def main() -> None:
 
     cores = os.cpu_count()
     loop_samples: dict[tuple[str, int], list[float]] = {
-        (impl, w): [] for w in args.window for impl in IMPLS}
+        (impl, w): [] for w in args.window for impl in IMPLS
+    }
     exec_samples: dict[tuple[str, int], list[float]] = {
-        (impl, p): [] for p in args.prefetch for impl in IMPLS}
+        (impl, p): [] for p in args.prefetch for impl in IMPLS
+    }
     for r in range(args.rounds):
         for window in args.window:
             for impl in IMPLS:  # interleaved: noise hits both alike
                 rate = frames_per_second(impl, args.frames, args.workers, args.size, window)
                 loop_samples[impl, window].append(rate)
-                print(f"round {r + 1}: window {window:>5}: {impl:6} loop {rate:>12,.0f} frames/s",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"round {r + 1}: window {window:>5}: {impl:6} loop {rate:>12,.0f} frames/s",
+                    file=sys.stderr,
+                    flush=True,
+                )
         if args.tasks:
             for prefetch in args.prefetch:
                 for impl in IMPLS:
                     exec_samples[impl, prefetch].append(
-                        tasks_per_second(impl, args.tasks, args.workers, prefetch))
+                        tasks_per_second(impl, args.tasks, args.workers, prefetch)
+                    )
 
     ratios = {}
     rows = []
@@ -182,26 +212,36 @@ def main() -> None:
         cy = statistics.median(loop_samples["cython", window])
         ratios[window] = cy / py
         rows.append([str(window), f"{py:,.0f}", f"{cy:,.0f}", f"{cy / py:.2f}x"])
-    out = [table(
-        f"PipeLoop: {args.frames:,} frames of {args.size} bytes through {args.workers} echo "
-        f"workers, median of {args.rounds} interleaved rounds, frames/s ({cores} cores, "
-        f"Python {sys.version.split()[0]}, pipepool {pipepool.__version__})",
-        ["window (frames in flight per worker)", "python loop", "cython loop", "ratio"], rows,
-    )]
+    out = [
+        table(
+            f"PipeLoop: {args.frames:,} frames of {args.size} bytes through {args.workers} echo "
+            f"workers, median of {args.rounds} interleaved rounds, frames/s ({cores} cores, "
+            f"Python {sys.version.split()[0]}, pipepool {pipepool.__version__})",
+            ["window (frames in flight per worker)", "python loop", "cython loop", "ratio"],
+            rows,
+        )
+    ]
     if args.tasks:
         rows = []
         for prefetch in args.prefetch:
             py = statistics.median(exec_samples["python", prefetch])
             cy = statistics.median(exec_samples["cython", prefetch])
             rows.append([str(prefetch), f"{py:,.0f}", f"{cy:,.0f}", f"{cy / py:.2f}x"])
-        out.append(table(
-            f"LocalExecutor: {args.tasks:,} no-op tasks, {args.workers} workers, median of "
-            f"{args.rounds} interleaved rounds, tasks/s",
-            ["prefetch", "python loop", "cython loop", "ratio"], rows))
+        out.append(
+            table(
+                f"LocalExecutor: {args.tasks:,} no-op tasks, {args.workers} workers, median of "
+                f"{args.rounds} interleaved rounds, tasks/s",
+                ["prefetch", "python loop", "cython loop", "ratio"],
+                rows,
+            )
+        )
     text = "\n\n".join(out)
     print(text)
-    print("\ncompiled/pure frames/s ratio: " + ", ".join(
-        f"{r:.2f}x at window {w}" for w, r in ratios.items()) + " (target: at least 3x)")
+    print(
+        "\ncompiled/pure frames/s ratio: "
+        + ", ".join(f"{r:.2f}x at window {w}" for w, r in ratios.items())
+        + " (target: at least 3x)"
+    )
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as f:

@@ -51,15 +51,20 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--start-method", default=None, help="fork, spawn or forkserver")
     parser.add_argument("--samples", type=int, default=10, help="RSS samples printed")
-    parser.add_argument("--eager", action="store_true",
-                        help="no buffersize, over range(items): the stdlib behaviour")
+    parser.add_argument(
+        "--eager",
+        action="store_true",
+        help="no buffersize, over range(items): the stdlib behaviour",
+    )
     args = parser.parse_args()
 
     context = multiprocessing.get_context(args.start_method)
     every = max(1, args.items // args.samples)
     mode = "eager, range(items)" if args.eager else f"buffersize={args.buffersize}, count()"
-    print(f"pipepool {IMPLEMENTATION} loop, {args.workers} workers "
-          f"({context.get_start_method()}), chunksize={args.chunksize}, {mode}")
+    print(
+        f"pipepool {IMPLEMENTATION} loop, {args.workers} workers "
+        f"({context.get_start_method()}), chunksize={args.chunksize}, {mode}"
+    )
     with ProcessPoolExecutor(args.workers, mp_context=context) as pool:
         pool.submit(work, 0).result()  # workers up: start-up is not what this measures
         baseline = rss_mib()
@@ -67,8 +72,9 @@ def main() -> None:
         if args.eager:
             results = pool.map(work, range(args.items), chunksize=args.chunksize)
         else:
-            results = pool.map(work, itertools.count(), chunksize=args.chunksize,
-                               buffersize=args.buffersize)
+            results = pool.map(
+                work, itertools.count(), chunksize=args.chunksize, buffersize=args.buffersize
+            )
         print(f"map() returned after {time.perf_counter() - start:.3f} s")
         first = next(results)
         assert first == 0
@@ -82,14 +88,18 @@ def main() -> None:
                 elapsed = time.perf_counter() - start
                 rss = rss_mib()
                 samples.append(rss)
-                print(f"{n + 1:>10,} {elapsed:>8.2f} {(n + 1) / elapsed:>9,.0f} "
-                      f"{rss:>8.1f} {rss - baseline:>+9.1f}")
+                print(
+                    f"{n + 1:>10,} {elapsed:>8.2f} {(n + 1) / elapsed:>9,.0f} "
+                    f"{rss:>8.1f} {rss - baseline:>+9.1f}"
+                )
             if n + 1 >= args.items:
                 break
         results.close()  # stop reading count(); the chunks still in flight are cancelled
-    print(f"RSS before map {baseline:.1f} MiB; samples min {min(samples):.1f}, "
-          f"max {max(samples):.1f}, last-first {samples[-1] - samples[0]:+.1f} MiB; "
-          f"peak RSS of the process {peak_rss_mib():.1f} MiB")
+    print(
+        f"RSS before map {baseline:.1f} MiB; samples min {min(samples):.1f}, "
+        f"max {max(samples):.1f}, last-first {samples[-1] - samples[0]:+.1f} MiB; "
+        f"peak RSS of the process {peak_rss_mib():.1f} MiB"
+    )
 
 
 if __name__ == "__main__":

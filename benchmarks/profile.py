@@ -54,10 +54,11 @@ def find_spec(key: str) -> Spec:
         if adaptive is NO_ADAPTIVE:
             raise SystemExit("LocalExecutor has no adaptive prefetch")
         return local_spec(adaptive)
-    if key.startswith("local-p") and key[len("local-p"):].isdigit():
-        return local_spec(int(key[len("local-p"):]))
-    raise SystemExit(f"unknown contender {key!r}; one of local-adaptive, local-pN, "
-                     + ", ".join(SPECS))
+    if key.startswith("local-p") and key[len("local-p") :].isdigit():
+        return local_spec(int(key[len("local-p") :]))
+    raise SystemExit(
+        f"unknown contender {key!r}; one of local-adaptive, local-pN, " + ", ".join(SPECS)
+    )
 
 
 def _thread_seconds() -> dict[int, float]:
@@ -118,19 +119,26 @@ def _stats_text(profile: cProfile.Profile, sort: str, top: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.profile",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.profile", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("contender", help="a contender key (ppe-submit, local-p16, ...)")
     parser.add_argument("--measure", choices=sorted(MEASURES), default="tiny")
     parser.add_argument("-p", "--parallelism", type=int, default=2)
     parser.add_argument("--tasks", type=int, help="tasks in the run (default: the suite's)")
-    parser.add_argument("--method", choices=("fork", "forkserver", "spawn"),
-                        help="start method (default: the platform's)")
+    parser.add_argument(
+        "--method",
+        choices=("fork", "forkserver", "spawn"),
+        help="start method (default: the platform's)",
+    )
     parser.add_argument("--top", type=int, default=25, help="functions to list")
     parser.add_argument("--sort", default="tottime", help="pstats sort key")
-    parser.add_argument("--cpu-only", action="store_true",
-                        help="no cProfile: CPU per task of each thread and the workers, "
-                             "undistorted by the profiler")
+    parser.add_argument(
+        "--cpu-only",
+        action="store_true",
+        help="no cProfile: CPU per task of each thread and the workers, "
+        "undistorted by the profiler",
+    )
     args = parser.parse_args(argv)
     spec = find_spec(args.contender)
     fn, make_args, default_n = MEASURES[args.measure]
@@ -174,8 +182,11 @@ def main(argv: list[str] | None = None) -> int:
         driver.uninstall()
 
     per_task = 1e6 / n
-    how = ("not profiled" if args.cpu_only else
-           "profiled (cProfile slows the parent: read the shares, not the rate)")
+    how = (
+        "not profiled"
+        if args.cpu_only
+        else "profiled (cProfile slows the parent: read the shares, not the rate)"
+    )
     print(f"{spec.label}: {args.measure}, {n:,} tasks, parallelism {args.parallelism}, {how}")
     print(f"wall {elapsed:.3f} s = {elapsed * per_task:,.1f} µs/task ({n / elapsed:,.0f} tasks/s)")
     main_tid = threading.get_native_id()
@@ -183,13 +194,20 @@ def main(argv: list[str] | None = None) -> int:
         used = after - threads_before.get(tid, 0.0)
         if used < 0.001:
             continue
-        name = ("main thread" if tid == main_tid else
-                "driver thread" if tid == driver.tid else f"thread {tid}")
+        name = (
+            "main thread"
+            if tid == main_tid
+            else "driver thread"
+            if tid == driver.tid
+            else f"thread {tid}"
+        )
         print(f"  parent {name:<14} CPU {used * per_task:8.1f} µs/task")
     workers_used = _cpu.used_since(workers_before, workers_after)
-    print(f"  workers (all {len(workers_after)}) CPU {workers_used * per_task:8.1f} µs/task "
-          f"({workers_used / len(workers_after) * per_task if workers_after else 0:.1f} "
-          "per worker)")
+    print(
+        f"  workers (all {len(workers_after)}) CPU {workers_used * per_task:8.1f} µs/task "
+        f"({workers_used / len(workers_after) * per_task if workers_after else 0:.1f} "
+        "per worker)"
+    )
     if args.cpu_only:
         return 0
     print(f"\n== parent, calling thread: top {args.top} by {args.sort} ==")

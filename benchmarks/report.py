@@ -44,6 +44,7 @@ def write_all(data: dict[str, Any], out_dir: str, *, plots: bool = True) -> list
 
 # -- markdown -------------------------------------------------------------------------------
 
+
 def _fmt(value: float | None, unit: str) -> str:
     if value is None:
         return "n/a"
@@ -89,8 +90,11 @@ def targets_markdown(data: dict[str, Any]) -> str:
             peer = f"{t['peer']}: {_fmt(t['peer_value'], unit)} {unit}"
         met = {True: "**met**", False: "not met", None: "n/a"}[t["met"]]
         rows.append([t["target"], ours, peer, _ratio(t["ratio"]), t["goal"], met])
-    return _table(["target", "pipepool", "compared with", "ratio", "goal", "met"], rows,
-                  ["---", "---", "---", "---:", "---", "---"])
+    return _table(
+        ["target", "pipepool", "compared with", "ratio", "goal", "met"],
+        rows,
+        ["---", "---", "---", "---:", "---", "---"],
+    )
 
 
 def _unit_of(data: dict[str, Any], measure: str, field: str | None) -> str:
@@ -123,13 +127,20 @@ def _measure_sections(data: dict[str, Any], name: str) -> list[str]:
         for key, entry in by_key.items():
             med = entry.get("median")
             if not med:
-                rows.append([_label(data, key), "error: " + "; ".join(entry.get("errors", []))]
-                            + [""] * (len(header) - 2))
+                rows.append(
+                    [_label(data, key), "error: " + "; ".join(entry.get("errors", []))]
+                    + [""] * (len(header) - 2)
+                )
                 continue
             spread = f"{_fmt(entry['min'], unit)} to {_fmt(entry['max'], unit)}"
             if name == "latency":
-                row = [_label(data, key), _fmt(med["p50_us"], "µs"), _fmt(med["p99_us"], "µs"),
-                       _fmt(med["mean_us"], "µs"), spread]
+                row = [
+                    _label(data, key),
+                    _fmt(med["p50_us"], "µs"),
+                    _fmt(med["p99_us"], "µs"),
+                    _fmt(med["mean_us"], "µs"),
+                    spread,
+                ]
             else:
                 row = [_label(data, key), _fmt(med[fld], unit), spread]
             if name in ("tiny", "mib", "kib64", "sweep"):
@@ -168,9 +179,10 @@ def _sweep_section(data: dict[str, Any]) -> str:
             entry = m["params"][p].get(key, {})
             row.append(_fmt(entry["median"]["rate"], "tasks/s") if entry.get("median") else "n/a")
         rows.append(row)
-    return (f"## {m['title']}\n\nMedian tasks/s at each parallelism "
-            f"(plot: `{SWEEP_PNG}`).\n\n" + _table(["contender"] + [f"p={p}" for p in params],
-                                                  rows))
+    return (
+        f"## {m['title']}\n\nMedian tasks/s at each parallelism "
+        f"(plot: `{SWEEP_PNG}`).\n\n" + _table(["contender"] + [f"p={p}" for p in params], rows)
+    )
 
 
 def _hol_section(data: dict[str, Any]) -> str:
@@ -183,20 +195,38 @@ def _hol_section(data: dict[str, Any]) -> str:
         for key, entry in by_key.items():
             med = entry.get("median")
             if not med:
-                rows.append([_label(data, key), state,
-                             "error: " + "; ".join(entry.get("errors", [])), "", ""])
+                rows.append(
+                    [
+                        _label(data, key),
+                        state,
+                        "error: " + "; ".join(entry.get("errors", [])),
+                        "",
+                        "",
+                    ]
+                )
                 continue
             s = med["seconds"]
             blocked = "blocked behind the long task" if s >= 0.9 * cfg["hol_long"] else "no"
-            rows.append([_label(data, key), state, _fmt(s, "s"), f"{s / cfg['hol_long']:.2f}",
-                         blocked])
-    return (f"## {m['title']}\n\nWith no blocking the short ones take about "
-            f"{ideal:.2f} s of sleeping spread over the other {cfg['hol_workers'] - 1} "
-            "workers, plus the pool's overhead; a short task queued behind the long one "
-            f"waits its {cfg['hol_long']:g} s out.\n\n"
-            + _table(["contender", "pool", "s until the short tasks are done",
-                      "÷ long task", "head-of-line blocking"], rows,
-                     ["---", "---", "---:", "---:", "---"]))
+            rows.append(
+                [_label(data, key), state, _fmt(s, "s"), f"{s / cfg['hol_long']:.2f}", blocked]
+            )
+    return (
+        f"## {m['title']}\n\nWith no blocking the short ones take about "
+        f"{ideal:.2f} s of sleeping spread over the other {cfg['hol_workers'] - 1} "
+        "workers, plus the pool's overhead; a short task queued behind the long one "
+        f"waits its {cfg['hol_long']:g} s out.\n\n"
+        + _table(
+            [
+                "contender",
+                "pool",
+                "s until the short tasks are done",
+                "÷ long task",
+                "head-of-line blocking",
+            ],
+            rows,
+            ["---", "---", "---:", "---:", "---"],
+        )
+    )
 
 
 def markdown(data: dict[str, Any]) -> str:
@@ -208,7 +238,8 @@ def markdown(data: dict[str, Any]) -> str:
     lines = [
         "# pipepool benchmark results",
         "",
-        f"- **Machine**: {cores}" + (f", {mach['cpu']}" if mach.get("cpu") else "")
+        f"- **Machine**: {cores}"
+        + (f", {mach['cpu']}" if mach.get("cpu") else "")
         + f", {mach['machine']}; {mach['python']}; kernel {mach['kernel']}",
         f"- **pipepool**: {mach['pipepool']}, git {mach.get('git') or 'unknown'}; "
         f"default start method {mach['default_start_method']}; "
@@ -228,24 +259,34 @@ def markdown(data: dict[str, Any]) -> str:
     plots = data.get("plots", {})
     if plots.get("note"):
         lines.append(f"- **Plots**: {plots['note']}")
-    lines += ["", "## Targets", "",
-              "Each ratio is pipepool's median over the peer's, both from this run "
-              "(latency and start-up: time ratios, lower is better).", "",
-              targets_markdown(data), "",
-              "In the tables below, each `vs peer` column says how many times better the row "
-              "is than that peer's headline contender: higher throughput, or lower time "
-              "(>1 means the row wins). CPU per task: the parent's own CPU (all its threads), "
-              "and the workers' (from /proc/<pid>/schedstat), divided by the tasks.", ""]
+    lines += [
+        "",
+        "## Targets",
+        "",
+        "Each ratio is pipepool's median over the peer's, both from this run "
+        "(latency and start-up: time ratios, lower is better).",
+        "",
+        targets_markdown(data),
+        "",
+        "In the tables below, each `vs peer` column says how many times better the row "
+        "is than that peer's headline contender: higher throughput, or lower time "
+        "(>1 means the row wins). CPU per task: the parent's own CPU (all its threads), "
+        "and the workers' (from /proc/<pid>/schedstat), divided by the tasks.",
+        "",
+    ]
     for name in ("tiny", "mib", "kib64", "latency", "startup"):
         if name in data["measures"]:
             lines += ["\n\n".join(_measure_sections(data, name)), ""]
     if "latency" in data["measures"] and plots.get("files"):
         lines += [f"Latency distribution: `{LATENCY_PNG}`.", ""]
     if "startup" in data["measures"]:
-        lines += ["Start-up counts until the first result: pipepool and the stdlib pool "
-                  "start workers as work needs them (the stdlib all at once with fork), "
-                  "multiprocessing.Pool, loky and the Airflow-style pool start every worker "
-                  "up front.", ""]
+        lines += [
+            "Start-up counts until the first result: pipepool and the stdlib pool "
+            "start workers as work needs them (the stdlib all at once with fork), "
+            "multiprocessing.Pool, loky and the Airflow-style pool start every worker "
+            "up front.",
+            "",
+        ]
     if "sweep" in data["measures"]:
         lines += [_sweep_section(data), ""]
     if "hol" in data["measures"]:
@@ -258,6 +299,7 @@ def _load(value: float | None) -> str:
 
 
 # -- plots ----------------------------------------------------------------------------------
+
 
 def write_plots(data: dict[str, Any], out_dir: str) -> dict[str, Any]:
     """Throughput vs parallelism and the latency distribution, as PNGs."""
@@ -272,11 +314,15 @@ def write_plots(data: dict[str, Any], out_dir: str) -> dict[str, Any]:
     style = {}
     colors = plt.get_cmap("tab20").colors
     for i, (key, c) in enumerate(data["contenders"].items()):  # one color per contender,
-        style[key] = {"color": colors[i % len(colors)],  # the same in both plots
-                      "linestyle": "-" if c["family"] == "pipepool" else "--",
-                      "linewidth": 2.0 if c["family"] == "pipepool" else 1.2}
-    machine_line = (f"{data['machine']['cores']} cores, {data['machine']['python']}, "
-                    f"{data['machine']['kernel']}")
+        style[key] = {
+            "color": colors[i % len(colors)],  # the same in both plots
+            "linestyle": "-" if c["family"] == "pipepool" else "--",
+            "linewidth": 2.0 if c["family"] == "pipepool" else 1.2,
+        }
+    machine_line = (
+        f"{data['machine']['cores']} cores, {data['machine']['python']}, "
+        f"{data['machine']['kernel']}"
+    )
     sweep = data["measures"].get("sweep")
     if sweep:
         fig, ax = plt.subplots(figsize=(8, 5))
@@ -310,8 +356,12 @@ def write_plots(data: dict[str, Any], out_dir: str) -> dict[str, Any]:
         fig, axes = plt.subplots(1, len(cdf), figsize=(6 * len(cdf), 4.5), squeeze=False)
         for ax, (param, by_key) in zip(axes[0], cdf.items(), strict=True):
             for key, points in by_key.items():
-                ax.plot([us for _, us in points], [q for q, _ in points],
-                        label=_label(data, key), **style[key])
+                ax.plot(
+                    [us for _, us in points],
+                    [q for q, _ in points],
+                    label=_label(data, key),
+                    **style[key],
+                )
             ax.set_xscale("log")
             ax.set_xlabel("round-trip time of one no-op (µs, log)")
             ax.set_ylabel("percentile")

@@ -118,10 +118,12 @@ def children(ppid: int) -> dict[int, str]:
         return kids
     import subprocess
 
-    out = subprocess.run(["ps", "-A", "-o", "pid=,ppid=,stat="], capture_output=True,
-                         text=True, check=False).stdout
-    return {int(p): s[0] for p, pp, s in (line.split() for line in out.splitlines())
-            if int(pp) == ppid}
+    out = subprocess.run(
+        ["ps", "-A", "-o", "pid=,ppid=,stat="], capture_output=True, text=True, check=False
+    ).stdout
+    return {
+        int(p): s[0] for p, pp, s in (line.split() for line in out.splitlines()) if int(pp) == ppid
+    }
 
 
 def pool_children(start_method: str) -> dict[int, str]:
@@ -147,8 +149,12 @@ class Soak:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.rng = random.Random(args.seed)
-        self.ex = LocalExecutor(args.parallelism, start_method=args.start_method,
-                                prefetch=args.prefetch, _loop_impl=args.impl)
+        self.ex = LocalExecutor(
+            args.parallelism,
+            start_method=args.start_method,
+            prefetch=args.prefetch,
+            _loop_impl=args.impl,
+        )
         # Only outstanding keys are kept, and one byte per key ever queued: the soak's own
         # memory must stay flat too, or it would hide the pool's.
         self.kinds: dict[int, str] = {}  # outstanding key -> kind
@@ -219,11 +225,16 @@ class Soak:
         self.outcomes[f"{kind}: {event.reason}"] += 1
         if kind == OK:
             arg_len, head, size = expect
-            right = (event.state is State.SUCCESS
-                     and event.result == (key, arg_len, head, pattern(key, size)))
+            right = event.state is State.SUCCESS and event.result == (
+                key,
+                arg_len,
+                head,
+                pattern(key, size),
+            )
         elif kind == RAISES:
             right = type(error) is ValueError and str(error) == (
-                f"soak task {key} fails on purpose")
+                f"soak task {key} fails on purpose"
+            )
         elif kind == EXITS:
             right = isinstance(error, WorkerLostError) and error.exitcode == 3
         else:
@@ -253,15 +264,17 @@ class Soak:
         if queued & running:
             self.problems.append(f"a key queued and running after interrupt {self.interrupts}")
         if queued | running != self.kinds.keys():
-            self.problems.append(f"a key in no place or reported and still held after "
-                                 f"interrupt {self.interrupts}")
+            self.problems.append(
+                f"a key in no place or reported and still held after interrupt {self.interrupts}"
+            )
         self.interrupt_checks += 1
 
     def kill_one(self) -> None:
         """SIGKILL a worker that has run a task (one that dies before its first frame
         would read as a start-up failure, which backs off: a different test)."""
-        pids = [p for p in self.ex.worker_pids() if p in self.seen_running
-                and p not in self.victims]
+        pids = [
+            p for p in self.ex.worker_pids() if p in self.seen_running and p not in self.victims
+        ]
         if pids:
             victim = self.rng.choice(pids)
             self.victims.add(victim)
@@ -293,32 +306,48 @@ class Soak:
         stats = self.ex.stats()
         elapsed = time.monotonic() - started
         row = {
-            "minute": minute, "rss": now_rss, "peak": peak, "fds": fd_count(),
-            "children": len(kids), "zombies": sum(s == "Z" for s in kids.values()),
+            "minute": minute,
+            "rss": now_rss,
+            "peak": peak,
+            "fds": fd_count(),
+            "children": len(kids),
+            "zombies": sum(s == "Z" for s in kids.values()),
             "workers": len(self.ex.worker_pids()),
-            "done": stats["tasks_done"], "failed": stats["tasks_failed"],
-            "lost": stats["tasks_lost"], "kills": len(self.victims),
-            "interrupts": self.interrupts, "queued": self.next_key,
+            "done": stats["tasks_done"],
+            "failed": stats["tasks_failed"],
+            "lost": stats["tasks_lost"],
+            "kills": len(self.victims),
+            "interrupts": self.interrupts,
+            "queued": self.next_key,
             "rate": (stats["tasks_done"] + stats["tasks_failed"] - done_before) / elapsed,
         }
         self.rows.append(row)
-        print(f"{minute:>4} {row['rss'] / MIB:>8.1f} {row['peak'] / MIB:>8.1f} {row['fds']:>4} "
-              f"{row['children']:>4} {row['zombies']:>3} {row['queued']:>9} {row['done']:>9} "
-              f"{row['failed']:>6} {row['lost']:>5} {row['kills']:>5} {row['interrupts']:>6} "
-              f"{row['rate']:>8.0f}", flush=True)
+        print(
+            f"{minute:>4} {row['rss'] / MIB:>8.1f} {row['peak'] / MIB:>8.1f} {row['fds']:>4} "
+            f"{row['children']:>4} {row['zombies']:>3} {row['queued']:>9} {row['done']:>9} "
+            f"{row['failed']:>6} {row['lost']:>5} {row['kills']:>5} {row['interrupts']:>6} "
+            f"{row['rate']:>8.0f}",
+            flush=True,
+        )
 
     def run(self) -> int:
         args = self.args
         fds_before = fd_count()
         previous = signal.signal(signal.SIGALRM, _interrupt)
         self.ex.start()
-        print(f"soak: {args.minutes} min, parallelism {args.parallelism}, "
-              f"{self.ex.start_method}, {self.ex.implementation} loop, prefetch "
-              f"{args.prefetch}, window {args.window}, kill every ~{args.kill_every} s, "
-              f"interrupt {args.interrupt_rate:.0%} of rounds, seed {args.seed}, "
-              f"pipepool {pipepool.__version__}", flush=True)
-        print(" min  rss MiB peak MiB  fds kids  zb    queued      done failed  lost "
-              "kills intrpt   tasks/s", flush=True)
+        print(
+            f"soak: {args.minutes} min, parallelism {args.parallelism}, "
+            f"{self.ex.start_method}, {self.ex.implementation} loop, prefetch "
+            f"{args.prefetch}, window {args.window}, kill every ~{args.kill_every} s, "
+            f"interrupt {args.interrupt_rate:.0%} of rounds, seed {args.seed}, "
+            f"pipepool {pipepool.__version__}",
+            flush=True,
+        )
+        print(
+            " min  rss MiB peak MiB  fds kids  zb    queued      done failed  lost "
+            "kills intrpt   tasks/s",
+            flush=True,
+        )
         end = time.monotonic() + args.minutes * 60
         minute = 0
         next_mark = time.monotonic() + 60
@@ -371,7 +400,10 @@ class Soak:
             problems.append(f"a killed worker lost more than one task: {twice}")
         stats = self.ex.stats()
         if (stats["tasks_done"], stats["tasks_failed"], stats["tasks_lost"]) != (
-                self.events["success"], self.events["failed"], self.events["lost"]):
+            self.events["success"],
+            self.events["failed"],
+            self.events["lost"],
+        ):
             problems.append(f"stats() disagrees with the events {dict(self.events)}: {stats}")
 
     def check_flat(self) -> None:
@@ -381,59 +413,83 @@ class Soak:
             return
         growth = (rows[-1]["rss"] - rows[0]["rss"]) / MIB
         if growth > self.args.rss_slack:
-            self.problems.append(f"quiet-point RSS grew {growth:.1f} MiB "
-                                 f"(slack {self.args.rss_slack} MiB)")
+            self.problems.append(
+                f"quiet-point RSS grew {growth:.1f} MiB (slack {self.args.rss_slack} MiB)"
+            )
         if len({r["fds"] for r in rows}) != 1:
             self.problems.append(f"fd count moved: {[r['fds'] for r in rows]}")
         for r in rows:
-            if r["children"] != self.ex.parallelism or r["zombies"] or (
-                    r["workers"] != self.ex.parallelism):
-                self.problems.append(f"minute {r['minute']}: {r['children']} children "
-                                     f"({r['zombies']} zombies), {r['workers']} workers")
+            if (
+                r["children"] != self.ex.parallelism
+                or r["zombies"]
+                or (r["workers"] != self.ex.parallelism)
+            ):
+                self.problems.append(
+                    f"minute {r['minute']}: {r['children']} children "
+                    f"({r['zombies']} zombies), {r['workers']} workers"
+                )
 
     def summary(self) -> None:
         rows = self.rows
         stats = self.ex.stats()
         print()
-        print(f"tasks queued {self.next_key}, done {stats['tasks_done']}, failed "
-              f"{stats['tasks_failed']} (lost {stats['tasks_lost']}), workers started "
-              f"{stats['workers_started']}, crashes {stats['worker_crashes']}, kills "
-              f"{len(self.victims)}, interrupts {self.interrupts} (bookkeeping checked "
-              f"after each)")
+        print(
+            f"tasks queued {self.next_key}, done {stats['tasks_done']}, failed "
+            f"{stats['tasks_failed']} (lost {stats['tasks_lost']}), workers started "
+            f"{stats['workers_started']}, crashes {stats['worker_crashes']}, kills "
+            f"{len(self.victims)}, interrupts {self.interrupts} (bookkeeping checked "
+            f"after each)"
+        )
         for outcome, n in sorted(self.outcomes.items()):
             print(f"  {outcome}: {n}")
         if rows:
-            print(f"quiet-point RSS {rows[0]['rss'] / MIB:.1f} -> {rows[-1]['rss'] / MIB:.1f} "
-                  f"MiB (min {min(r['rss'] for r in rows) / MIB:.1f}, max "
-                  f"{max(r['rss'] for r in rows) / MIB:.1f}); peak {rows[-1]['peak'] / MIB:.1f} "
-                  f"MiB; fds {sorted({r['fds'] for r in rows})}; children "
-                  f"{sorted({r['children'] for r in rows})}")
+            print(
+                f"quiet-point RSS {rows[0]['rss'] / MIB:.1f} -> {rows[-1]['rss'] / MIB:.1f} "
+                f"MiB (min {min(r['rss'] for r in rows) / MIB:.1f}, max "
+                f"{max(r['rss'] for r in rows) / MIB:.1f}); peak {rows[-1]['peak'] / MIB:.1f} "
+                f"MiB; fds {sorted({r['fds'] for r in rows})}; children "
+                f"{sorted({r['children'] for r in rows})}"
+            )
         if self.problems:
             print(f"FAILED: {len(self.problems)} problem(s)")
             for p in self.problems[:20]:
                 print(f"  - {p}")
         else:
-            print("OK: every key exactly one terminal event, results right, RSS flat, "
-                  "no fd or process growth")
+            print(
+                "OK: every key exactly one terminal event, results right, RSS flat, "
+                "no fd or process growth"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--parallelism", "-j", type=int, default=2)
-    parser.add_argument("--start-method", default="fork",
-                        choices=["fork", "spawn", "forkserver"])
-    parser.add_argument("--impl", choices=["python", "cython"], default=None,
-                        help="loop implementation (default: PIPEPOOL_IMPL, compiled if built)")
+    parser.add_argument("--start-method", default="fork", choices=["fork", "spawn", "forkserver"])
+    parser.add_argument(
+        "--impl",
+        choices=["python", "cython"],
+        default=None,
+        help="loop implementation (default: PIPEPOOL_IMPL, compiled if built)",
+    )
     parser.add_argument("--prefetch", type=int, default=2)
     parser.add_argument("--window", type=int, default=64, help="tasks kept outstanding")
     parser.add_argument("--max-size", type=int, default=MIB, help="largest argument/result")
-    parser.add_argument("--kill-every", type=float, default=2.0,
-                        help="mean seconds between worker SIGKILLs")
-    parser.add_argument("--interrupt-rate", type=float, default=0.05,
-                        help="share of rounds with a SIGALRM interrupt")
-    parser.add_argument("--rss-slack", type=float, default=16.0,
-                        help="MiB the quiet-point RSS may grow from the first to the last minute")
+    parser.add_argument(
+        "--kill-every", type=float, default=2.0, help="mean seconds between worker SIGKILLs"
+    )
+    parser.add_argument(
+        "--interrupt-rate",
+        type=float,
+        default=0.05,
+        help="share of rounds with a SIGALRM interrupt",
+    )
+    parser.add_argument(
+        "--rss-slack",
+        type=float,
+        default=16.0,
+        help="MiB the quiet-point RSS may grow from the first to the last minute",
+    )
     parser.add_argument("--seed", type=int, default=8)
     return Soak(parser.parse_args(argv)).run()
 

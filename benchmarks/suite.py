@@ -86,35 +86,87 @@ class Config:
 PRESETS = {
     "full": Config(),
     # A smoke run of every measure in about a minute: numbers indicative only.
-    "quick": Config(rounds=2, tiny_tasks=2_000, mib_tasks=20, kib_tasks=200,
-                    latency_calls=200, startup_rounds=3, sweep=[1, 2, 4, 8, 16], sweep_tasks=1_000,
-                    sweep_rounds=1, hol_long=2.0, hol_count=200, hol_rounds=1),
+    "quick": Config(
+        rounds=2,
+        tiny_tasks=2_000,
+        mib_tasks=20,
+        kib_tasks=200,
+        latency_calls=200,
+        startup_rounds=3,
+        sweep=[1, 2, 4, 8, 16],
+        sweep_tasks=1_000,
+        sweep_rounds=1,
+        hol_long=2.0,
+        hol_count=200,
+        hol_rounds=1,
+    ),
     # The test suite's configuration: a few seconds, checks the outputs, not the numbers.
-    "smoke": Config(parallelism=[2], rounds=1, tiny_tasks=200, mib_tasks=4, kib_tasks=20,
-                    latency_calls=30, methods=["fork"], startup_rounds=1, sweep=[1, 2],
-                    sweep_tasks=100,
-                    sweep_rounds=1, hol_long=0.5, hol_count=20, hol_rounds=1,
-                    prefetches=[1, 16], sample_timeout=60.0),
+    "smoke": Config(
+        parallelism=[2],
+        rounds=1,
+        tiny_tasks=200,
+        mib_tasks=4,
+        kib_tasks=20,
+        latency_calls=30,
+        methods=["fork"],
+        startup_rounds=1,
+        sweep=[1, 2],
+        sweep_tasks=100,
+        sweep_rounds=1,
+        hol_long=0.5,
+        hol_count=20,
+        hol_rounds=1,
+        prefetches=[1, 16],
+        sample_timeout=60.0,
+    ),
 }
 
 # What each measure reports: title, unit, the primary field and which way is better.
 MEASURE_INFO: dict[str, dict[str, Any]] = {
-    "tiny": {"title": "Tiny tasks: {n:,} no-op calls submitted one by one, all collected",
-             "unit": "tasks/s", "field": "rate", "better": "higher"},
-    "mib": {"title": "Payload: {n:,} tasks each returning 1 MiB", "unit": "MB/s",
-            "field": "mb_s", "better": "higher"},
-    "kib64": {"title": "Payload: {n:,} tasks each sending 64 KiB", "unit": "MB/s",
-              "field": "mb_s", "better": "higher"},
-    "latency": {"title": "Round-trip latency: one no-op at a time, {n:,} calls per sample",
-                "unit": "µs p50", "field": "p50_us", "better": "lower"},
-    "startup": {"title": "Start-up: pool construction + first task's result", "unit": "ms",
-                "field": "ms", "better": "lower"},
-    "sweep": {"title": "Parallelism sweep: {n:,} no-op calls per point", "unit": "tasks/s",
-              "field": "rate", "better": "higher"},
-    "hol": {"title": "Long tasks: one {long:g} s task, then {n:,} of {short:g} s, on {w} "
-                     "workers: time until the short ones are done (cold: a fresh pool; "
-                     "warm: it ran no-ops first)",
-            "unit": "s", "field": "seconds", "better": "lower"},
+    "tiny": {
+        "title": "Tiny tasks: {n:,} no-op calls submitted one by one, all collected",
+        "unit": "tasks/s",
+        "field": "rate",
+        "better": "higher",
+    },
+    "mib": {
+        "title": "Payload: {n:,} tasks each returning 1 MiB",
+        "unit": "MB/s",
+        "field": "mb_s",
+        "better": "higher",
+    },
+    "kib64": {
+        "title": "Payload: {n:,} tasks each sending 64 KiB",
+        "unit": "MB/s",
+        "field": "mb_s",
+        "better": "higher",
+    },
+    "latency": {
+        "title": "Round-trip latency: one no-op at a time, {n:,} calls per sample",
+        "unit": "µs p50",
+        "field": "p50_us",
+        "better": "lower",
+    },
+    "startup": {
+        "title": "Start-up: pool construction + first task's result",
+        "unit": "ms",
+        "field": "ms",
+        "better": "lower",
+    },
+    "sweep": {
+        "title": "Parallelism sweep: {n:,} no-op calls per point",
+        "unit": "tasks/s",
+        "field": "rate",
+        "better": "higher",
+    },
+    "hol": {
+        "title": "Long tasks: one {long:g} s task, then {n:,} of {short:g} s, on {w} "
+        "workers: time until the short ones are done (cold: a fresh pool; "
+        "warm: it ran no-ops first)",
+        "unit": "s",
+        "field": "seconds",
+        "better": "lower",
+    },
 }
 
 
@@ -123,6 +175,7 @@ class SampleError(Exception):
 
 
 # -- samples ---------------------------------------------------------------------------------
+
 
 def _open(spec: Spec, parallelism: int, method: str | None = None, warm: bool = True) -> Adapter:
     adapter = spec.make(parallelism, method)
@@ -136,8 +189,14 @@ def _open(spec: Spec, parallelism: int, method: str | None = None, warm: bool = 
     return adapter
 
 
-def throughput_sample(spec: Spec, parallelism: int, fn: Callable[[Any], Any], args: list[Any],
-                      check: Callable[[list[Any]], bool], nbytes: int = 0) -> dict[str, float]:
+def throughput_sample(
+    spec: Spec,
+    parallelism: int,
+    fn: Callable[[Any], Any],
+    args: list[Any],
+    check: Callable[[list[Any]], bool],
+    nbytes: int = 0,
+) -> dict[str, float]:
     """One timed ``run`` on a fresh, warm pool: rate, MB/s, parent and worker CPU."""
     adapter = _open(spec, parallelism)
     try:
@@ -150,7 +209,8 @@ def throughput_sample(spec: Spec, parallelism: int, fn: Callable[[Any], Any], ar
         elapsed = time.perf_counter() - started
         parent_used = _cpu.parent_seconds() - parent_before
         workers_used = _cpu.used_since(
-            workers_before, _cpu.snapshot(sorted(set(pids) | set(adapter.pids()))))
+            workers_before, _cpu.snapshot(sorted(set(pids) | set(adapter.pids())))
+        )
         if not check(results):
             raise SampleError(f"{spec.label}: wrong results")
     except BaseException:
@@ -158,8 +218,12 @@ def throughput_sample(spec: Spec, parallelism: int, fn: Callable[[Any], Any], ar
         raise
     adapter.close()
     n = len(args)
-    out = {"seconds": elapsed, "rate": n / elapsed,
-           "parent_cpu_us": parent_used / n * 1e6, "worker_cpu_us": workers_used / n * 1e6}
+    out = {
+        "seconds": elapsed,
+        "rate": n / elapsed,
+        "parent_cpu_us": parent_used / n * 1e6,
+        "worker_cpu_us": workers_used / n * 1e6,
+    }
     if nbytes:
         out["mb_s"] = nbytes * n / elapsed / 1e6
     return out
@@ -183,8 +247,12 @@ def latency_sample(spec: Spec, parallelism: int, calls: int) -> dict[str, Any]:
         adapter.abort()
         raise
     adapter.close()
-    return {"p50_us": percentile(times, 50), "p99_us": percentile(times, 99),
-            "mean_us": statistics.fmean(times), "_times": times}
+    return {
+        "p50_us": percentile(times, 50),
+        "p99_us": percentile(times, 99),
+        "mean_us": statistics.fmean(times),
+        "_times": times,
+    }
 
 
 STARTUP_SETTLE = 0.02  # s of quiet before a start-up sample: the previous pool's workers
@@ -228,6 +296,7 @@ def percentile(values: list[float], q: float) -> float:
 
 # -- the run ---------------------------------------------------------------------------------
 
+
 class Suite:
     def __init__(self, cfg: Config, log: Callable[[str], None]) -> None:
         self.cfg = cfg
@@ -249,8 +318,9 @@ class Suite:
             f"{local[0].label.split('(', 1)[1].rstrip(')')}: LocalExecutor's adaptive "
             "dispatch depth, used wherever one LocalExecutor row stands for pipepool "
             "(fixed depths are shown beside it in tiny and long tasks)"
-            if self.adaptive_prefetch else
-            f"prefetch {cfg.prefetches[0]}: `tiny` was not run to choose one")
+            if self.adaptive_prefetch
+            else f"prefetch {cfg.prefetches[0]}: `tiny` was not run to choose one"
+        )
         for spec in [*local, *SPECS.values()]:
             note = missing_requirement(spec)
             if note:
@@ -266,8 +336,14 @@ class Suite:
                 chosen.append(spec)
         return chosen
 
-    def interleave(self, measure: str, params: list[Any], specs: list[Spec], rounds: int,
-                   sample: Callable[[Spec, Any], dict[str, Any]]) -> None:
+    def interleave(
+        self,
+        measure: str,
+        params: list[Any],
+        specs: list[Spec],
+        rounds: int,
+        sample: Callable[[Spec, Any], dict[str, Any]],
+    ) -> None:
         """``rounds`` rounds; in each, every param, every contender (rotated per round)."""
         table = self.measures.setdefault(measure, {"params": {}})["params"]
         for spec in specs:
@@ -287,22 +363,39 @@ class Suite:
                     times = s.pop("_times", None)
                     if times is not None:
                         self.latency_times.setdefault(_param_key(param), {}).setdefault(
-                            spec.key, []).extend(times)
+                            spec.key, []
+                        ).extend(times)
                     samples.append(s)
-                    self.log(f"{measure} round {r + 1}/{rounds} {_param_key(param)}: "
-                             f"{spec.label}: {_brief(s)}")
+                    self.log(
+                        f"{measure} round {r + 1}/{rounds} {_param_key(param)}: "
+                        f"{spec.label}: {_brief(s)}"
+                    )
 
     # -- each measure -------------------------------------------------------------------
 
     def run_tiny(self) -> None:
         cfg = self.cfg
         args = list(range(cfg.tiny_tasks))
-        keys = ["ppe-submit", "ppe-map1", "ppe-map-auto", "std-submit", "std-map1",
-                "std-map-auto", "mp-imap1", "mp-apply", "loky-submit", "airflow"]
+        keys = [
+            "ppe-submit",
+            "ppe-map1",
+            "ppe-map-auto",
+            "std-submit",
+            "std-map1",
+            "std-map-auto",
+            "mp-imap1",
+            "mp-apply",
+            "loky-submit",
+            "airflow",
+        ]
         specs = [s for s in self.local_specs if s.key not in self.skipped] + self.specs(*keys)
-        self.interleave("tiny", cfg.parallelism, specs, cfg.rounds,
-                        lambda s, p: throughput_sample(s, p, noop, args,
-                                                       lambda r: sorted(r) == args))
+        self.interleave(
+            "tiny",
+            cfg.parallelism,
+            specs,
+            cfg.rounds,
+            lambda s, p: throughput_sample(s, p, noop, args, lambda r: sorted(r) == args),
+        )
         self.choose_local()
 
     def choose_local(self) -> None:
@@ -320,58 +413,107 @@ class Suite:
             return
         best = max(rates, key=rates.__getitem__)
         self.local = next(s for s in self.local_specs if s.key == best)
-        tried = ", ".join(f"{s.key[len('local-p'):]} ({rates.get(s.key, 0):,.0f} tasks/s)"
-                          for s in self.local_specs)
-        self.local_why = (f"prefetch {best[len('local-p'):]}, the best median tasks/s in "
-                          f"`tiny` at p={p} of prefetch {tried} (LocalExecutor has no "
-                          "adaptive default yet)")
+        tried = ", ".join(
+            f"{s.key[len('local-p') :]} ({rates.get(s.key, 0):,.0f} tasks/s)"
+            for s in self.local_specs
+        )
+        self.local_why = (
+            f"prefetch {best[len('local-p') :]}, the best median tasks/s in "
+            f"`tiny` at p={p} of prefetch {tried} (LocalExecutor has no "
+            "adaptive default yet)"
+        )
 
-    PAYLOAD_KEYS = ("local", "ppe-submit", "std-submit", "mp-apply", "mp-imap1", "loky-submit",
-                    "airflow")
+    PAYLOAD_KEYS = (
+        "local",
+        "ppe-submit",
+        "std-submit",
+        "mp-apply",
+        "mp-imap1",
+        "loky-submit",
+        "airflow",
+    )
 
     def run_mib(self) -> None:
         args = list(range(self.cfg.mib_tasks))
-        self.interleave("mib", self.cfg.parallelism, self.specs(*self.PAYLOAD_KEYS),
-                        self.cfg.rounds,
-                        lambda s, p: throughput_sample(
-                            s, p, make_mib, args,
-                            lambda r: len(r) == len(args) and all(len(b) == MIB for b in r),
-                            nbytes=MIB))
+        self.interleave(
+            "mib",
+            self.cfg.parallelism,
+            self.specs(*self.PAYLOAD_KEYS),
+            self.cfg.rounds,
+            lambda s, p: throughput_sample(
+                s,
+                p,
+                make_mib,
+                args,
+                lambda r: len(r) == len(args) and all(len(b) == MIB for b in r),
+                nbytes=MIB,
+            ),
+        )
 
     def run_kib64(self) -> None:
         blob = bytes(KIB64)  # pickled anew for every call, as any argument is
         args = [blob] * self.cfg.kib_tasks
-        self.interleave("kib64", self.cfg.parallelism, self.specs(*self.PAYLOAD_KEYS),
-                        self.cfg.rounds,
-                        lambda s, p: throughput_sample(s, p, take, args,
-                                                       lambda r: r == [KIB64] * len(args),
-                                                       nbytes=KIB64))
+        self.interleave(
+            "kib64",
+            self.cfg.parallelism,
+            self.specs(*self.PAYLOAD_KEYS),
+            self.cfg.rounds,
+            lambda s, p: throughput_sample(
+                s, p, take, args, lambda r: r == [KIB64] * len(args), nbytes=KIB64
+            ),
+        )
 
     def run_latency(self) -> None:
         keys = ["local", "ppe-submit", "std-submit", "mp-apply", "loky-submit", "airflow"]
-        self.interleave("latency", self.cfg.parallelism, self.specs(*keys), self.cfg.rounds,
-                        lambda s, p: latency_sample(s, p, self.cfg.latency_calls))
+        self.interleave(
+            "latency",
+            self.cfg.parallelism,
+            self.specs(*keys),
+            self.cfg.rounds,
+            lambda s, p: latency_sample(s, p, self.cfg.latency_calls),
+        )
 
     def run_startup(self) -> None:
         keys = ["local", "ppe-submit", "std-submit", "mp-apply", "loky-submit", "airflow"]
         params = [(m, p) for m in self.cfg.methods for p in self.cfg.parallelism]
-        self.interleave("startup", params, self.specs(*keys), self.cfg.startup_rounds,
-                        lambda s, mp: startup_sample(s, mp[1], mp[0]))
+        self.interleave(
+            "startup",
+            params,
+            self.specs(*keys),
+            self.cfg.startup_rounds,
+            lambda s, mp: startup_sample(s, mp[1], mp[0]),
+        )
 
     def run_sweep(self) -> None:
         args = list(range(self.cfg.sweep_tasks))
-        keys = ["local", "ppe-submit", "ppe-map1", "std-submit", "mp-imap1", "loky-submit",
-                "airflow"]
-        self.interleave("sweep", self.cfg.sweep, self.specs(*keys), self.cfg.sweep_rounds,
-                        lambda s, p: throughput_sample(s, p, noop, args,
-                                                       lambda r: sorted(r) == args))
+        keys = [
+            "local",
+            "ppe-submit",
+            "ppe-map1",
+            "std-submit",
+            "mp-imap1",
+            "loky-submit",
+            "airflow",
+        ]
+        self.interleave(
+            "sweep",
+            self.cfg.sweep,
+            self.specs(*keys),
+            self.cfg.sweep_rounds,
+            lambda s, p: throughput_sample(s, p, noop, args, lambda r: sorted(r) == args),
+        )
 
     def run_hol(self) -> None:
         specs = [s for s in self.local_specs if s.key not in self.skipped] + self.specs(
-            "ppe-submit", "std-submit", "mp-imap1", "mp-apply", "loky-submit", "airflow")
-        self.interleave("hol", [("cold", self.cfg.hol_workers), ("warm", self.cfg.hol_workers)],
-                        specs, self.cfg.hol_rounds,
-                        lambda s, param: hol_sample(s, self.cfg, param[0] == "warm"))
+            "ppe-submit", "std-submit", "mp-imap1", "mp-apply", "loky-submit", "airflow"
+        )
+        self.interleave(
+            "hol",
+            [("cold", self.cfg.hol_workers), ("warm", self.cfg.hol_workers)],
+            specs,
+            self.cfg.hol_rounds,
+            lambda s, param: hol_sample(s, self.cfg, param[0] == "warm"),
+        )
 
 
 def _param_key(param: Any) -> str:
@@ -388,16 +530,24 @@ def _brief(sample: dict[str, Any]) -> str:
 
 # -- summary ---------------------------------------------------------------------------------
 
+
 def summarize(suite: Suite, cfg: Config) -> None:
     """Medians (and min/max of the primary field) of every measure/param/contender."""
     for measure, data in suite.measures.items():
         info = MEASURE_INFO[measure]
         data.update(info)
-        n = {"tiny": cfg.tiny_tasks, "mib": cfg.mib_tasks, "kib64": cfg.kib_tasks,
-             "latency": cfg.latency_calls, "sweep": cfg.sweep_tasks, "hol": cfg.hol_count,
-             "startup": 1}[measure]
-        data["title"] = info["title"].format(n=n, long=cfg.hol_long, short=cfg.hol_short,
-                                             w=cfg.hol_workers)
+        n = {
+            "tiny": cfg.tiny_tasks,
+            "mib": cfg.mib_tasks,
+            "kib64": cfg.kib_tasks,
+            "latency": cfg.latency_calls,
+            "sweep": cfg.sweep_tasks,
+            "hol": cfg.hol_count,
+            "startup": 1,
+        }[measure]
+        data["title"] = info["title"].format(
+            n=n, long=cfg.hol_long, short=cfg.hol_short, w=cfg.hol_workers
+        )
         for by_key in data["params"].values():
             for key, samples in list(by_key.items()):
                 good = [s for s in samples if "error" not in s]
@@ -416,13 +566,19 @@ def summarize(suite: Suite, cfg: Config) -> None:
 def latency_cdf(suite: Suite) -> dict[str, dict[str, list[list[float]]]]:
     """Pooled round-trip times as (percentile, µs) points: what the latency plot draws."""
     points = [*range(0, 100), 99.5, 99.9, 100]
-    return {param: {key: [[q, percentile(times, q) if q else min(times)] for q in points]
-                    for key, times in by_key.items() if times}
-            for param, by_key in suite.latency_times.items()}
+    return {
+        param: {
+            key: [[q, percentile(times, q) if q else min(times)] for q in points]
+            for key, times in by_key.items()
+            if times
+        }
+        for param, by_key in suite.latency_times.items()
+    }
 
 
-def median_of(data: dict[str, Any], measure: str, param: str, key: str,
-              field_name: str | None = None) -> float | None:
+def median_of(
+    data: dict[str, Any], measure: str, param: str, key: str, field_name: str | None = None
+) -> float | None:
     m = data["measures"].get(measure)
     if m is None:
         return None
@@ -437,48 +593,112 @@ def evaluate_targets(data: dict[str, Any], cfg: Config) -> list[dict[str, Any]]:
     local = data["local_choice"]["key"]
     rows: list[dict[str, Any]] = []
 
-    def add(name: str, measure: str, param: str, ours: str, peer: str, goal: str,
-            bound: float, field_name: str | None = None, absolute: float | None = None) -> None:
+    def add(
+        name: str,
+        measure: str,
+        param: str,
+        ours: str,
+        peer: str,
+        goal: str,
+        bound: float,
+        field_name: str | None = None,
+        absolute: float | None = None,
+    ) -> None:
         a = median_of(data, measure, param, ours, field_name)
-        b = absolute if absolute is not None else median_of(data, measure, param, peer,
-                                                             field_name)
+        b = absolute if absolute is not None else median_of(data, measure, param, peer, field_name)
         ratio = a / b if a is not None and b else None
         met = None if ratio is None else (ratio >= bound if goal == ">=" else ratio <= bound)
-        rows.append({"target": name, "measure": measure, "param": param, "ours": ours,
-                     "peer": peer, "ours_value": a, "peer_value": b, "ratio": ratio,
-                     "goal": f"{goal} {bound:g}x", "met": met,
-                     "field": field_name or data["measures"].get(measure, {}).get("field")})
+        rows.append(
+            {
+                "target": name,
+                "measure": measure,
+                "param": param,
+                "ours": ours,
+                "peer": peer,
+                "ours_value": a,
+                "peer_value": b,
+                "ratio": ratio,
+                "goal": f"{goal} {bound:g}x",
+                "met": met,
+                "field": field_name or data["measures"].get(measure, {}).get("field"),
+            }
+        )
 
     ps = [str(p) for p in cfg.parallelism]
     p2 = "2" if "2" in ps else ps[0]
     add(f"LocalExecutor tiny tasks, p={p2}", "tiny", p2, local, "airflow", ">=", 2)
     for p in ps:
-        add(f"ProcessPoolExecutor submit+result, p={p}", "tiny", p, "ppe-submit",
-            "std-submit", ">=", 10)
+        add(
+            f"ProcessPoolExecutor submit+result, p={p}",
+            "tiny",
+            p,
+            "ppe-submit",
+            "std-submit",
+            ">=",
+            10,
+        )
     for p in ps:
-        add(f"ProcessPoolExecutor.map chunksize 1, p={p}", "tiny", p, "ppe-map1", "mp-imap1",
-            ">=", 2)
+        add(
+            f"ProcessPoolExecutor.map chunksize 1, p={p}",
+            "tiny",
+            p,
+            "ppe-map1",
+            "mp-imap1",
+            ">=",
+            2,
+        )
     for p in ps:
-        add(f"round-trip latency p50, p={p}", "latency", p, "ppe-submit", "std-submit", "<=",
-            0.3, "p50_us")
-        add(f"round-trip latency p99, p={p}", "latency", p, "ppe-submit", "std-submit", "<=",
-            0.3, "p99_us")
+        add(
+            f"round-trip latency p50, p={p}",
+            "latency",
+            p,
+            "ppe-submit",
+            "std-submit",
+            "<=",
+            0.3,
+            "p50_us",
+        )
+        add(
+            f"round-trip latency p99, p={p}",
+            "latency",
+            p,
+            "ppe-submit",
+            "std-submit",
+            "<=",
+            0.3,
+            "p99_us",
+        )
     for p in ps:
         add(f"1 MiB results, p={p}", "mib", p, "ppe-submit", "std-submit", ">=", 2)
     for method in ("fork", "spawn"):
         if method in cfg.methods:
             for p in ps:
-                add(f"start-up + first task, {method}, p={p}", "startup", f"{method}:{p}",
-                    "ppe-submit", "std-submit", "<=", 1)
+                add(
+                    f"start-up + first task, {method}, p={p}",
+                    "startup",
+                    f"{method}:{p}",
+                    "ppe-submit",
+                    "std-submit",
+                    "<=",
+                    1,
+                )
     for state in ("cold", "warm"):
         for key, who in (("ppe-submit", "ProcessPoolExecutor"), (local, "LocalExecutor")):
-            add(f"long tasks, no head-of-line blocking: {who}, {state} pool", "hol",
-                f"{state}:{cfg.hol_workers}", key, f"the long task ({cfg.hol_long:g} s)", "<=",
-                0.2, absolute=cfg.hol_long)
+            add(
+                f"long tasks, no head-of-line blocking: {who}, {state} pool",
+                "hol",
+                f"{state}:{cfg.hol_workers}",
+                key,
+                f"the long task ({cfg.hol_long:g} s)",
+                "<=",
+                0.2,
+                absolute=cfg.hol_long,
+            )
     return rows
 
 
 # -- machine and command ----------------------------------------------------------------------
+
 
 def machine() -> dict[str, Any]:
     info: dict[str, Any] = {
@@ -510,10 +730,20 @@ def machine() -> dict[str, Any]:
 
 def _git_state() -> str | None:
     try:
-        head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, timeout=10, check=True).stdout
-        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--", "src", "pyx"],
-                               capture_output=True, text=True, timeout=10, check=True).stdout
+        head = subprocess.run(
+            ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
+        dirty = subprocess.run(
+            ["git", "-C", ROOT, "status", "--porcelain", "--", "src", "pyx"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     files = [line[3:] for line in dirty.splitlines()]
@@ -529,25 +759,51 @@ def _load() -> float | None:
 
 # -- command line ----------------------------------------------------------------------------
 
+
 def build_parser(prog: str = "python -m benchmarks") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=prog, description=__doc__.split("\n\n")[0],
-        epilog="Measures: " + ", ".join(MEASURES) + ". See benchmarks/suite.py.")
+        prog=prog,
+        description=__doc__.split("\n\n")[0],
+        epilog="Measures: " + ", ".join(MEASURES) + ". See benchmarks/suite.py.",
+    )
     preset = parser.add_mutually_exclusive_group()
-    preset.add_argument("--quick", action="store_const", const="quick", dest="preset",
-                        help="fewer rounds and tasks (about a minute): a smoke run")
-    preset.add_argument("--smoke", action="store_const", const="smoke", dest="preset",
-                        help="the test suite's tiny configuration (seconds; numbers meaningless)")
-    parser.add_argument("--only", nargs="+", choices=MEASURES, metavar="MEASURE",
-                        help="run only these measures (targets that need others show n/a)")
-    parser.add_argument("-p", "--parallelism", type=int, nargs="+",
-                        help="parallelism levels (default: 2 8)")
+    preset.add_argument(
+        "--quick",
+        action="store_const",
+        const="quick",
+        dest="preset",
+        help="fewer rounds and tasks (about a minute): a smoke run",
+    )
+    preset.add_argument(
+        "--smoke",
+        action="store_const",
+        const="smoke",
+        dest="preset",
+        help="the test suite's tiny configuration (seconds; numbers meaningless)",
+    )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=MEASURES,
+        metavar="MEASURE",
+        help="run only these measures (targets that need others show n/a)",
+    )
+    parser.add_argument(
+        "-p", "--parallelism", type=int, nargs="+", help="parallelism levels (default: 2 8)"
+    )
     parser.add_argument("--rounds", type=int, help="interleaved rounds per measure")
     parser.add_argument("--tasks", type=int, help="tasks per tiny-task sample")
-    parser.add_argument("--prefetch", type=int, nargs="+",
-                        help="LocalExecutor prefetch depths to try (default: 1 16 64)")
-    parser.add_argument("--out", help="output directory (default: benchmarks/results, "
-                                      "or benchmarks/results/<preset> with --quick/--smoke)")
+    parser.add_argument(
+        "--prefetch",
+        type=int,
+        nargs="+",
+        help="LocalExecutor prefetch depths to try (default: 1 16 64)",
+    )
+    parser.add_argument(
+        "--out",
+        help="output directory (default: benchmarks/results, "
+        "or benchmarks/results/<preset> with --quick/--smoke)",
+    )
     parser.add_argument("--no-plots", action="store_true", help="write no PNG plots")
     return parser
 
@@ -574,8 +830,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m benchmarks") -> i
         print(line, file=sys.stderr, flush=True)
 
     command = " ".join([prog, *map(shlex.quote, argv)])
-    log(f"{command}: {preset} configuration, measures {', '.join(measures)}, "
-        f"results to {out_dir}")
+    log(f"{command}: {preset} configuration, measures {', '.join(measures)}, results to {out_dir}")
     began, load_before = time.time(), _load()
     suite = Suite(cfg, log)
     for note in suite.notes:
@@ -583,8 +838,14 @@ def main(argv: list[str] | None = None, prog: str = "python -m benchmarks") -> i
     if "tiny" in measures:
         suite.run_tiny()
     log(f"LocalExecutor configuration for the other measures: {suite.local_why}")
-    steps = {"mib": suite.run_mib, "kib64": suite.run_kib64, "latency": suite.run_latency,
-             "startup": suite.run_startup, "sweep": suite.run_sweep, "hol": suite.run_hol}
+    steps = {
+        "mib": suite.run_mib,
+        "kib64": suite.run_kib64,
+        "latency": suite.run_latency,
+        "startup": suite.run_startup,
+        "sweep": suite.run_sweep,
+        "hol": suite.run_hol,
+    }
     for name, step in steps.items():
         if name in measures:
             step()
@@ -599,8 +860,11 @@ def main(argv: list[str] | None = None, prog: str = "python -m benchmarks") -> i
         "machine": machine(),
         "config": dataclasses.asdict(cfg),
         "notes": suite.notes,
-        "local_choice": {"key": suite.local.key, "label": suite.local.label,
-                         "why": suite.local_why},
+        "local_choice": {
+            "key": suite.local.key,
+            "label": suite.local.label,
+            "why": suite.local_why,
+        },
         "map_auto_chunksize": map_note,
         "contenders": suite.contenders,
         "measures": suite.measures,

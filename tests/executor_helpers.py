@@ -34,13 +34,13 @@ class Recorder:
         self.ex.sync(timeout=timeout)
         self.take()
 
-    def run_until(self, predicate: Callable[[], bool], limit: float = 60.0,
-                  timeout: float = 0.01) -> None:
+    def run_until(
+        self, predicate: Callable[[], bool], limit: float = 60.0, timeout: float = 0.01
+    ) -> None:
         deadline = time.monotonic() + limit
         while not predicate():
             if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"condition not reached in {limit}s; stats={self.ex.stats()}")
+                raise AssertionError(f"condition not reached in {limit}s; stats={self.ex.stats()}")
             self.round(timeout)
 
     def finish(self, limit: float = 120.0) -> None:

@@ -86,6 +86,7 @@ def get_initialized(_=None):
 
 # -- pickling failures ----------------------------------------------------------------------
 
+
 def return_lock():
     """A result that cannot be pickled in the worker."""
     return threading.Lock()
@@ -124,6 +125,7 @@ def raise_two_arg_error():
 
 
 # -- worker deaths --------------------------------------------------------------------------
+
 
 def die_by_signal(signum):
     os.kill(os.getpid(), signum)

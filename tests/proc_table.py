@@ -82,8 +82,9 @@ def _ps(pid: int | None = None) -> dict[int, tuple[int, str, bytes]]:
     # One -o per column: BSD ps (macOS) may read the text after "pid=" up to the end of
     # the argument as that column's header, commas included.
     columns = [arg for name in ("pid", "ppid", "stat", "command") for arg in ("-o", f"{name}=")]
-    proc = subprocess.Popen(["ps", *which, "-ww", *columns],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        ["ps", *which, "-ww", *columns], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
     out, _ = proc.communicate(timeout=30)  # exit 1 with -p: no such process
     rows = {}
     for line in out.splitlines():

@@ -227,7 +227,6 @@ def slow_init(log: str, seconds: float) -> None:
     _initialized["flag"] = "ready"
 
 
-
 def hog_gil(log: str, key, limit: float = 60.0) -> None:
     """Record the run, then spin without letting another thread of this worker run (the
     GIL is not handed over for an hour), so its watcher thread cannot answer a REVOKE.

@@ -17,8 +17,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-pytestmark = pytest.mark.skipif(not (ROOT / "benchmarks" / "suite.py").is_file(),
-                                reason="no benchmarks/ beside tests/ (not a source checkout)")
+pytestmark = pytest.mark.skipif(
+    not (ROOT / "benchmarks" / "suite.py").is_file(),
+    reason="no benchmarks/ beside tests/ (not a source checkout)",
+)
 
 MEASURES = {"tiny", "mib", "kib64", "latency", "startup", "sweep", "hol"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -28,13 +30,20 @@ def _env() -> dict[str, str]:
     # Uninstalled checkouts import pipepool from src/ (benchmarks/__init__.py does that too).
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(ROOT / "src"), env.get("PYTHONPATH", "")) if p)
+        p for p in (str(ROOT / "src"), env.get("PYTHONPATH", "")) if p
+    )
     return env
 
 
 def _run(args: list[str], timeout: float = 100) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=ROOT, env=_env(), capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _has(module: str) -> bool:
@@ -80,10 +89,16 @@ def test_every_target_has_a_ratio_and_a_verdict(smoke_run: tuple[Path, str]) -> 
     out, stdout = smoke_run
     data = json.loads((out / "results.json").read_text())
     names = [t["target"] for t in data["targets"]]
-    for expected in ("LocalExecutor tiny tasks", "ProcessPoolExecutor submit+result",
-                     "ProcessPoolExecutor.map chunksize 1", "round-trip latency p50",
-                     "round-trip latency p99", "1 MiB results", "start-up + first task, fork",
-                     "long tasks, no head-of-line blocking"):
+    for expected in (
+        "LocalExecutor tiny tasks",
+        "ProcessPoolExecutor submit+result",
+        "ProcessPoolExecutor.map chunksize 1",
+        "round-trip latency p50",
+        "round-trip latency p99",
+        "1 MiB results",
+        "start-up + first task, fork",
+        "long tasks, no head-of-line blocking",
+    ):
         assert any(n.startswith(expected) for n in names), expected
     for t in data["targets"]:
         assert t["ratio"] > 0 and isinstance(t["met"], bool), t
@@ -96,9 +111,15 @@ def test_every_target_has_a_ratio_and_a_verdict(smoke_run: tuple[Path, str]) -> 
 def test_markdown_has_a_table_per_measure(smoke_run: tuple[Path, str]) -> None:
     out, _ = smoke_run
     table = (out / "results.md").read_text()
-    for heading in ("## Tiny tasks", "## Payload: 4 tasks each returning 1 MiB",
-                    "## Payload: 20 tasks each sending 64 KiB", "## Round-trip latency",
-                    "## Start-up", "## Parallelism sweep", "## Long tasks"):
+    for heading in (
+        "## Tiny tasks",
+        "## Payload: 4 tasks each returning 1 MiB",
+        "## Payload: 20 tasks each sending 64 KiB",
+        "## Round-trip latency",
+        "## Start-up",
+        "## Parallelism sweep",
+        "## Long tasks",
+    ):
         assert heading in table, heading
     rows = [line for line in table.splitlines() if line.startswith("|")]
     assert all(line.endswith("|") for line in rows)
@@ -118,17 +139,29 @@ def test_plots_are_pngs_or_a_note(smoke_run: tuple[Path, str]) -> None:
 
 def test_cli_full_runs_the_suite(tmp_path: Path) -> None:
     out = tmp_path / "results"
-    proc = _run(["-m", "pipepool", "bench", "--full", "--smoke", "--only", "startup",
-                 "--no-plots", "--out", str(out)])
+    proc = _run(
+        [
+            "-m",
+            "pipepool",
+            "bench",
+            "--full",
+            "--smoke",
+            "--only",
+            "startup",
+            "--no-plots",
+            "--out",
+            str(out),
+        ]
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     data = json.loads((out / "results.json").read_text())
     assert data["command"].startswith("pipepool bench --full --smoke")
     assert set(data["measures"]) == {"startup"}
 
 
-def test_cli_full_without_a_checkout_says_so(tmp_path: Path,
-                                             monkeypatch: pytest.MonkeyPatch,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_full_without_a_checkout_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from pipepool import _bench
 
     monkeypatch.setattr(_bench, "find_suite_root", lambda: None)

@@ -35,15 +35,24 @@ def marker() -> str:
     return f"{os.getpid() % 10000:04d}{next(_markers):03d}"
 
 
-def run_cli(*args: str, input: str | None = None, timeout: float = 60,
-            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pipepool", *args], input=input,
-                          capture_output=True, text=True, timeout=timeout, env=ENV, cwd=cwd)
+def run_cli(
+    *args: str, input: str | None = None, timeout: float = 60, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pipepool", *args],
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=ENV,
+        cwd=cwd,
+    )
 
 
 def start_cli(*args: str, cwd: Path | None = None, **kw) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "pipepool", *args], env=ENV, cwd=cwd,
-                            text=True, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "pipepool", *args], env=ENV, cwd=cwd, text=True, **kw
+    )
 
 
 def survivors(mark: str, *, jobs_only: bool = False) -> list[int]:
@@ -62,8 +71,11 @@ def survivors(mark: str, *, jobs_only: bool = False) -> list[int]:
                 state = f.read().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if mark.encode() in cmdline and state != "Z" \
-                and not (jobs_only and cmdline.startswith(python)):
+        if (
+            mark.encode() in cmdline
+            and state != "Z"
+            and not (jobs_only and cmdline.startswith(python))
+        ):
             found.append(int(entry))
     return found
 
@@ -85,8 +97,17 @@ def kill_survivors(mark: str) -> None:
 
 def joblog_rows(path: Path) -> list[list[str]]:
     lines = path.read_text().splitlines()
-    assert lines[0].split("\t") == ["Seq", "Host", "Starttime", "JobRuntime", "Send",
-                                    "Receive", "Exitval", "Signal", "Command"]
+    assert lines[0].split("\t") == [
+        "Seq",
+        "Host",
+        "Starttime",
+        "JobRuntime",
+        "Send",
+        "Receive",
+        "Exitval",
+        "Signal",
+        "Command",
+    ]
     return [line.split("\t") for line in lines[1:]]
 
 
@@ -109,8 +130,17 @@ def test_mixed_failures_exit_status_summary_and_joblog(tmp_path: Path) -> None:
     special = {10: "exit 1", 20: "exit 1", 30: "exit 1", 40: "kill -9 $$", 50: "sleep 30"}
     lines = [special.get(i, f"echo job{i}") for i in range(1, 101)]
     log = tmp_path / "log.tsv"
-    proc = run_cli("run", "-j", "4", "--timeout", "2", "--joblog", str(log), "--json",
-                   input="\n".join(lines) + "\n")
+    proc = run_cli(
+        "run",
+        "-j",
+        "4",
+        "--timeout",
+        "2",
+        "--joblog",
+        str(log),
+        "--json",
+        input="\n".join(lines) + "\n",
+    )
     assert proc.returncode == 5, proc.stderr
     out = proc.stdout.splitlines()
     assert sorted(out[:-1]) == sorted(f"job{i}" for i in range(1, 101) if i not in special)
@@ -128,8 +158,7 @@ def test_mixed_failures_exit_status_summary_and_joblog(tmp_path: Path) -> None:
     assert len(rows) == 100
     by_seq = {int(r[0]): r for r in rows}
     assert sorted(by_seq) == list(range(1, 101))
-    expected = {10: ("1", "0"), 20: ("1", "0"), 30: ("1", "0"), 40: ("0", "9"),
-                50: ("-1", "15")}
+    expected = {10: ("1", "0"), 20: ("1", "0"), 30: ("1", "0"), 40: ("0", "9"), 50: ("-1", "15")}
     for seq, row in by_seq.items():
         assert (row[6], row[7]) == expected.get(seq, ("0", "0")), row
         assert row[8] == lines[seq - 1]
@@ -141,8 +170,9 @@ def test_mixed_failures_exit_status_summary_and_joblog(tmp_path: Path) -> None:
 def test_timeout_kills_the_whole_process_group(mark: str) -> None:
     """`sleep & exec sleep` with --timeout 1: back within seconds, no descendant left."""
     started = time.monotonic()
-    proc = run_cli("run", "--timeout", "1", ":::",
-                   f"sh -c 'sleep 1000.{mark} & exec sleep 1000.{mark}'")
+    proc = run_cli(
+        "run", "--timeout", "1", ":::", f"sh -c 'sleep 1000.{mark} & exec sleep 1000.{mark}'"
+    )
     elapsed = time.monotonic() - started
     assert proc.returncode == 1, proc.stderr
     assert elapsed < 5, elapsed
@@ -155,8 +185,17 @@ def test_sigkill_runner_then_resume_runs_exactly_the_missing_jobs(tmp_path: Path
     log = tmp_path / "log.tsv"
     jobs = tmp_path / "jobs.txt"
     jobs.write_text("".join(f"sleep 0.02; echo {i}\n" for i in range(1, 201)))
-    runner = start_cli("run", "-j", "4", "--joblog", str(log), "-a", str(jobs),
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    runner = start_cli(
+        "run",
+        "-j",
+        "4",
+        "--joblog",
+        str(log),
+        "-a",
+        str(jobs),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         assert wait_for(lambda: log.exists() and len(log.read_text().splitlines()) > 100)
         runner.send_signal(signal.SIGKILL)
@@ -184,9 +223,15 @@ def test_sigkill_runner_then_resume_runs_exactly_the_missing_jobs(tmp_path: Path
 def test_sigkill_runner_leaves_no_job_running(mark: str) -> None:
     """The runner dies by SIGKILL: its workers follow through their lifeline, and each
     worker's guardian kills its job's process group (grandchildren included)."""
-    runner = start_cli("run", "-j", "3", ":::",
-                       *[f"sleep 1000.{mark} & sleep 1000.{mark}; echo {i}" for i in range(3)],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    runner = start_cli(
+        "run",
+        "-j",
+        "3",
+        ":::",
+        *[f"sleep 1000.{mark} & sleep 1000.{mark}; echo {i}" for i in range(3)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         assert wait_for(lambda: len(survivors(mark, jobs_only=True)) >= 6)
         runner.send_signal(signal.SIGKILL)
@@ -207,19 +252,20 @@ def test_thousand_true_jobs() -> None:
 def test_progress_bar_render() -> None:
     from pipepool.run._progress import estimate, render
 
-    line = render(done=250, failed=3, running=2, total=1000, elapsed=5.0, width=100,
-                  eta=15.0)
+    line = render(done=250, failed=3, running=2, total=1000, elapsed=5.0, width=100, eta=15.0)
     assert "250/1000" in line and "25%" in line and "2 running" in line
     assert "3 failed" in line and "50.0 jobs/s" in line and "ETA 0:15" in line
-    bar = line[1:line.index("]")]
+    bar = line[1 : line.index("]")]
     assert bar.count("#") == len(bar) // 4  # a quarter filled
     assert len(line) < 100
     assert "ETA --:--" in render(0, 0, 2, 10, 1.0, 80)
     assert len(render(5, 0, 1, 10, 1.0, 30)) < 30  # narrow terminal: cut, never wrapped
     # ETA: throughput while jobs wait; then the youngest running job; unknown for a
     # straggler far past the mean runtime.
-    assert estimate(done=250, total=1000, elapsed=5.0, mean_runtime=0.04,
-                    running_ages=[0.01, 0.02]) == 15.0
+    assert (
+        estimate(done=250, total=1000, elapsed=5.0, mean_runtime=0.04, running_ages=[0.01, 0.02])
+        == 15.0
+    )
     assert estimate(0, 10, 1.0, 0.0, [0.5]) is None
     assert estimate(8, 10, 4.0, 1.0, [0.25, 0.75]) == 0.75
     assert estimate(9, 10, 4.0, 1.0, [30.0]) is None
@@ -238,8 +284,15 @@ def test_progress_bar_only_on_a_terminal() -> None:
 
 
 def test_arguments_after_colons_are_quoted_and_replaced() -> None:
-    proc = run_cli("run", "-k", "--no-summary", "printf '%s|%s|%s|%s\\n' {} {.} {/} {#}",
-                   ":::", "dir/a b.txt", "x.tar.gz")
+    proc = run_cli(
+        "run",
+        "-k",
+        "--no-summary",
+        "printf '%s|%s|%s|%s\\n' {} {.} {/} {#}",
+        ":::",
+        "dir/a b.txt",
+        "x.tar.gz",
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "dir/a b.txt|dir/a b|a b.txt|1\nx.tar.gz|x.tar|x.tar.gz|2\n"
 
@@ -264,8 +317,7 @@ def test_lines_from_stdin_and_from_a_file(tmp_path: Path) -> None:
 
 
 def test_no_shell_execs_the_words_directly() -> None:
-    proc = run_cli("run", "-k", "--no-shell", "--no-summary", "echo", "$HOME", "{}",
-                   ":::", "a;b")
+    proc = run_cli("run", "-k", "--no-shell", "--no-summary", "echo", "$HOME", "{}", ":::", "a;b")
     assert proc.stdout == "$HOME a;b\n"  # no shell: nothing expanded, nothing split
     missing = run_cli("run", "--no-shell", ":::", "no-such-program-pipepool")
     assert missing.returncode == 1
@@ -290,21 +342,29 @@ def test_output_is_grouped_per_job_and_tagged() -> None:
     lines = proc.stdout.splitlines()
     assert len(lines) == 30
     for start in range(0, 30, 5):  # each job's five lines together, never interleaved
-        block = lines[start:start + 5]
+        block = lines[start : start + 5]
         tag = block[0].split("\t")[0]
         assert block == [f"{tag}\t{tag}-{i}" for i in range(1, 6)]
     assert sorted(proc.stderr.splitlines())[0] == "a\ta-err-1"
 
 
 def test_keep_order_prints_in_input_order() -> None:
-    proc = run_cli("run", "-j", "4", "-k", "--no-summary", "sleep 0.{}; echo {}",
-                   ":::", "3", "2", "1", "0")
+    proc = run_cli(
+        "run", "-j", "4", "-k", "--no-summary", "sleep 0.{}; echo {}", ":::", "3", "2", "1", "0"
+    )
     assert proc.stdout == "3\n2\n1\n0\n"
 
 
 def test_output_of_a_killed_job_is_not_lost(tmp_path: Path, mark: str) -> None:
-    proc = run_cli("run", "--timeout", "1", "--results", str(tmp_path / "res"), ":::",
-                   f"echo before; echo oops >&2; sleep 1000.{mark}")
+    proc = run_cli(
+        "run",
+        "--timeout",
+        "1",
+        "--results",
+        str(tmp_path / "res"),
+        ":::",
+        f"echo before; echo oops >&2; sleep 1000.{mark}",
+    )
     assert proc.returncode == 1
     assert proc.stdout == "before\n"
     assert "oops" in proc.stderr
@@ -314,8 +374,17 @@ def test_output_of_a_killed_job_is_not_lost(tmp_path: Path, mark: str) -> None:
 
 def test_results_dir_holds_each_jobs_output(tmp_path: Path) -> None:
     res = tmp_path / "res"
-    proc = run_cli("run", "--results", str(res), "--no-summary", "echo out{}; echo err{} >&2",
-                   ":::", "1", "2", "3")
+    proc = run_cli(
+        "run",
+        "--results",
+        str(res),
+        "--no-summary",
+        "echo out{}; echo err{} >&2",
+        ":::",
+        "1",
+        "2",
+        "3",
+    )
     assert proc.returncode == 0
     for i in (1, 2, 3):
         assert (res / str(i) / "stdout").read_text() == f"out{i}\n"
@@ -332,8 +401,10 @@ def test_exit_status_is_capped_at_101() -> None:
 
 def test_retries_rerun_a_failing_job(tmp_path: Path) -> None:
     counter = tmp_path / "count"
-    flaky = (f"n=$(cat {counter} 2>/dev/null || echo 0); echo $((n+1)) > {counter}; "
-             f"echo attempt $n; [ $n -ge 2 ]")
+    flaky = (
+        f"n=$(cat {counter} 2>/dev/null || echo 0); echo $((n+1)) > {counter}; "
+        f"echo attempt $n; [ $n -ge 2 ]"
+    )
     log = tmp_path / "log"
     proc = run_cli("run", "--retries", "2", "--joblog", str(log), ":::", flaky)
     assert proc.returncode == 0, proc.stderr
@@ -347,8 +418,9 @@ def test_retries_rerun_a_failing_job(tmp_path: Path) -> None:
 def test_halt_soon_starts_no_new_job(tmp_path: Path) -> None:
     log = tmp_path / "log"
     jobs = ["true", "exit 4"] + ["true"] * 20
-    proc = run_cli("run", "-j", "1", "--halt", "soon,fail=1", "--joblog", str(log),
-                   input="\n".join(jobs))
+    proc = run_cli(
+        "run", "-j", "1", "--halt", "soon,fail=1", "--joblog", str(log), input="\n".join(jobs)
+    )
     assert proc.returncode == 1, proc.stderr
     assert "--halt soon,fail=1" in proc.stderr
     assert len(joblog_rows(log)) < 10
@@ -357,8 +429,19 @@ def test_halt_soon_starts_no_new_job(tmp_path: Path) -> None:
 def test_halt_now_kills_running_jobs(tmp_path: Path, mark: str) -> None:
     log = tmp_path / "log"
     started = time.monotonic()
-    proc = run_cli("run", "-j", "2", "--halt", "now,fail=1", "--joblog", str(log), "--json",
-                   ":::", f"sleep 1000.{mark} & sleep 1000.{mark}", "sleep 0.5; exit 7")
+    proc = run_cli(
+        "run",
+        "-j",
+        "2",
+        "--halt",
+        "now,fail=1",
+        "--joblog",
+        str(log),
+        "--json",
+        ":::",
+        f"sleep 1000.{mark} & sleep 1000.{mark}",
+        "sleep 0.5; exit 7",
+    )
     assert time.monotonic() - started < 10
     assert proc.returncode == 1, proc.stderr
     summary = json.loads(proc.stdout.splitlines()[-1])
@@ -373,9 +456,17 @@ def test_halt_now_kills_running_jobs(tmp_path: Path, mark: str) -> None:
 
 def test_first_ctrl_c_lets_running_jobs_finish(tmp_path: Path, mark: str) -> None:
     log = tmp_path / "log"
-    runner = start_cli("run", "-j", "2", "--joblog", str(log), ":::",
-                       *[f"sleep 1.{mark}; echo done{i}" for i in range(8)],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    runner = start_cli(
+        "run",
+        "-j",
+        "2",
+        "--joblog",
+        str(log),
+        ":::",
+        *[f"sleep 1.{mark}; echo done{i}" for i in range(8)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         assert wait_for(lambda: len(survivors(mark, jobs_only=True)) >= 2)  # both running
         runner.send_signal(signal.SIGINT)
@@ -390,10 +481,17 @@ def test_first_ctrl_c_lets_running_jobs_finish(tmp_path: Path, mark: str) -> Non
 
 def test_second_ctrl_c_kills_running_jobs(tmp_path: Path, mark: str) -> None:
     log = tmp_path / "log"
-    runner = start_cli("run", "-j", "2", "--joblog", str(log), ":::",
-                       *[f"echo started{i}; sleep 1000.{mark} & sleep 1000.{mark}"
-                         for i in range(4)],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    runner = start_cli(
+        "run",
+        "-j",
+        "2",
+        "--joblog",
+        str(log),
+        ":::",
+        *[f"echo started{i}; sleep 1000.{mark} & sleep 1000.{mark}" for i in range(4)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         assert wait_for(lambda: len(survivors(mark, jobs_only=True)) >= 4)
         runner.send_signal(signal.SIGINT)
@@ -410,8 +508,16 @@ def test_second_ctrl_c_kills_running_jobs(tmp_path: Path, mark: str) -> None:
 
 
 def test_sigterm_kills_running_jobs(mark: str) -> None:
-    runner = start_cli("run", "-j", "2", ":::", f"sleep 1000.{mark}", f"sleep 1000.{mark}",
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    runner = start_cli(
+        "run",
+        "-j",
+        "2",
+        ":::",
+        f"sleep 1000.{mark}",
+        f"sleep 1000.{mark}",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         assert wait_for(lambda: len(survivors(mark, jobs_only=True)) >= 2)
         runner.send_signal(signal.SIGTERM)
@@ -431,8 +537,9 @@ needs_setsid = pytest.mark.skipif(shutil.which("setsid") is None, reason="no set
 @needs_setsid
 def test_background_leftovers_die_with_their_job(mark: str) -> None:
     """A job that exits leaving a background child (or a setsid daemon) takes it along."""
-    proc = run_cli("run", ":::", f"sleep 1000.{mark} & echo bye",
-                   f"setsid sleep 1000.{mark} & echo bye")
+    proc = run_cli(
+        "run", ":::", f"sleep 1000.{mark} & echo bye", f"setsid sleep 1000.{mark} & echo bye"
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "bye\nbye\n"
     assert survivors(mark) == []
@@ -440,8 +547,9 @@ def test_background_leftovers_die_with_their_job(mark: str) -> None:
 
 @needs_setsid
 def test_setsid_descendant_of_a_timed_out_job_is_killed(mark: str) -> None:
-    proc = run_cli("run", "--timeout", "1", ":::",
-                   f"setsid sleep 1000.{mark} & exec sleep 1000.{mark}")
+    proc = run_cli(
+        "run", "--timeout", "1", ":::", f"setsid sleep 1000.{mark} & exec sleep 1000.{mark}"
+    )
     assert proc.returncode == 1
     assert survivors(mark) == []
 

@@ -26,33 +26,41 @@ from test_contract import (  # noqa: F401  (fixtures, found by name)
     no_tblib_after_this_module,
 )
 
-pytestmark = [pytest.mark.timeout(120),
-              pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc (Linux)")]
+pytestmark = [
+    pytest.mark.timeout(120),
+    pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc (Linux)"),
+]
 
 
 def test_importing_pipepool_never_imports_distributed():
-    code = ("import sys, pipepool\n"
-            "from pipepool import ClusterExecutor, ClusterWorkerLostError, WorkerLostError\n"
-            "assert issubclass(ClusterWorkerLostError, WorkerLostError)\n"
-            "print('distributed' in sys.modules)\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=ENV, timeout=60)
+    code = (
+        "import sys, pipepool\n"
+        "from pipepool import ClusterExecutor, ClusterWorkerLostError, WorkerLostError\n"
+        "assert issubclass(ClusterWorkerLostError, WorkerLostError)\n"
+        "print('distributed' in sys.modules)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "False\n"
 
 
 def test_without_distributed_both_entry_points_say_how_to_install_it():
-    code = ("import sys\n"
-            "sys.modules['distributed'] = None  # any import of it raises ImportError\n"
-            "from pipepool import ClusterExecutor\n"
-            "try:\n"
-            "    ClusterExecutor()\n"
-            "except ImportError as exc:\n"
-            "    print(exc)\n"
-            "from pipepool.cli import main\n"
-            "sys.exit(main(['run', '--cluster', 'local', ':::', 'true']))\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=ENV, timeout=60)
+    code = (
+        "import sys\n"
+        "sys.modules['distributed'] = None  # any import of it raises ImportError\n"
+        "from pipepool import ClusterExecutor\n"
+        "try:\n"
+        "    ClusterExecutor()\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+        "from pipepool.cli import main\n"
+        "sys.exit(main(['run', '--cluster', 'local', ':::', 'true']))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=60
+    )
     assert proc.returncode == 255, proc.stderr
     assert "pip install 'pipepool[dask]'" in proc.stdout
     assert "pip install 'pipepool[dask]'" in proc.stderr
@@ -178,8 +186,19 @@ def test_run_on_a_local_cluster_matches_the_local_run(tmp_path: Path):
     runs = {}
     for name, extra in (("local", []), ("cluster", ["--cluster", "local"])):
         log = tmp_path / f"{name}.tsv"
-        proc = run_cli("run", "-j", "2", "--timeout", "2", "--joblog", str(log), "--json",
-                       *extra, input=jobs, timeout=90)
+        proc = run_cli(
+            "run",
+            "-j",
+            "2",
+            "--timeout",
+            "2",
+            "--joblog",
+            str(log),
+            "--json",
+            *extra,
+            input=jobs,
+            timeout=90,
+        )
         runs[name] = proc, joblog_rows(log)
     (local, local_rows), (cluster, cluster_rows) = runs["local"], runs["cluster"]
     assert local.returncode == cluster.returncode == failures, cluster.stderr
@@ -201,12 +220,26 @@ def test_run_on_a_cluster_retries_and_keeps_results(dask_cluster, tmp_path):  # 
     """--cluster ADDRESS: -j from the cluster, output comes back through Dask (--results
     lands on the runner's side), retries run the job again."""
     counter = tmp_path / "count"
-    flaky = (f"n=$(cat {counter} 2>/dev/null || echo 0); echo $((n+1)) > {counter}; "
-             f"echo attempt $n; [ $n -ge 2 ]")
+    flaky = (
+        f"n=$(cat {counter} 2>/dev/null || echo 0); echo $((n+1)) > {counter}; "
+        f"echo attempt $n; [ $n -ge 2 ]"
+    )
     res = tmp_path / "res"
-    proc = run_cli("run", "--cluster", dask_cluster.scheduler_address, "-k", "--json",
-                   "--retries", "2", "--results", str(res), ":::", flaky,
-                   "echo out; echo err >&2", timeout=60)
+    proc = run_cli(
+        "run",
+        "--cluster",
+        dask_cluster.scheduler_address,
+        "-k",
+        "--json",
+        "--retries",
+        "2",
+        "--results",
+        str(res),
+        ":::",
+        flaky,
+        "echo out; echo err >&2",
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[:-1] == ["attempt 2", "out"]
     assert "err" in proc.stderr
@@ -220,10 +253,22 @@ def test_halt_now_on_a_cluster_kills_the_running_job_tree(dask_cluster, tmp_path
     log = tmp_path / "log"
     try:
         started = time.monotonic()
-        proc = run_cli("run", "--cluster", dask_cluster.scheduler_address, "-j", "2",
-                       "--halt", "now,fail=1", "--joblog", str(log), "--json", ":::",
-                       f"sleep 1000.{mark} & sleep 1000.{mark}", "sleep 0.5; exit 7",
-                       timeout=60)
+        proc = run_cli(
+            "run",
+            "--cluster",
+            dask_cluster.scheduler_address,
+            "-j",
+            "2",
+            "--halt",
+            "now,fail=1",
+            "--joblog",
+            str(log),
+            "--json",
+            ":::",
+            f"sleep 1000.{mark} & sleep 1000.{mark}",
+            "sleep 0.5; exit 7",
+            timeout=60,
+        )
         assert time.monotonic() - started < 20
         assert proc.returncode == 1, proc.stderr
         summary = json.loads(proc.stdout.splitlines()[-1])
@@ -285,5 +330,5 @@ def _host(hex_address: str, width: int) -> str:
     raw = bytes.fromhex(hex_address)
     if width == 8:
         return str(ipaddress.IPv4Address(raw[::-1]))
-    words = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
     return str(ipaddress.IPv6Address(words))

@@ -66,12 +66,20 @@ def dask_cluster():
     tblib.pickling_support.install()  # as importing distributed did, whichever module did
     from pipepool.cluster import WORKER_SATURATION
 
-    with dask.config.set({"distributed.scheduler.allowed-failures": ALLOWED_FAILURES,
-                          "distributed.scheduler.worker-saturation": WORKER_SATURATION}):
+    with dask.config.set(
+        {
+            "distributed.scheduler.allowed-failures": ALLOWED_FAILURES,
+            "distributed.scheduler.worker-saturation": WORKER_SATURATION,
+        }
+    ):
         cluster = distributed.LocalCluster(
-            n_workers=CLUSTER_WORKERS, threads_per_worker=1, processes=True,
-            host="127.0.0.1", dashboard_address="127.0.0.1:0",
-            silence_logs=logging.CRITICAL)
+            n_workers=CLUSTER_WORKERS,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+            silence_logs=logging.CRITICAL,
+        )
     try:
         yield cluster
     finally:
@@ -292,8 +300,9 @@ def test_cancel_fails_only_queued_tasks(make):
     rec.finish()
     assert not rec.duplicates
     assert rec.terminal["keep"].result == "k"
-    assert {k for k, e in rec.terminal.items() if e.state is State.SUCCESS} == \
-        {("c", i) for i in (0, 1, 2, 4)} | {"keep"}
+    assert {k for k, e in rec.terminal.items() if e.state is State.SUCCESS} == {
+        ("c", i) for i in (0, 1, 2, 4)
+    } | {"keep"}
 
 
 def test_kill_stops_a_running_task_and_the_pool_goes_on(make):
@@ -326,8 +335,9 @@ def test_terminate_reports_every_unfinished_task_once(make):
     assert not rec.duplicates
     assert set(rec.terminal) == {"running", *range(20)}
     assert isinstance(rec.terminal["running"].exception, TaskKilledError)
-    assert all(isinstance(e.exception, TaskKilledError | CancelledError)
-               for e in rec.terminal.values())
+    assert all(
+        isinstance(e.exception, TaskKilledError | CancelledError) for e in rec.terminal.values()
+    )
     with pytest.raises(RuntimeError):
         ex.sync()
     with pytest.raises(RuntimeError):
@@ -381,9 +391,20 @@ def test_stats_have_the_same_keys(make):
     ex.queue("one", tasks.echo, 1)
     Recorder(ex).finish()
     stats = ex.stats()
-    assert {"workers_alive", "workers_busy", "workers_idle", "tasks_queued", "tasks_running",
-            "tasks_done", "tasks_failed", "tasks_lost", "worker_crashes", "worker_recycles",
-            "workers_started", "last_progress"} <= set(stats)
+    assert {
+        "workers_alive",
+        "workers_busy",
+        "workers_idle",
+        "tasks_queued",
+        "tasks_running",
+        "tasks_done",
+        "tasks_failed",
+        "tasks_lost",
+        "worker_crashes",
+        "worker_recycles",
+        "workers_started",
+        "last_progress",
+    } <= set(stats)
     assert stats["tasks_done"] == 1 and stats["tasks_queued"] == stats["tasks_running"] == 0
     assert all(v >= 0 for v in stats.values())
 

@@ -68,8 +68,9 @@ def make_pool(flavor, start_method, no_leaks):
     threads_before, fds_before = set(threading.enumerate()), proc_table.open_fds()
 
     def make(max_workers: int = 2, **kwargs) -> cf.Executor:
-        pool = POOLS[flavor](max_workers, mp_context=multiprocessing.get_context(start_method),
-                             **kwargs)
+        pool = POOLS[flavor](
+            max_workers, mp_context=multiprocessing.get_context(start_method), **kwargs
+        )
         made.append(pool)
         return pool
 
@@ -85,9 +86,11 @@ def make_pool(flavor, start_method, no_leaks):
         # it time to wind down before the leak check (pipepool gets none).
         def wound_down() -> bool:
             gc.collect()
-            return (not multiprocessing.active_children()
-                    and set(threading.enumerate()) <= threads_before
-                    and proc_table.open_fds() <= fds_before)
+            return (
+                not multiprocessing.active_children()
+                and set(threading.enumerate()) <= threads_before
+                and proc_table.open_fds() <= fds_before
+            )
 
         wait_until(wound_down, what="the stdlib pool to wind down")
 
@@ -112,7 +115,8 @@ def make_pipepool(start_method, no_leaks):
 
     def make(max_workers: int = 2, **kwargs) -> pipepool.ProcessPoolExecutor:
         pool = pipepool.ProcessPoolExecutor(
-            max_workers, mp_context=multiprocessing.get_context(start_method), **kwargs)
+            max_workers, mp_context=multiprocessing.get_context(start_method), **kwargs
+        )
         made.append(pool)
         return pool
 
@@ -151,6 +155,7 @@ def line_of(fn, text: str) -> int:
 
 
 # == the concurrent.futures contract: both classes, every start method ======================
+
 
 def test_submit_returns_results_and_reraises_with_remote_traceback(make_pool):
     pool = make_pool()
@@ -328,8 +333,7 @@ def test_asyncio_run_in_executor(make_pool):
 
     async def main():
         loop = asyncio.get_running_loop()
-        return await asyncio.gather(*(loop.run_in_executor(pool, ft.square, i)
-                                      for i in range(10)))
+        return await asyncio.gather(*(loop.run_in_executor(pool, ft.square, i) for i in range(10)))
 
     assert asyncio.run(main()) == [i * i for i in range(10)]
 
@@ -439,17 +443,42 @@ def test_map_buffersize_reads_input_lazily(make_pool, flavor):
 # (row id, how to submit it, shared with the stdlib, pipepool's error type, its .part)
 PICKLING_CASES = [
     ("lambda", lambda pool: pool.submit(lambda: 1), True, TaskPicklingError, "function"),
-    ("unpicklable argument", lambda pool: pool.submit(ft.identity, threading.Lock()), True,
-     TaskPicklingError, "arguments"),
-    ("unpicklable result", lambda pool: pool.submit(ft.return_lock), True,
-     TaskPicklingError, "result"),
+    (
+        "unpicklable argument",
+        lambda pool: pool.submit(ft.identity, threading.Lock()),
+        True,
+        TaskPicklingError,
+        "arguments",
+    ),
+    (
+        "unpicklable result",
+        lambda pool: pool.submit(ft.return_lock),
+        True,
+        TaskPicklingError,
+        "result",
+    ),
     # The stdlib breaks the whole pool on the rows below.
-    ("exception that cannot be unpickled", lambda pool: pool.submit(ft.raise_two_arg_error),
-     False, TaskUnpicklingError, "exception"),
-    ("result that cannot be unpickled", lambda pool: pool.submit(ft.return_unloadable),
-     False, TaskUnpicklingError, "result"),
-    ("argument the worker cannot unpickle", lambda pool: pool.submit(ft.identity, ft.Unloadable()),
-     False, TaskUnpicklingError, "task"),
+    (
+        "exception that cannot be unpickled",
+        lambda pool: pool.submit(ft.raise_two_arg_error),
+        False,
+        TaskUnpicklingError,
+        "exception",
+    ),
+    (
+        "result that cannot be unpickled",
+        lambda pool: pool.submit(ft.return_unloadable),
+        False,
+        TaskUnpicklingError,
+        "result",
+    ),
+    (
+        "argument the worker cannot unpickle",
+        lambda pool: pool.submit(ft.identity, ft.Unloadable()),
+        False,
+        TaskUnpicklingError,
+        "task",
+    ),
 ]
 
 
@@ -470,6 +499,7 @@ def test_pickling_failures_fail_only_their_own_future(make_pool, flavor):
 
 
 # == pipepool only: dead workers ==============================================================
+
 
 def test_sigkill_one_worker_among_1000_tasks(make_pipepool, tmp_path):
     pool = make_pipepool(2)
@@ -518,6 +548,7 @@ def test_a_dying_worker_fails_only_its_own_future(make_pipepool):
 
 
 # == pipepool only: per-task timeout and kill =================================================
+
 
 def test_per_task_timeout_kills_only_that_task(make_pipepool):
     pool = make_pipepool(2)
@@ -649,8 +680,13 @@ def run_script(tmp_path: Path, start_method: str, mode: str) -> subprocess.Popen
     script = tmp_path / "script.py"
     script.write_text(SCRIPT)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SRC_DIR), str(TESTS_DIR)]))
-    return subprocess.Popen([sys.executable, str(script), start_method, mode, str(tmp_path)],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, str(script), start_method, mode, str(tmp_path)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 @pytest.mark.parametrize("mode", ["result", "with"])

@@ -101,8 +101,10 @@ def full_size_of(test: str) -> list[pytest.MarkDecorator]:
     return [
         pytest.mark.slow,
         pytest.mark.skipif(
-            not SLOW, reason=f"full-size duplicate of {test}, which runs by default at CI "
-            "size; run it with PIPEPOOL_SLOW=1"),
+            not SLOW,
+            reason=f"full-size duplicate of {test}, which runs by default at CI "
+            "size; run it with PIPEPOOL_SLOW=1",
+        ),
     ]
 
 
@@ -181,21 +183,49 @@ class Fault:
 
 
 FAULTS = {
-    "raises": Fault(tasks.raise_value_error, ("boom",), ValueError,
-                    lambda e: str(e) == "boom", True),
-    "raises-BaseException": Fault(tasks.raise_base_exception, (), tasks.CustomBaseException,
-                                  lambda e: str(e) == "not an Exception", True),
-    "raises-KeyboardInterrupt": Fault(tasks.raise_keyboard_interrupt, (), KeyboardInterrupt,
-                                      lambda e: str(e) == "inside the task", True),
+    "raises": Fault(
+        tasks.raise_value_error, ("boom",), ValueError, lambda e: str(e) == "boom", True
+    ),
+    "raises-BaseException": Fault(
+        tasks.raise_base_exception,
+        (),
+        tasks.CustomBaseException,
+        lambda e: str(e) == "not an Exception",
+        True,
+    ),
+    "raises-KeyboardInterrupt": Fault(
+        tasks.raise_keyboard_interrupt,
+        (),
+        KeyboardInterrupt,
+        lambda e: str(e) == "inside the task",
+        True,
+    ),
     "sys.exit(3)": Fault(tasks.exit_via_sys, (3,), SystemExit, lambda e: e.code == 3, True),
-    "os._exit(0)": Fault(tasks.exit_process, (0,), WorkerLostError,
-                         lambda e: e.exitcode == 0 and e.signal is None
-                         and "exited with code 0" in str(e), False),
-    "os._exit(3)": Fault(tasks.exit_process, (3,), WorkerLostError,
-                         lambda e: e.exitcode == 3 and "exited with code 3" in str(e), False),
-    "segfault": Fault(tasks.segfault, (), WorkerLostError,
-                      lambda e: e.exitcode == -signal.SIGSEGV and e.signal == "SIGSEGV"
-                      and "killed by SIGSEGV" in str(e), False),
+    "os._exit(0)": Fault(
+        tasks.exit_process,
+        (0,),
+        WorkerLostError,
+        lambda e: e.exitcode == 0 and e.signal is None and "exited with code 0" in str(e),
+        False,
+    ),
+    "os._exit(3)": Fault(
+        tasks.exit_process,
+        (3,),
+        WorkerLostError,
+        lambda e: e.exitcode == 3 and "exited with code 3" in str(e),
+        False,
+    ),
+    "segfault": Fault(
+        tasks.segfault,
+        (),
+        WorkerLostError,
+        lambda e: (
+            e.exitcode == -signal.SIGSEGV
+            and e.signal == "SIGSEGV"
+            and "killed by SIGSEGV" in str(e)
+        ),
+        False,
+    ),
 }
 
 
@@ -226,13 +256,11 @@ def test_task_fault(pool, start_method, case):
         assert isinstance(error.__cause__, RemoteTraceback)
         assert fault.fn.__name__ in str(error.__cause__)
         assert after == {first} and event.pid == first  # the same worker served on
-        assert (stats["workers_started"], stats["worker_crashes"], stats["tasks_lost"]) == (
-            1, 0, 0)
+        assert (stats["workers_started"], stats["worker_crashes"], stats["tasks_lost"]) == (1, 0, 0)
     else:
         assert error.pid == event.pid == first and "'fault'" in str(error)
         assert len(after) == 1 and first not in after  # one replacement served the rest
-        assert (stats["workers_started"], stats["worker_crashes"], stats["tasks_lost"]) == (
-            2, 1, 1)
+        assert (stats["workers_started"], stats["worker_crashes"], stats["tasks_lost"]) == (2, 1, 1)
     assert (stats["tasks_done"], stats["tasks_failed"]) == (6, 1)
 
 
@@ -241,8 +269,13 @@ def test_failure_kinds_are_documented():
     README's API section repeats that list; it is not shipped with the wheel's tests)."""
     from pipepool import Event
 
-    for kind in (WorkerLostError, TaskTimeoutError, TaskPicklingError, InitializerError,
-                 CancelledError):
+    for kind in (
+        WorkerLostError,
+        TaskTimeoutError,
+        TaskPicklingError,
+        InitializerError,
+        CancelledError,
+    ):
         assert kind.__name__ in Event.__doc__, kind
     assert "the task's own exception" in Event.__doc__
 
@@ -273,8 +306,11 @@ def check_send_then_exit(ex: LocalExecutor, log: str, n: int, limit: float) -> N
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize(("start_method", "n"), SEND_THEN_EXIT.items(),
-                         ids=[f"{m}-{n}" for m, n in SEND_THEN_EXIT.items()])
+@pytest.mark.parametrize(
+    ("start_method", "n"),
+    SEND_THEN_EXIT.items(),
+    ids=[f"{m}-{n}" for m, n in SEND_THEN_EXIT.items()],
+)
 def test_send_then_exit(pool, tmp_path, start_method, n):
     """Recorded exactly once, never reported lost, never run again."""
     ex = pool(2, start_method, max_tasks_per_child=1)
@@ -284,7 +320,8 @@ def test_send_then_exit(pool, tmp_path, start_method, n):
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize(
     "start_method",
-    [pytest.param(m, marks=full_size_of("test_send_then_exit")) for m in ("spawn", "forkserver")])
+    [pytest.param(m, marks=full_size_of("test_send_then_exit")) for m in ("spawn", "forkserver")],
+)
 def test_send_then_exit_full(pool, tmp_path, start_method):
     ex = pool(2, start_method, max_tasks_per_child=1)
     check_send_then_exit(ex, str(tmp_path / "runs.log"), 10_000, limit=1700)
@@ -391,8 +428,9 @@ def replace_after_kill(ex: LocalExecutor, rec: Recorder, victim: int, log: str, 
     rec.run_until(lambda: victim not in ex.worker_pids())
     for k in keys:
         ex.queue(k, tasks.record_pid, log, k, 0.005)
-    rec.run_until(lambda: ex.stats()["workers_started"] > started
-                  and len(ex.worker_pids()) == ex.parallelism)
+    rec.run_until(
+        lambda: ex.stats()["workers_started"] > started and len(ex.worker_pids()) == ex.parallelism
+    )
 
 
 def wait_blocked_writing(pid: int, log: str) -> None:
@@ -440,10 +478,14 @@ def kill_storm(pool, log, start_method) -> Kills:
         assert time.monotonic() < deadline, f"wedged: {ex.stats()}"
         rec.round(0.005)
         outstanding = ex.stats()["tasks_queued"] + ex.stats()["tasks_running"]
-        if (len(victims) < kill_budget and time.monotonic() >= next_kill
-                and outstanding > 150):  # a replacement will be wanted: work remains
-            heard = [w.pid for w in ex._workers.values()  # not killed already
-                     if w.heard and not w.closing and w.pid not in victims]
+        if (
+            len(victims) < kill_budget and time.monotonic() >= next_kill and outstanding > 150
+        ):  # a replacement will be wanted: work remains
+            heard = [
+                w.pid
+                for w in ex._workers.values()  # not killed already
+                if w.heard and not w.closing and w.pid not in victims
+            ]
             if heard:
                 victims.append(rng.choice(heard))
                 os.kill(victims[-1], signal.SIGKILL)
@@ -479,8 +521,9 @@ def test_worker_killed(pool, tmp_path, point, start_method):
     lost = failures(rec)
     if kills.lost is not None:
         assert set(lost) == kills.lost
-    per_victim = Counter(e.exception.pid for e in lost.values()
-                         if isinstance(e.exception, WorkerLostError))
+    per_victim = Counter(
+        e.exception.pid for e in lost.values() if isinstance(e.exception, WorkerLostError)
+    )
     assert all(n == 1 for n in per_victim.values())  # a worker runs one task at a time
     for key, event in lost.items():
         error = event.exception
@@ -542,8 +585,9 @@ def marked_processes(marker: str) -> set[int]:
                 except OSError:
                     pass
         return found
-    out = subprocess.run(["ps", "-A", "-E", "-ww", "-o", "pid=,command="],
-                         capture_output=True, check=False).stdout
+    out = subprocess.run(
+        ["ps", "-A", "-E", "-ww", "-o", "pid=,command="], capture_output=True, check=False
+    ).stdout
     return {int(line.split(None, 1)[0]) for line in out.splitlines() if needle in line}
 
 
@@ -556,8 +600,12 @@ def test_parent_killed_soon_after_creation(impl, start_method, delay_ms):
     marker = f"PIPEPOOL_HARDENING_MARKER={uuid.uuid4().hex}"
     name, value = marker.split("=")
     script = PARENT_SOON.format(path=[HERE, *sys.path], method=start_method, impl=impl)
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                            text=True, env={**os.environ, name: value})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, name: value},
+    )
     before: set[int] = set()
     try:
         assert proc.stdout.readline().strip() == "created"
@@ -572,14 +620,17 @@ def test_parent_killed_soon_after_creation(impl, start_method, delay_ms):
         assert before, "nothing had started 50 ms after the pool: the check is vacuous"
     deadline = time.monotonic() + 2.0
     while (left := {p for p in marked_processes(marker) if proc_table.alive(p)}) and (
-            time.monotonic() < deadline):
+        time.monotonic() < deadline
+    ):
         time.sleep(0.02)
     for p in left:
         with contextlib.suppress(ProcessLookupError):
             os.kill(p, signal.SIGKILL)
-    assert not left, (f"{delay_ms} ms: outlived the parent by 2 s: "
-                      f"{[(p, proc_table.cmdline(p)[:80]) for p in left]} "
-                      f"({len(before)} were alive at the kill)")
+    assert not left, (
+        f"{delay_ms} ms: outlived the parent by 2 s: "
+        f"{[(p, proc_table.cmdline(p)[:80]) for p in left]} "
+        f"({len(before)} were alive at the kill)"
+    )
 
 
 # -- 5. The initializer raises --------------------------------------------------------
@@ -615,7 +666,7 @@ def test_initializer_failure_backs_off(pool, start_method, tmp_path):
     probes = stamps[par:]
     gaps = [probes[0] - stamps[0], *(b - a for a, b in itertools.pairwise(probes))]
     for i, gap in enumerate(gaps):
-        assert gap >= executor.INIT_BACKOFF * 2 ** i, (i, gaps)
+        assert gap >= executor.INIT_BACKOFF * 2**i, (i, gaps)
     # Broken now: new work fails at once, and no worker is started for it.
     started = ex.stats()["workers_started"]
     assert started == len(stamps)
@@ -639,8 +690,13 @@ def test_slow_initializer_is_not_respawned(tmp_path):
     try:
         for impl in implementations():
             log = str(tmp_path / f"init-{impl}.log")
-            ex = LocalExecutor(2, start_method="fork", _loop_impl=impl,
-                               initializer=tasks.slow_init, initargs=(log, 10.0))
+            ex = LocalExecutor(
+                2,
+                start_method="fork",
+                _loop_impl=impl,
+                initializer=tasks.slow_init,
+                initargs=(log, 10.0),
+            )
             ex.start()
             for i in range(6):
                 ex.queue(i, tasks.get_flag)
@@ -687,8 +743,9 @@ def check_max_tasks_2(ex: LocalExecutor, log: str, n: int, limit: float) -> None
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize(("start_method", "n"), MAX_TASKS_2.items(),
-                         ids=[f"{m}-{n}" for m, n in MAX_TASKS_2.items()])
+@pytest.mark.parametrize(
+    ("start_method", "n"), MAX_TASKS_2.items(), ids=[f"{m}-{n}" for m, n in MAX_TASKS_2.items()]
+)
 def test_max_tasks_per_child_2(pool, tmp_path, start_method, n):
     """Each pid serves at most 2 tasks; each task body ran exactly once (its log line)."""
     ex = pool(2, start_method, max_tasks_per_child=2, prefetch=2)
@@ -698,7 +755,8 @@ def test_max_tasks_per_child_2(pool, tmp_path, start_method, n):
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize(
     "start_method",
-    [pytest.param(m, marks=full_size_of("test_max_tasks_per_child_2")) for m in START_METHODS])
+    [pytest.param(m, marks=full_size_of("test_max_tasks_per_child_2")) for m in START_METHODS],
+)
 def test_max_tasks_per_child_2_full(pool, tmp_path, start_method):
     ex = pool(2, start_method, max_tasks_per_child=2, prefetch=2)
     check_max_tasks_2(ex, str(tmp_path / "runs.log"), 10_000, limit=1700)
@@ -711,8 +769,9 @@ def test_max_tasks_per_child_2_full(pool, tmp_path, start_method):
 CHURN = {m: (10_000, 100, 100) for m in START_METHODS}
 
 
-def check_churn(ex: LocalExecutor, start_method: str, tmpdir, n: int, crashes: int,
-                timeouts: int) -> None:
+def check_churn(
+    ex: LocalExecutor, start_method: str, tmpdir, n: int, crashes: int, timeouts: int
+) -> None:
     rng = random.Random(n)
     # Troublemakers anywhere but the very end, in a reproducible order.
     special = rng.sample(range(n * 9 // 10), crashes + timeouts)
@@ -734,8 +793,11 @@ def check_churn(ex: LocalExecutor, start_method: str, tmpdir, n: int, crashes: i
         rec.round(0.01)
         rounds += 1
         workers = ex._workers.values()
-        steady = (len(ex.worker_pids()) == ex.parallelism and len(workers) == ex.parallelism
-                  and all(w.heard for w in workers))
+        steady = (
+            len(ex.worker_pids()) == ex.parallelism
+            and len(workers) == ex.parallelism
+            and all(w.heard for w in workers)
+        )
         if steady and fds_full is None:
             fds_full = len(proc_table.open_fds())
         if rounds % 25 == 0:
@@ -758,8 +820,12 @@ def check_churn(ex: LocalExecutor, start_method: str, tmpdir, n: int, crashes: i
     release = os.path.join(tmpdir, "release")
     for j in range(ex.parallelism):
         ex.queue(("hold", j), tasks.wait_for, release)
-    rec.run_until(lambda: len(ex.worker_pids()) == ex.parallelism
-                  and all(w.heard and not w.closing for w in ex._workers.values()))
+    rec.run_until(
+        lambda: (
+            len(ex.worker_pids()) == ex.parallelism
+            and all(w.heard and not w.closing for w in ex._workers.values())
+        )
+    )
     time.sleep(0.1)  # the forkserver reaps its children on its own clock
     kids = pool_processes(start_method)
     assert kids == set(ex.worker_pids()) and len(kids) == ex.parallelism
@@ -775,8 +841,11 @@ def check_churn(ex: LocalExecutor, start_method: str, tmpdir, n: int, crashes: i
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize(("start_method", "sizes"), CHURN.items(),
-                         ids=[f"{m}-{n}-{c}-{t}" for m, (n, c, t) in CHURN.items()])
+@pytest.mark.parametrize(
+    ("start_method", "sizes"),
+    CHURN.items(),
+    ids=[f"{m}-{n}-{c}-{t}" for m, (n, c, t) in CHURN.items()],
+)
 def test_crashes_and_timeouts_leak_nothing(no_leaks, pool, tmp_path, start_method, sizes):
     """No zombie and no child the pool forgot, at most ``parallelism`` live children and
     exactly that many at the end, the same fd count at the end as when the pool first
@@ -805,39 +874,64 @@ def header(kind: int, length: int, ident: int = 0, magic: int = MAGIC, flags: in
 
 
 BAD_FRAMES = {
-    "bad-magic": BadFrame((tasks.write_to_result_pipe, b"\x00" * 16), WorkerLostError,
-                          "bad frame magic"),
-    "bad-flags": BadFrame((tasks.write_to_result_pipe, header(Kind.DONE, 0, flags=1)),
-                          WorkerLostError, "bad frame flags"),
-    "unknown-kind": BadFrame((tasks.write_to_result_pipe, header(99, 0)), WorkerLostError,
-                             "unexpected frame kind 99"),
+    "bad-magic": BadFrame(
+        (tasks.write_to_result_pipe, b"\x00" * 16), WorkerLostError, "bad frame magic"
+    ),
+    "bad-flags": BadFrame(
+        (tasks.write_to_result_pipe, header(Kind.DONE, 0, flags=1)),
+        WorkerLostError,
+        "bad frame flags",
+    ),
+    "unknown-kind": BadFrame(
+        (tasks.write_to_result_pipe, header(99, 0)), WorkerLostError, "unexpected frame kind 99"
+    ),
     # A bad frame with a well-formed result right behind it, in one write: the result
     # must not count, the stream is not trusted past the bad frame.
     "unknown-kind-then-result": BadFrame(
-        (tasks.write_to_result_pipe, header(99, 0), "return", "forged"), WorkerLostError,
-        "unexpected frame kind 99"),
+        (tasks.write_to_result_pipe, header(99, 0), "return", "forged"),
+        WorkerLostError,
+        "unexpected frame kind 99",
+    ),
     # REVOKED answers a REVOKE; unasked, it would make the parent hand out tasks this
     # worker still runs.
-    "unasked-revoked": BadFrame((tasks.write_to_result_pipe, header(Kind.REVOKED, 0)),
-                                WorkerLostError, "unexpected frame kind 7"),
-    "task-kind-from-worker": BadFrame((tasks.write_to_result_pipe, header(Kind.TASK, 0)),
-                                      WorkerLostError, "unexpected frame kind 1"),
+    "unasked-revoked": BadFrame(
+        (tasks.write_to_result_pipe, header(Kind.REVOKED, 0)),
+        WorkerLostError,
+        "unexpected frame kind 7",
+    ),
+    "task-kind-from-worker": BadFrame(
+        (tasks.write_to_result_pipe, header(Kind.TASK, 0)),
+        WorkerLostError,
+        "unexpected frame kind 1",
+    ),
     "truncated-then-exit": BadFrame(
         (tasks.write_to_result_pipe, header(Kind.DONE, MiB) + b"x" * 100, "exit"),
-        WorkerLostError, "EOF in the middle of a frame", exitcode=0),
+        WorkerLostError,
+        "EOF in the middle of a frame",
+        exitcode=0,
+    ),
     # Past the parent's limit: refused on the header alone, while the worker lives on.
     "oversized": BadFrame(
         (tasks.write_to_result_pipe, header(Kind.DONE, LIMIT + 1), "sleep"),
-        WorkerLostError, "exceeds the limit", parent_limit=LIMIT),
+        WorkerLostError,
+        "exceeds the limit",
+        parent_limit=LIMIT,
+    ),
     # A length within limits that never arrives while the worker lives: the parent
     # cannot tell it from a slow big result; the task's timeout is what bounds it.
     "lying-length": BadFrame(
         (tasks.write_to_result_pipe, header(Kind.DONE, 0xFFFF_FFFF), "return"),
-        TaskTimeoutError, "timed out", timeout=1.0),
+        TaskTimeoutError,
+        "timed out",
+        timeout=1.0,
+    ),
     # A result the header cannot describe is refused by the worker itself.
     "result-past-header-limit": BadFrame(
-        (tasks.return_above_frame_limit, 1000, 5000), TaskPicklingError,
-        "could not be sent back", worker_killed=False),
+        (tasks.return_above_frame_limit, 1000, 5000),
+        TaskPicklingError,
+        "could not be sent back",
+        worker_killed=False,
+    ),
 }
 
 
@@ -940,14 +1034,17 @@ def test_100_mib_argument_and_result(impl, start_method):
     Measured in a fresh interpreter so the test process's own history cannot hide it."""
     size = 100 * MiB
     script = BIG.format(path=[HERE, *sys.path], size=size, method=start_method, impl=impl)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         timeout=110, check=False)
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=110, check=False
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     intact, base, peak = out.stdout.split()
     assert intact == "True"
     extra = (int(peak) - int(base)) / size
-    print(f"{impl} {start_method}: parent peak {int(peak) / MiB:.0f} MiB, "
-          f"{extra:.2f}x the payload above its {int(base) / MiB:.0f} MiB before the call")
+    print(
+        f"{impl} {start_method}: parent peak {int(peak) / MiB:.0f} MiB, "
+        f"{extra:.2f}x the payload above its {int(base) / MiB:.0f} MiB before the call"
+    )
     assert extra <= 3.5, f"parent peak grew {extra:.2f}x the payload"
 
 
@@ -962,9 +1059,19 @@ def test_stats_after_a_known_scenario(pool, tmp_path):
     created = time.monotonic()
     stats = ex.stats()
     assert {k: v for k, v in stats.items() if k not in ("last_progress", "dispatch_depth")} == {
-        "workers_alive": 0, "workers_busy": 0, "workers_idle": 0, "tasks_queued": 0,
-        "tasks_running": 0, "tasks_done": 0, "tasks_failed": 0, "tasks_lost": 0,
-        "worker_crashes": 0, "worker_recycles": 0, "workers_started": 0, "tasks_revoked": 0}
+        "workers_alive": 0,
+        "workers_busy": 0,
+        "workers_idle": 0,
+        "tasks_queued": 0,
+        "tasks_running": 0,
+        "tasks_done": 0,
+        "tasks_failed": 0,
+        "tasks_lost": 0,
+        "worker_crashes": 0,
+        "worker_recycles": 0,
+        "workers_started": 0,
+        "tasks_revoked": 0,
+    }
     # Two blockers hold both workers; two more wait behind them.
     for i in range(4):
         ex.queue(("block", i), tasks.wait_for, release)
@@ -991,13 +1098,15 @@ def test_stats_after_a_known_scenario(pool, tmp_path):
     assert ex1.cancel("cancelled") == 1
     ex1.queue("ok", tasks.echo, 1)
     rec1 = Recorder(ex1)
-    rec1.run_until(lambda: not ex1.has_work()
-                   and all(not w.closing for w in ex1._workers.values()))
+    rec1.run_until(lambda: not ex1.has_work() and all(not w.closing for w in ex1._workers.values()))
     exactly_one_each(rec1, ["raises", "crash", "timeout", "unpicklable", "cancelled", "ok"])
     assert isinstance(rec1.terminal["cancelled"].exception, CancelledError)
     stats = ex1.stats()
     assert {k: v for k, v in stats.items() if k not in ("last_progress", "dispatch_depth")} == {
-        "workers_alive": 1, "workers_busy": 0, "workers_idle": 1, "tasks_queued": 0,
+        "workers_alive": 1,
+        "workers_busy": 0,
+        "workers_idle": 1,
+        "tasks_queued": 0,
         "tasks_running": 0,
         "tasks_done": 1,  # "ok"
         "tasks_failed": 5,  # every other one, the lost one included
@@ -1005,7 +1114,8 @@ def test_stats_after_a_known_scenario(pool, tmp_path):
         "worker_crashes": 2,  # the crashed worker and the one killed for the timeout
         "worker_recycles": 0,
         "workers_started": 3,
-        "tasks_revoked": 0}  # a fixed depth never revokes
+        "tasks_revoked": 0,
+    }  # a fixed depth never revokes
     # Recycling: a pool whose workers serve two tasks each.
     ex2 = pool(1, "fork", max_tasks_per_child=2)
     for i in range(6):
@@ -1013,5 +1123,10 @@ def test_stats_after_a_known_scenario(pool, tmp_path):
     rec2 = Recorder(ex2)
     rec2.run_until(lambda: not ex2.has_work() and not ex2._workers)
     stats = ex2.stats()
-    assert (stats["workers_started"], stats["worker_recycles"], stats["worker_crashes"],
-            stats["workers_alive"], stats["tasks_done"]) == (3, 3, 0, 0, 6)
+    assert (
+        stats["workers_started"],
+        stats["worker_recycles"],
+        stats["worker_crashes"],
+        stats["workers_alive"],
+        stats["tasks_done"],
+    ) == (3, 3, 0, 0, 6)

@@ -72,6 +72,10 @@ def test_a_fresh_interpreter_honours_the_variable(choice):
     env = dict(os.environ, PIPEPOOL_IMPL=choice)
     out = subprocess.run(
         [sys.executable, "-c", "import pipepool; print(pipepool.IMPLEMENTATION)"],
-        env=env, capture_output=True, text=True, timeout=30, check=True,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
     )
     assert out.stdout.strip() == choice

@@ -111,8 +111,7 @@ def test_unpicklable_argument_changes_nothing_else(make):
     rec.finish()
     assert isinstance(rec.terminal["bad"].exception, TaskPicklingError)
     assert "'bad'" in str(rec.terminal["bad"].exception)
-    assert {k: e.result for k, e in rec.terminal.items() if k != "bad"} == {
-        i: i for i in range(20)}
+    assert {k: e.result for k, e in rec.terminal.items() if k != "bad"} == {i: i for i in range(20)}
     stats = ex.stats()
     assert (stats["tasks_done"], stats["tasks_failed"], stats["worker_crashes"]) == (20, 1, 0)
 
@@ -149,8 +148,7 @@ def test_interrupts_during_sync_leave_bookkeeping_exact(impl, start_method):
     invariants checked after every round; batches go on until at least 20 interrupts
     landed (a faster pool finishes a batch in fewer rounds)."""
     n = 3000
-    ex = LocalExecutor(3, start_method=start_method, prefetch=8, pipe_size=PAGE,
-                       _loop_impl=impl)
+    ex = LocalExecutor(3, start_method=start_method, prefetch=8, pipe_size=PAGE, _loop_impl=impl)
     ex.start()
     previous = signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(Interrupt()))
     try:
@@ -179,8 +177,12 @@ def test_interrupts_during_sync_leave_bookkeeping_exact(impl, start_method):
                 assert queued | running | reported == keys
                 stats = ex.stats()
                 assert min(stats.values()) >= 0
-                assert (stats["tasks_queued"] + stats["tasks_running"] + stats["tasks_done"]
-                        + stats["tasks_failed"]) == len(keys)
+                assert (
+                    stats["tasks_queued"]
+                    + stats["tasks_running"]
+                    + stats["tasks_done"]
+                    + stats["tasks_failed"]
+                ) == len(keys)
         assert interrupts >= 20, f"only {interrupts} interrupts landed"
         rec.finish()
         assert not rec.duplicates

@@ -109,7 +109,7 @@ def test_frames_split_across_arbitrary_chunks(loop):
     stream = b"".join(encode_header(Kind.DONE, i, len(p)) + p for i, p in enumerate(payloads))
     got: list = []
     for start in range(0, len(stream), 777):
-        os.write(peer.write_fd, stream[start:start + 777])
+        os.write(peer.write_fd, stream[start : start + 777])
         f, c = loop.poll(0)
         got += f
         assert c == []
@@ -203,7 +203,8 @@ def test_many_channels_interleaved(loop):
     frames, _ = pump_until(loop, lambda f, c: len(f) == 400)
     for ch in peers:
         assert [(k, i, p) for c, k, i, p in frames if c == ch] == [
-            (Kind.DONE, i, bytes([ch]) * i) for i in range(50)]
+            (Kind.DONE, i, bytes([ch]) * i) for i in range(50)
+        ]
     for peer in peers.values():
         peer.close()
 

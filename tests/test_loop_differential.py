@@ -90,13 +90,21 @@ def scenarios(draw) -> Scenario:
     channels = []
     for c in range(draw(st.integers(1, 3))):
         many_small = draw(st.booleans())  # enough queued frames to fill a writev batch
-        sizes = st.lists(st.tuples(st.integers(0, 255), st.integers(0, 2**64 - 1),
-                                   st.integers(0, 400)), min_size=20, max_size=80)
-        out = [(k, i, payload_of(n, 1000 * c + j)) for j, (k, i, n) in
-               enumerate(draw(sizes if many_small else st.lists(out_frame, min_size=1,
-                                                                  max_size=6)))]
-        frames = [encode_header(k, i, n) + payload_of(n, i) for k, i, n in
-                  draw(st.lists(in_frame, max_size=5))]
+        sizes = st.lists(
+            st.tuples(st.integers(0, 255), st.integers(0, 2**64 - 1), st.integers(0, 400)),
+            min_size=20,
+            max_size=80,
+        )
+        out = [
+            (k, i, payload_of(n, 1000 * c + j))
+            for j, (k, i, n) in enumerate(
+                draw(sizes if many_small else st.lists(out_frame, min_size=1, max_size=6))
+            )
+        ]
+        frames = [
+            encode_header(k, i, n) + payload_of(n, i)
+            for k, i, n in draw(st.lists(in_frame, max_size=5))
+        ]
         corrupt = draw(st.sampled_from([None, None, "magic", "flags", "length"]))
         if corrupt:
             at = draw(st.integers(0, len(frames)))
@@ -104,9 +112,15 @@ def scenarios(draw) -> Scenario:
         stream = b"".join(frames)
         if draw(st.booleans()):  # the peer dies after writing this much (mid-frame, mostly)
             stream = stream[: draw(st.integers(0, len(stream)))]
-        channels.append(ChannelSpec(draw(st.sampled_from(PIPE_SIZES)),
-                                    draw(st.sampled_from(PIPE_SIZES)), out, stream,
-                                    draw(st.booleans())))
+        channels.append(
+            ChannelSpec(
+                draw(st.sampled_from(PIPE_SIZES)),
+                draw(st.sampled_from(PIPE_SIZES)),
+                out,
+                stream,
+                draw(st.booleans()),
+            )
+        )
     n = len(channels)
     ch = st.integers(0, n - 1)
     step = st.one_of(
@@ -313,21 +327,44 @@ def check_against_the_wire(scenario: Scenario, result: Run) -> None:
 
 
 # Cases worth pinning, beyond what the search finds on a given run:
-BATCHES = Scenario(LIMIT, [ChannelSpec(4096, 4096, [(1, i, bytes(200)) for i in range(60)], b"",
-                                       False)],
-                   [("send", 0, 60), ("read", 0, 65536), ("pump",), ("read", 0, 65536), ("pump",)])
+BATCHES = Scenario(
+    LIMIT,
+    [ChannelSpec(4096, 4096, [(1, i, bytes(200)) for i in range(60)], b"", False)],
+    [("send", 0, 60), ("read", 0, 65536), ("pump",), ("read", 0, 65536), ("pump",)],
+)
 """A one-page pipe that a long queue refills: how much each writev() moves depends on how
 many frames it gathers, so pending() shows whether both twins batch alike."""
-STRADDLED = Scenario(LIMIT, [ChannelSpec(4096, 4096, [(1, 1, b"x")],
-                                         encode_header(2, 7, 3) + b"abc" + bad_header("length"),
-                                         False)],
-                     [("write", 0, 7), ("pump",), ("write", 0, 16), ("pump",), ("write", 0, 7),
-                      ("wait",), ("write", 0, 100), ("pump",), ("pump",)])
+STRADDLED = Scenario(
+    LIMIT,
+    [
+        ChannelSpec(
+            4096,
+            4096,
+            [(1, 1, b"x")],
+            encode_header(2, 7, 3) + b"abc" + bad_header("length"),
+            False,
+        )
+    ],
+    [
+        ("write", 0, 7),
+        ("pump",),
+        ("write", 0, 16),
+        ("pump",),
+        ("write", 0, 7),
+        ("wait",),
+        ("write", 0, 100),
+        ("pump",),
+        ("pump",),
+    ],
+)
 """A bad header that arrives across reads is judged once whole, with the same message."""
 
 
-@settings(max_examples=300, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(scenario=scenarios())
 @example(scenario=BATCHES)
 @example(scenario=STRADDLED)
@@ -389,9 +426,12 @@ def read_all(loop_module, stream: bytes, chunks: list[int], max_payload: int) ->
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(frames=st.lists(small_frame, max_size=6),
-       chunks=st.lists(st.integers(1, 20_000), min_size=1, max_size=30),
-       corrupt=st.sampled_from([None, "magic", "flags", "length"]), data=st.data())
+@given(
+    frames=st.lists(small_frame, max_size=6),
+    chunks=st.lists(st.integers(1, 20_000), min_size=1, max_size=30),
+    corrupt=st.sampled_from([None, "magic", "flags", "length"]),
+    data=st.data(),
+)
 def test_frame_readers_agree(frames, chunks, corrupt, data):
     pure, compiled = twins()
     parts = [encode_header(k, i, n) + payload_of(n, i) for k, i, n in frames]
@@ -418,8 +458,9 @@ def test_frame_readers_agree_on_big_frames(sizes, cut):
     outcomes = []
     for loop_module in (pure, compiled):
         r, w = os.pipe()
-        writer = threading.Thread(target=lambda w=w: (os.write(w, stream) if stream else 0,
-                                                      os.close(w)))
+        writer = threading.Thread(
+            target=lambda w=w: (os.write(w, stream) if stream else 0, os.close(w))
+        )
         writer.start()
         reader = loop_module.FrameReader(r, LIMIT)
         got: list = []
@@ -449,7 +490,8 @@ def test_same_public_names_and_signatures():
             want = inspect.signature(getattr(spec, method))
             got = inspect.signature(getattr(twin, method))
             assert [(p.name, p.kind, p.default) for p in got.parameters.values()] == [
-                (p.name, p.kind, p.default) for p in want.parameters.values()], method
+                (p.name, p.kind, p.default) for p in want.parameters.values()
+            ], method
     for loop_module in (pure, compiled):
         loop = loop_module.PipeLoop()
         assert loop.max_payload == MAX_PAYLOAD

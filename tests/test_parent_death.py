@@ -70,8 +70,7 @@ def test_workers_exit_when_parent_is_killed_right_after_creation(impl):
         "while True: ex.sync(timeout=0.01)\n"
     )
     for delay in (0.0, 0.01, 0.025, 0.05):
-        proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                                text=True)
+        proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
         assert proc.stdout.readline().strip() == "go"
         time.sleep(delay)
         kids = _children(proc.pid)
@@ -93,5 +92,8 @@ def _children(ppid: int) -> set[int]:
 
 def _orphans_of_marker() -> set[int]:
     """Workers re-parented to init after the kill carry the pool's process title."""
-    return {pid for pid, (ppid, cmd) in proc_table.processes().items()
-            if ppid == 1 and b"import tasks" in cmd}
+    return {
+        pid
+        for pid, (ppid, cmd) in proc_table.processes().items()
+        if ppid == 1 and b"import tasks" in cmd
+    }

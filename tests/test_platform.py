@@ -44,8 +44,14 @@ def platform_default() -> str:
 def test_default_start_method_runs_tasks_in_a_fresh_interpreter(impl, tmp_path):
     script = tmp_path / "default_start_method.py"  # a real file: spawn re-imports __main__
     script.write_text(SCRIPT)
-    out = subprocess.run([sys.executable, str(script)], env=dict(os.environ, PIPEPOOL_IMPL=impl),
-                         capture_output=True, text=True, timeout=90, cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        env=dict(os.environ, PIPEPOOL_IMPL=impl),
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     method, implementation, results = out.stdout.split(" ", 2)
     if sys.platform in ("darwin", "linux"):

@@ -52,9 +52,14 @@ class ExecutorMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.ex = LocalExecutor(2, start_method="fork", prefetch=3, pipe_size=4096,
-                                max_tasks_per_child=self.max_tasks_per_child,
-                                _loop_impl=self.impl)
+        self.ex = LocalExecutor(
+            2,
+            start_method="fork",
+            prefetch=3,
+            pipe_size=4096,
+            max_tasks_per_child=self.max_tasks_per_child,
+            _loop_impl=self.impl,
+        )
         self.ex.start()
         self.rec = Recorder(self.ex)
         self.kinds: dict[int, str] = {}
@@ -141,8 +146,12 @@ class ExecutorMachine(RuleBasedStateMachine):
         assert not self.rec.duplicates
         stats = self.ex.stats()
         assert min(v for k, v in stats.items() if k != "last_progress") >= 0
-        assert (stats["tasks_queued"] + stats["tasks_running"] + stats["tasks_done"]
-                + stats["tasks_failed"]) == len(self.kinds)
+        assert (
+            stats["tasks_queued"]
+            + stats["tasks_running"]
+            + stats["tasks_done"]
+            + stats["tasks_failed"]
+        ) == len(self.kinds)
         # The counters agree with the events: every rule that can produce one takes them.
         states = [e.state for e in self.rec.terminal.values()]
         assert stats["tasks_done"] == states.count(State.SUCCESS)
@@ -186,8 +195,15 @@ class ExecutorMachine(RuleBasedStateMachine):
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("max_tasks_per_child", [None, 3], ids=["long-lived", "recycled"])
 def test_bookkeeping_state_machine(impl, max_tasks_per_child):
-    machine = type(f"Machine_{impl}", (ExecutorMachine,),
-                   {"impl": impl, "max_tasks_per_child": max_tasks_per_child})
-    runner = settings(max_examples=15, stateful_step_count=25, deadline=None,
-                      suppress_health_check=list(HealthCheck))(machine).TestCase
+    machine = type(
+        f"Machine_{impl}",
+        (ExecutorMachine,),
+        {"impl": impl, "max_tasks_per_child": max_tasks_per_child},
+    )
+    runner = settings(
+        max_examples=15,
+        stateful_step_count=25,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )(machine).TestCase
     runner().runTest()

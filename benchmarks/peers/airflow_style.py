@@ -46,8 +46,12 @@ class AirflowStylePool:
         self.activity = ctx.SimpleQueue()
         self.results = ctx.SimpleQueue()
         self.workers = [
-            ctx.Process(target=_work, args=(self.activity, self.results), daemon=True,
-                        name=f"airflow-style-worker-{i}")
+            ctx.Process(
+                target=_work,
+                args=(self.activity, self.results),
+                daemon=True,
+                name=f"airflow-style-worker-{i}",
+            )
             for i in range(parallelism)
         ]
         for w in self.workers:

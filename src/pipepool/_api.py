@@ -55,8 +55,11 @@ class SchedulerAPI:
             if doomed:
                 self._queue = deque(t for t in self._queue if t.key != key)
                 for t in doomed:
-                    self._finish(t, State.FAILED,  # type: ignore[attr-defined]
-                                 exception=CancelledError(f"task {key!r} cancelled"))
+                    self._finish(
+                        t,
+                        State.FAILED,  # type: ignore[attr-defined]
+                        exception=CancelledError(f"task {key!r} cancelled"),
+                    )
             return len(doomed)
         finally:
             _signals.undefer(deferred)
@@ -95,5 +98,8 @@ class SchedulerAPI:
     def _require_started(self) -> None:
         if self._state != "started":
             name = type(self).__name__
-            raise RuntimeError(f"{name} is not running: call start() first"
-                               if self._state == "new" else f"{name} has ended")
+            raise RuntimeError(
+                f"{name} is not running: call start() first"
+                if self._state == "new"
+                else f"{name} has ended"
+            )

@@ -61,22 +61,28 @@ def run_mp_pool(tasks: int, workers: int) -> float:
     return tasks / elapsed
 
 
-def race(tasks: int = 20000, workers: int | None = None, rounds: int = 3,
-         out: Callable[[str], object] = print) -> dict[str, float]:
+def race(
+    tasks: int = 20000,
+    workers: int | None = None,
+    rounds: int = 3,
+    out: Callable[[str], object] = print,
+) -> dict[str, float]:
     """Run every contender ``rounds`` times, interleaved; print and return median tasks/s."""
     workers = workers or os.cpu_count() or 1
     contenders: dict[str, Callable[[], float]] = {
-        "pipepool LocalExecutor (prefetch=None, adaptive)": lambda: run_local(tasks, workers,
-                                                                              None),
+        "pipepool LocalExecutor (prefetch=None, adaptive)": lambda: run_local(tasks, workers, None),
         "pipepool LocalExecutor (prefetch 1)": lambda: run_local(tasks, workers, 1),
         "pipepool ProcessPoolExecutor submit": lambda: run_submit(tasks, workers),
         "concurrent.futures.ProcessPoolExecutor submit": lambda: run_submit(
-            tasks, workers, concurrent.futures.ProcessPoolExecutor),
+            tasks, workers, concurrent.futures.ProcessPoolExecutor
+        ),
         "multiprocessing.Pool imap_unordered(chunksize=1)": lambda: run_mp_pool(tasks, workers),
     }
     samples: dict[str, list[float]] = {name: [] for name in contenders}
-    out(f"pipepool bench: {tasks} no-op tasks, {workers} workers, {rounds} rounds, "
-        f"median tasks/s (machine: {os.cpu_count()} cores)")
+    out(
+        f"pipepool bench: {tasks} no-op tasks, {workers} workers, {rounds} rounds, "
+        f"median tasks/s (machine: {os.cpu_count()} cores)"
+    )
     for _ in range(rounds):
         for name, run in contenders.items():  # interleaved: noise hits everyone alike
             samples[name].append(run())
@@ -106,10 +112,12 @@ def run_suite(argv: list[str]) -> int:
     """``pipepool bench --full ARGS``: the suite of ``benchmarks/`` with ``ARGS``."""
     root = find_suite_root()
     if root is None:
-        print("pipepool bench --full: the full benchmark suite lives in benchmarks/ of a "
-              "source checkout and is not installed with the package; run this command "
-              "(or python -m benchmarks) from the root of a pipepool checkout",
-              file=sys.stderr)
+        print(
+            "pipepool bench --full: the full benchmark suite lives in benchmarks/ of a "
+            "source checkout and is not installed with the package; run this command "
+            "(or python -m benchmarks) from the root of a pipepool checkout",
+            file=sys.stderr,
+        )
         return 2
     # On sys.path, so that spawned workers (which get the parent's path) import it too.
     sys.path.insert(0, str(root))

@@ -138,8 +138,9 @@ class PipeLoop:
 
     # -- writing ----------------------------------------------------------------------
 
-    def send(self, channel: int, kind: int, ident: int, payload: bytes = b"",
-             flush: bool = True) -> None:
+    def send(
+        self, channel: int, kind: int, ident: int, payload: bytes = b"", flush: bool = True
+    ) -> None:
         """Queue one frame and write what the pipe takes now; never blocks.
 
         With ``flush=False`` the frame is only queued: a caller sending a batch calls
@@ -329,4 +330,3 @@ class PipeLoop:
             self.remove(channel)
         os.close(self._wake_r)
         os.close(self._wake_w)
-

@@ -24,8 +24,9 @@ from collections.abc import Callable
 from typing import Any
 
 _main_ident = threading.main_thread().ident
-_SIGNALS = tuple(int(s) for s in signal.valid_signals()
-                 if s not in (signal.SIGKILL, signal.SIGSTOP))
+_SIGNALS = tuple(
+    int(s) for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)
+)
 
 Handler = Callable[[int, Any], Any]
 

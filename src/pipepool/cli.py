@@ -45,62 +45,135 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = sub.add_parser(
-        "run", help="run a batch of commands in parallel (like GNU parallel)",
+        "run",
+        help="run a batch of commands in parallel (like GNU parallel)",
         description="Run one job per input line, or per argument after :::, in parallel.",
-        epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    run.add_argument("-j", "--jobs", type=_positive_int, default=None, metavar="N",
-                     help="jobs at a time (default: the number of cores)")
-    run.add_argument("-a", "--arg-file", metavar="FILE",
-                     help="read jobs (or, with a command, its arguments) one per line from "
-                          "FILE ('-' for stdin) instead of stdin")
-    run.add_argument("--no-shell", action="store_true",
-                     help="split each job with shlex and exec it directly, no /bin/sh -c")
-    run.add_argument("--timeout", type=_positive_float, metavar="SECS",
-                     help="kill a job's whole process group after SECS (SIGTERM, then "
-                          "SIGKILL); it counts as failed (Exitval -1)")
-    run.add_argument("--retries", type=_non_negative_int, default=0, metavar="N",
-                     help="run a failed job up to N more times (default 0)")
-    run.add_argument("--halt", type=_halt, default=None, metavar="WHEN,WHAT=N",
-                     help="stop early: soon|now,fail|success|done=N or N%% (soon: start no "
-                          "new job; now: kill running ones too); default never")
-    run.add_argument("-k", "--keep-order", action="store_true",
-                     help="print job outputs in input order, not completion order")
-    run.add_argument("--tag", action="store_true",
-                     help="prefix each output line with the job's argument(s) and a tab")
-    run.add_argument("--results", metavar="DIR",
-                     help="also keep each job's output in DIR/<seq>/stdout and stderr")
-    run.add_argument("--joblog", metavar="FILE",
-                     help="log one row per finished job (GNU parallel's columns)")
+        epilog=RUN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument(
+        "-j",
+        "--jobs",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="jobs at a time (default: the number of cores)",
+    )
+    run.add_argument(
+        "-a",
+        "--arg-file",
+        metavar="FILE",
+        help="read jobs (or, with a command, its arguments) one per line from "
+        "FILE ('-' for stdin) instead of stdin",
+    )
+    run.add_argument(
+        "--no-shell",
+        action="store_true",
+        help="split each job with shlex and exec it directly, no /bin/sh -c",
+    )
+    run.add_argument(
+        "--timeout",
+        type=_positive_float,
+        metavar="SECS",
+        help="kill a job's whole process group after SECS (SIGTERM, then "
+        "SIGKILL); it counts as failed (Exitval -1)",
+    )
+    run.add_argument(
+        "--retries",
+        type=_non_negative_int,
+        default=0,
+        metavar="N",
+        help="run a failed job up to N more times (default 0)",
+    )
+    run.add_argument(
+        "--halt",
+        type=_halt,
+        default=None,
+        metavar="WHEN,WHAT=N",
+        help="stop early: soon|now,fail|success|done=N or N%% (soon: start no "
+        "new job; now: kill running ones too); default never",
+    )
+    run.add_argument(
+        "-k",
+        "--keep-order",
+        action="store_true",
+        help="print job outputs in input order, not completion order",
+    )
+    run.add_argument(
+        "--tag",
+        action="store_true",
+        help="prefix each output line with the job's argument(s) and a tab",
+    )
+    run.add_argument(
+        "--results",
+        metavar="DIR",
+        help="also keep each job's output in DIR/<seq>/stdout and stderr",
+    )
+    run.add_argument(
+        "--joblog", metavar="FILE", help="log one row per finished job (GNU parallel's columns)"
+    )
     resume = run.add_mutually_exclusive_group()
-    resume.add_argument("--resume", action="store_const", const="all", dest="resume",
-                        help="skip jobs that already have a row in --joblog")
-    resume.add_argument("--resume-failed", action="store_const", const="failed",
-                        dest="resume",
-                        help="skip jobs whose --joblog row succeeded; rerun failed ones")
-    run.add_argument("--joblog-fsync", action="store_true",
-                     help="fsync the joblog after each row (survives a power cut)")
-    run.add_argument("--progress", "--bar", action=argparse.BooleanOptionalAction,
-                     default=None,
-                     help="live progress bar on stderr (default: when stderr is a terminal)")
-    run.add_argument("--no-summary", dest="summary", action="store_false",
-                     help="print no summary on stderr at the end")
-    run.add_argument("--json", action="store_true",
-                     help="print a JSON summary as the last line of stdout")
-    run.add_argument("--cluster", metavar="ADDRESS",
-                     help="run the jobs on a Dask cluster: its scheduler's address "
-                          "(tcp://host:8786; -j defaults to its worker threads), or 'local' "
-                          "for -j worker processes on 127.0.0.1 (needs pipepool[dask])")
-    run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="COMMAND",
-                     help="command template; {} is replaced by each argument")
+    resume.add_argument(
+        "--resume",
+        action="store_const",
+        const="all",
+        dest="resume",
+        help="skip jobs that already have a row in --joblog",
+    )
+    resume.add_argument(
+        "--resume-failed",
+        action="store_const",
+        const="failed",
+        dest="resume",
+        help="skip jobs whose --joblog row succeeded; rerun failed ones",
+    )
+    run.add_argument(
+        "--joblog-fsync",
+        action="store_true",
+        help="fsync the joblog after each row (survives a power cut)",
+    )
+    run.add_argument(
+        "--progress",
+        "--bar",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="live progress bar on stderr (default: when stderr is a terminal)",
+    )
+    run.add_argument(
+        "--no-summary",
+        dest="summary",
+        action="store_false",
+        help="print no summary on stderr at the end",
+    )
+    run.add_argument(
+        "--json", action="store_true", help="print a JSON summary as the last line of stdout"
+    )
+    run.add_argument(
+        "--cluster",
+        metavar="ADDRESS",
+        help="run the jobs on a Dask cluster: its scheduler's address "
+        "(tcp://host:8786; -j defaults to its worker threads), or 'local' "
+        "for -j worker processes on 127.0.0.1 (needs pipepool[dask])",
+    )
+    run.add_argument(
+        "cmd",
+        nargs=argparse.REMAINDER,
+        metavar="COMMAND",
+        help="command template; {} is replaced by each argument",
+    )
 
     bench = sub.add_parser("bench", help="race pipepool against the standard library's pools")
     bench.add_argument("--tasks", type=int, default=20000, help="no-op tasks per round")
     bench.add_argument("-j", "--jobs", type=int, default=None, help="workers (default: cores)")
     bench.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
-    bench.add_argument("--full", nargs=argparse.REMAINDER, metavar="SUITE_ARGS",
-                       help="run the full suite of benchmarks/ instead (needs a source "
-                            "checkout); the arguments after --full go to it: --quick, "
-                            "--only MEASURE ..., --out DIR (see --full --help)")
+    bench.add_argument(
+        "--full",
+        nargs=argparse.REMAINDER,
+        metavar="SUITE_ARGS",
+        help="run the full suite of benchmarks/ instead (needs a source "
+        "checkout); the arguments after --full go to it: --quick, "
+        "--only MEASURE ..., --out DIR (see --full --help)",
+    )
     return parser
 
 
@@ -129,8 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def _run(args: argparse.Namespace, groups: list[tuple[str, list[str]]],
-         parser: argparse.ArgumentParser) -> int:
+def _run(
+    args: argparse.Namespace, groups: list[tuple[str, list[str]]], parser: argparse.ArgumentParser
+) -> int:
     from .run._inputs import (
         InputError,
         arg_rows_from_groups,
@@ -161,10 +235,20 @@ def _run(args: argparse.Namespace, groups: list[tuple[str, list[str]]],
         os.makedirs(args.results, exist_ok=True)
     at_once = args.jobs or (default_jobs() if args.cluster in (None, "local") else 0)
     options = RunOptions(
-        jobs=at_once, cluster=args.cluster, timeout=args.timeout, retries=args.retries,
-        keep_order=args.keep_order, tag=args.tag, results=args.results,
-        joblog=args.joblog, resume=args.resume, joblog_fsync=args.joblog_fsync,
-        progress=args.progress, summary=args.summary, json=args.json)
+        jobs=at_once,
+        cluster=args.cluster,
+        timeout=args.timeout,
+        retries=args.retries,
+        keep_order=args.keep_order,
+        tag=args.tag,
+        results=args.results,
+        joblog=args.joblog,
+        resume=args.resume,
+        joblog_fsync=args.joblog_fsync,
+        progress=args.progress,
+        summary=args.summary,
+        json=args.json,
+    )
     if args.halt is not None:
         options.halt = args.halt
     try:
@@ -188,8 +272,10 @@ def _read_input(name: str | None) -> list[str]:
 
     if name is None or name == "-":
         if name is None and sys.stdin is not None and sys.stdin.isatty():
-            raise InputError("no jobs: pipe them in one per line, use -a FILE, or give "
-                             "arguments after ::: (see pipepool run --help)")
+            raise InputError(
+                "no jobs: pipe them in one per line, use -a FILE, or give "
+                "arguments after ::: (see pipepool run --help)"
+            )
         if sys.stdin is None:
             return []
         return read_lines(sys.stdin.buffer)

@@ -69,8 +69,10 @@ from .errors import (
 )
 from .events import Event, State
 
-INSTALL_HINT = ("ClusterExecutor needs Dask's distributed package: "
-                "pip install 'pipepool[dask]' (or pip install distributed)")
+INSTALL_HINT = (
+    "ClusterExecutor needs Dask's distributed package: "
+    "pip install 'pipepool[dask]' (or pip install distributed)"
+)
 PICKLE_PROTOCOL = 5
 CONNECT_TIMEOUT = 30.0  # s start() waits for the scheduler and for its first worker
 CLOSE_TIMEOUT = 10.0  # s end()/terminate() give the client and an own cluster to close
@@ -100,8 +102,7 @@ class ClusterWorkerLostError(WorkerLostError):
     that machine, where known; ``exitcode`` is None (the scheduler does not learn it).
     """
 
-    def __init__(self, message: str, *, address: str | None = None,
-                 pid: int | None = None) -> None:
+    def __init__(self, message: str, *, address: str | None = None, pid: int | None = None) -> None:
         super().__init__(message, pid=pid, exitcode=None)
         self.address = address
 
@@ -109,17 +110,37 @@ class ClusterWorkerLostError(WorkerLostError):
         return (_rebuild_cluster_lost, (str(self), self.address, self.pid))
 
 
-def _rebuild_cluster_lost(message: str, address: str | None,
-                          pid: int | None) -> ClusterWorkerLostError:
+def _rebuild_cluster_lost(
+    message: str, address: str | None, pid: int | None
+) -> ClusterWorkerLostError:
     return ClusterWorkerLostError(message, address=address, pid=pid)
 
 
 class _Task:
-    __slots__ = ("address", "args", "deadline", "fn", "future", "key", "kwargs", "phase",
-                 "pid", "started", "tid", "timeout")
+    __slots__ = (
+        "address",
+        "args",
+        "deadline",
+        "fn",
+        "future",
+        "key",
+        "kwargs",
+        "phase",
+        "pid",
+        "started",
+        "tid",
+        "timeout",
+    )
 
-    def __init__(self, tid: int, key: Hashable, fn: Callable[..., Any], args: tuple,
-                 kwargs: dict, timeout: float | None) -> None:
+    def __init__(
+        self,
+        tid: int,
+        key: Hashable,
+        fn: Callable[..., Any],
+        args: tuple,
+        kwargs: dict,
+        timeout: float | None,
+    ) -> None:
         self.tid = tid
         self.key = key
         self.fn = fn
@@ -151,10 +172,17 @@ class ClusterExecutor(SchedulerAPI):
     ``distributed.scheduler.worker-saturation``): see ``WORKER_SATURATION``.
     """
 
-    def __init__(self, address: str | None = None, *, running_events: bool = True,
-                 kill_workers: bool = True, max_in_flight: int | None = None,
-                 connect_timeout: float = CONNECT_TIMEOUT,
-                 worker_saturation: float = WORKER_SATURATION, **options: Any) -> None:
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        running_events: bool = True,
+        kill_workers: bool = True,
+        max_in_flight: int | None = None,
+        connect_timeout: float = CONNECT_TIMEOUT,
+        worker_saturation: float = WORKER_SATURATION,
+        **options: Any,
+    ) -> None:
         if max_in_flight is not None and max_in_flight < 1:
             raise ValueError("max_in_flight must be at least 1 or None")
         _import_distributed()  # fail here, with the install hint, not at start()
@@ -195,19 +223,25 @@ class ClusterExecutor(SchedulerAPI):
         distributed = _import_distributed()
         try:
             if self.address is None:
-                options = {"n_workers": os.cpu_count() or 1, "threads_per_worker": 1,
-                           "processes": True, "host": "127.0.0.1",
-                           "dashboard_address": None, **self.options}
+                options = {
+                    "n_workers": os.cpu_count() or 1,
+                    "threads_per_worker": 1,
+                    "processes": True,
+                    "host": "127.0.0.1",
+                    "dashboard_address": None,
+                    **self.options,
+                }
                 import dask
 
-                with dask.config.set({"distributed.scheduler.worker-saturation":
-                                      self.worker_saturation}):
+                with dask.config.set(
+                    {"distributed.scheduler.worker-saturation": self.worker_saturation}
+                ):
                     self._cluster = distributed.LocalCluster(**options)
-                self._client = distributed.Client(self._cluster,
-                                                  timeout=self.connect_timeout)
+                self._client = distributed.Client(self._cluster, timeout=self.connect_timeout)
             else:
-                self._client = distributed.Client(self.address, timeout=self.connect_timeout,
-                                                  **self.options)
+                self._client = distributed.Client(
+                    self.address, timeout=self.connect_timeout, **self.options
+                )
             if self._cluster is not None:
                 # Its workers are our children, in our process group: a Ctrl-C at the
                 # terminal reaches them too. Leave it to this process, as LocalExecutor's
@@ -223,8 +257,15 @@ class ClusterExecutor(SchedulerAPI):
             raise
         self._state = "started"
 
-    def queue_call(self, key: Hashable, fn: Callable[..., Any], args: tuple = (),
-                   kwargs: dict | None = None, *, timeout: float | None = None) -> None:
+    def queue_call(
+        self,
+        key: Hashable,
+        fn: Callable[..., Any],
+        args: tuple = (),
+        kwargs: dict | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> None:
         """Like ``queue`` with the call spelled out, plus a per-task ``timeout`` in seconds,
         counted from the moment a worker starts it (see the class doc for what happens)."""
         if self._state == "ended":
@@ -278,8 +319,9 @@ class ClusterExecutor(SchedulerAPI):
         try:
             deferred = _signals.defer()
             for t in doomed:
-                self._stop_task(t, TaskKilledError(
-                    f"task {key!r} was killed on request (worker {t.address})"))
+                self._stop_task(
+                    t, TaskKilledError(f"task {key!r} was killed on request (worker {t.address})")
+                )
         finally:
             _signals.undefer(deferred)
         return len(doomed)
@@ -313,24 +355,32 @@ class ClusterExecutor(SchedulerAPI):
             futures = [t.future for t in doomed]  # _finish drops them
             # An own LocalCluster goes down whole a moment later; only a shared one needs
             # its workers picked off.
-            addresses = {t.address for t in doomed if t.started and t.address} \
-                if self.kill_workers and self._cluster is None else set()
+            addresses = (
+                {t.address for t in doomed if t.started and t.address}
+                if self.kill_workers and self._cluster is None
+                else set()
+            )
             self._inflight.clear()
             for t in doomed:
-                self._finish(t, State.FAILED,
-                             exception=TaskKilledError("the executor was terminated"))
+                self._finish(
+                    t, State.FAILED, exception=TaskKilledError("the executor was terminated")
+                )
             while self._queue:
                 t = self._queue[0]
-                self._finish(t, State.FAILED, exception=CancelledError(
-                    f"task {t.key!r} cancelled: executor terminated"))
+                self._finish(
+                    t,
+                    State.FAILED,
+                    exception=CancelledError(f"task {t.key!r} cancelled: executor terminated"),
+                )
                 self._queue.popleft()
         finally:
             _signals.undefer(deferred)
         try:
             if futures:
                 with contextlib.suppress(Exception):
-                    self._client.sync(self._cancel_and_kill, futures, addresses,
-                                      callback_timeout=CLOSE_TIMEOUT)
+                    self._client.sync(
+                        self._cancel_and_kill, futures, addresses, callback_timeout=CLOSE_TIMEOUT
+                    )
         finally:
             self._close_client()
             self._state = "ended"
@@ -411,7 +461,9 @@ class ClusterExecutor(SchedulerAPI):
             except Exception as exc:
                 error = TaskUnpicklingError(
                     f"task {t.key!r}: its result could not be unpickled here "
-                    f"({type(exc).__name__}: {exc})", part="result")
+                    f"({type(exc).__name__}: {exc})",
+                    part="result",
+                )
                 error.__cause__ = exc
                 self._finish(t, State.FAILED, exception=error, pid=pid)
             else:
@@ -423,7 +475,9 @@ class ClusterExecutor(SchedulerAPI):
         except Exception as unpickling:
             exc = TaskUnpicklingError(
                 f"task {t.key!r} raised an exception that could not be unpickled here "
-                f"({type(unpickling).__name__}: {unpickling})", part="exception")
+                f"({type(unpickling).__name__}: {unpickling})",
+                part="exception",
+            )
         exc.__cause__ = RemoteTraceback(tb)
         self._finish(t, State.FAILED, exception=exc, pid=pid)
 
@@ -437,15 +491,24 @@ class ClusterExecutor(SchedulerAPI):
                 f"task {t.key!r}: {error.allowed_failures + 1} Dask workers died while "
                 f"running it, the last {address} (pid {pid}); the task may crash its "
                 "interpreter (segfault, os._exit) or need more memory than a worker may "
-                "use (see the workers' logs)", address=address, pid=pid)
+                "use (see the workers' logs)",
+                address=address,
+                pid=pid,
+            )
         elif isinstance(error, CancelledError):
             lost = ClusterWorkerLostError(
                 f"task {t.key!r} was cancelled by the cluster ({error}); was the scheduler "
-                "restarted or the connection to it lost?", address=t.address, pid=t.pid)
+                "restarted or the connection to it lost?",
+                address=t.address,
+                pid=t.pid,
+            )
         else:
             lost = ClusterWorkerLostError(
                 f"task {t.key!r}: its outcome could not be fetched from the cluster "
-                f"({type(error).__name__}: {error})", address=t.address, pid=t.pid)
+                f"({type(error).__name__}: {error})",
+                address=t.address,
+                pid=t.pid,
+            )
         lost.__cause__ = error
         return lost
 
@@ -458,17 +521,25 @@ class ClusterExecutor(SchedulerAPI):
                 del self._timed[tid]
             elif t.deadline is not None and now >= t.deadline:
                 del self._timed[tid]
-                self._stop_task(t, TaskTimeoutError(
-                    f"task {t.key!r} timed out after {t.timeout} s on worker {t.address}"
-                    + ("; that worker process was killed" if self.kill_workers else
-                       "; it runs on there (Dask cannot stop a running call)")))
+                self._stop_task(
+                    t,
+                    TaskTimeoutError(
+                        f"task {t.key!r} timed out after {t.timeout} s on worker {t.address}"
+                        + (
+                            "; that worker process was killed"
+                            if self.kill_workers
+                            else "; it runs on there (Dask cannot stop a running call)"
+                        )
+                    ),
+                )
 
     def _dispatch(self) -> None:
         queue = self._queue
         if not queue:
             return
-        room = len(queue) if self.max_in_flight is None else \
-            self.max_in_flight - len(self._inflight)
+        room = (
+            len(queue) if self.max_in_flight is None else self.max_in_flight - len(self._inflight)
+        )
         batch: list[_Task] = []
         payloads: list[bytes] = []
         while queue and len(batch) < room:
@@ -482,12 +553,18 @@ class ClusterExecutor(SchedulerAPI):
         if not batch:
             return
         tids = [t.tid for t in batch]
-        topics = [self._token if self.running_events or t.timeout is not None else None
-                  for t in batch]
+        topics = [
+            self._token if self.running_events or t.timeout is not None else None for t in batch
+        ]
         try:
             futures = self._client.map(
-                _run_task, tids, payloads, topics, pure=False,
-                key=[f"pipepool-{self._token}-{tid}" for tid in tids])
+                _run_task,
+                tids,
+                payloads,
+                topics,
+                pure=False,
+                key=[f"pipepool-{self._token}-{tid}" for tid in tids],
+            )
         except BaseException:
             queue.extendleft(reversed(batch))  # not handed over: back to the front, in order
             raise
@@ -552,9 +629,12 @@ class ClusterExecutor(SchedulerAPI):
             # Bounded: a worker that is gone already (its task was being retried elsewhere)
             # is retried by distributed's connect() up to its 30 s connect timeout.
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._client.run(
-                    _exit_worker, workers=addresses, on_error="ignore", asynchronous=True),
-                    KILL_TIMEOUT)
+                await asyncio.wait_for(
+                    self._client.run(
+                        _exit_worker, workers=addresses, on_error="ignore", asynchronous=True
+                    ),
+                    KILL_TIMEOUT,
+                )
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -565,11 +645,21 @@ class ClusterExecutor(SchedulerAPI):
         del self._inflight[t.tid]
         self._finish(t, State.FAILED, exception=reason, pid=t.pid)
         self._stats["killed_workers"] += len(addresses)
-        self._control.append(asyncio.run_coroutine_threadsafe(
-            self._cancel_and_kill([future], addresses), self._client.loop.asyncio_loop))
+        self._control.append(
+            asyncio.run_coroutine_threadsafe(
+                self._cancel_and_kill([future], addresses), self._client.loop.asyncio_loop
+            )
+        )
 
-    def _finish(self, t: _Task, state: State, *, result: Any = None,
-                exception: BaseException | None = None, pid: int | None = None) -> None:
+    def _finish(
+        self,
+        t: _Task,
+        state: State,
+        *,
+        result: Any = None,
+        exception: BaseException | None = None,
+        pid: int | None = None,
+    ) -> None:
         """Record a task's terminal event (the caller removes it from where it was)."""
         t.phase = _DONE
         t.fn = t.args = t.kwargs = None  # type: ignore[assignment]  # free memory early
@@ -584,8 +674,9 @@ class ClusterExecutor(SchedulerAPI):
         bound = WAIT_SLICE
         if self._timed:
             now = time.monotonic()
-            bound = min([bound] + [t.deadline - now for t in self._timed.values()
-                                   if t.deadline is not None])
+            bound = min(
+                [bound] + [t.deadline - now for t in self._timed.values() if t.deadline is not None]
+            )
         return max(bound, 0.0)
 
     def _cached_workers(self) -> int:
@@ -613,6 +704,7 @@ class ClusterExecutor(SchedulerAPI):
                 cluster.close(timeout=CLOSE_TIMEOUT)
             self._client = self._cluster = None
 
+
 def _import_distributed() -> Any:
     try:
         import distributed
@@ -636,7 +728,9 @@ def _pickle_call(t: _Task) -> bytes:
             part = "arguments"
         raise TaskPicklingError(
             f"task {t.key!r}: cannot pickle its {part} ({type(exc).__name__}: {exc})",
-            key=t.key, part=part) from exc
+            key=t.key,
+            part=part,
+        ) from exc
 
 
 # -- what runs on the Dask workers ------------------------------------------------------------
@@ -663,7 +757,9 @@ def _run_task(tid: int, payload: bytes, token: str | None) -> tuple:
         error = TaskUnpicklingError(
             f"the Dask worker {address} could not unpickle the task "
             f"({type(exc).__name__}: {exc}); is the function's module (and pipepool) "
-            "installed on every worker?", part="task")
+            "installed on every worker?",
+            part="task",
+        )
         error.__cause__ = exc
         return _raised(error, address, pid)
     del payload
@@ -676,9 +772,15 @@ def _run_task(tid: int, payload: bytes, token: str | None) -> tuple:
     try:
         data = cloudpickle.dumps(result, PICKLE_PROTOCOL)
     except BaseException as exc:
-        return _raised(TaskPicklingError(
-            f"the task returned {type(result).__qualname__}, which could not be sent back "
-            f"({type(exc).__name__}: {exc})", part="result"), address, pid)
+        return _raised(
+            TaskPicklingError(
+                f"the task returned {type(result).__qualname__}, which could not be sent back "
+                f"({type(exc).__name__}: {exc})",
+                part="result",
+            ),
+            address,
+            pid,
+        )
     return ("done", data, address, pid)
 
 
@@ -689,10 +791,13 @@ def _raised(exc: BaseException, address: str, pid: int) -> tuple:
     try:
         exc_bytes = _dumps_exception(exc)
     except BaseException as pickling_exc:
-        exc_bytes = _dumps_exception(TaskPicklingError(
-            f"the task raised {type(exc).__qualname__}: {_safe_repr(exc)}, which could not "
-            f"be pickled ({type(pickling_exc).__name__}: {pickling_exc})",
-            part="exception"))
+        exc_bytes = _dumps_exception(
+            TaskPicklingError(
+                f"the task raised {type(exc).__qualname__}: {_safe_repr(exc)}, which could not "
+                f"be pickled ({type(pickling_exc).__name__}: {pickling_exc})",
+                part="exception",
+            )
+        )
     return ("raised", tb, exc_bytes, address, pid)
 
 
@@ -708,10 +813,10 @@ def _dumps_exception(exc: BaseException) -> bytes:
 
     import cloudpickle
 
-    plain = {cls: reducer for cls, reducer in copyreg.dispatch_table.items()
-             if not _is_tblib(reducer)}
-    maps = [m for m in cloudpickle.Pickler.dispatch_table.maps
-            if m is not copyreg.dispatch_table]
+    plain = {
+        cls: reducer for cls, reducer in copyreg.dispatch_table.items() if not _is_tblib(reducer)
+    }
+    maps = [m for m in cloudpickle.Pickler.dispatch_table.maps if m is not copyreg.dispatch_table]
 
     class Pickler(cloudpickle.Pickler):
         dispatch_table = ChainMap(*maps, plain)

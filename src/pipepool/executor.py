@@ -94,8 +94,15 @@ class _Task:
         "timeout",
     )
 
-    def __init__(self, tid: int, key: Hashable, fn: Callable[..., Any], args: tuple,
-                 kwargs: dict, timeout: float | None) -> None:
+    def __init__(
+        self,
+        tid: int,
+        key: Hashable,
+        fn: Callable[..., Any],
+        args: tuple,
+        kwargs: dict,
+        timeout: float | None,
+    ) -> None:
         self.tid = tid
         self.key = key
         self.fn = fn
@@ -131,8 +138,14 @@ class _Worker:
         "wid",
     )
 
-    def __init__(self, wid: int, proc: multiprocessing.process.BaseProcess,
-                 fds: tuple[int, int], control_fd: int, init_round: int) -> None:
+    def __init__(
+        self,
+        wid: int,
+        proc: multiprocessing.process.BaseProcess,
+        fds: tuple[int, int],
+        control_fd: int,
+        init_round: int,
+    ) -> None:
         self.wid = wid
         self.proc = proc
         self.pid: int | None = proc.pid
@@ -337,9 +350,11 @@ class LocalExecutor(SchedulerAPI):
                 self._retire(w, w.proc.exitcode, requeue=False)
             while self._queue:
                 t = self._queue[0]
-                self._finish(t, State.FAILED,
-                             exception=CancelledError(
-                                 f"task {t.key!r} cancelled: executor terminated"))
+                self._finish(
+                    t,
+                    State.FAILED,
+                    exception=CancelledError(f"task {t.key!r} cancelled: executor terminated"),
+                )
                 self._queue.popleft()
         finally:
             _signals.undefer(deferred)
@@ -432,8 +447,7 @@ class LocalExecutor(SchedulerAPI):
                 if error is not None:  # a stream we cannot trust: the worker must go
                     self._kill_worker(w, None)
 
-    def _on_frame(self, w: _Worker, kind: int, ident: int, payload: bytes,
-                  now: float) -> None:
+    def _on_frame(self, w: _Worker, kind: int, ident: int, payload: bytes, now: float) -> None:
         if kind == Kind.STARTED:
             t = w.in_flight.get(ident)
             if t is not None:
@@ -461,14 +475,17 @@ class LocalExecutor(SchedulerAPI):
                 except Exception as exc:
                     error = TaskUnpicklingError(
                         f"task {t.key!r}: its result could not be unpickled in the parent "
-                        f"({type(exc).__name__}: {exc})", part="result")
+                        f"({type(exc).__name__}: {exc})",
+                        part="result",
+                    )
                     error.__cause__ = exc
                     self._finish(t, State.FAILED, exception=error, pid=w.pid)
                 else:
                     self._finish(t, State.SUCCESS, result=result, pid=w.pid)
             else:
-                self._finish(t, State.FAILED, exception=_remote_exception(t.key, payload),
-                             pid=w.pid)
+                self._finish(
+                    t, State.FAILED, exception=_remote_exception(t.key, payload), pid=w.pid
+                )
             del w.in_flight[ident]
             return
         if kind == Kind.REVOKED and w.revoking:
@@ -489,8 +506,7 @@ class LocalExecutor(SchedulerAPI):
         upto, w.revoking = w.revoking, 0
         # Only up to what the REVOKE covered: a task sent after it (at depth 1 a worker
         # may get one once its queue drained) runs where it is.
-        back = [t for t in w.in_flight.values()
-                if last_started < t.seq <= upto and not t.started]
+        back = [t for t in w.in_flight.values() if last_started < t.seq <= upto and not t.started]
         for t in back:
             del w.in_flight[t.tid]
             t.phase = _QUEUED
@@ -533,9 +549,13 @@ class LocalExecutor(SchedulerAPI):
                 del self._timed[tid]
                 for w in self._workers.values():
                     if w.in_flight.get(tid) is t and not w.killed:
-                        self._kill_worker(w, TaskTimeoutError(
-                            f"task {t.key!r} timed out after {t.timeout} s; "
-                            f"its worker pid {w.pid} was killed"))
+                        self._kill_worker(
+                            w,
+                            TaskTimeoutError(
+                                f"task {t.key!r} timed out after {t.timeout} s; "
+                                f"its worker pid {w.pid} was killed"
+                            ),
+                        )
 
     def _start_workers(self) -> None:
         if self._broken is not None:
@@ -597,16 +617,20 @@ class LocalExecutor(SchedulerAPI):
         prefetch = self.prefetch or self._adaptive_depth()
         limit = self.max_tasks_per_child
         open_workers = [
-            w for w in self._workers.values()
-            if not w.closing and not w.revoking and len(w.in_flight) < prefetch
+            w
+            for w in self._workers.values()
+            if not w.closing
+            and not w.revoking
+            and len(w.in_flight) < prefetch
             and (limit is None or w.sent < limit)
         ]
         if self.prefetch is None and prefetch > 1:
             # Feed no worker whose current task overruns what we expect of a task: what
             # we send it now would wait behind that task instead of running elsewhere.
             overrun = time.monotonic() - self._overrun_after()
-            open_workers = [w for w in open_workers
-                            if w.current is None or w.current.began > overrun]
+            open_workers = [
+                w for w in open_workers if w.current is None or w.current.began > overrun
+            ]
         loop = self._loop
         fed = set()
         # Breadth first: one task per worker per pass, so a deep prefetch stays fair.
@@ -655,15 +679,23 @@ class LocalExecutor(SchedulerAPI):
         lifeline_r = self._lifeline[0]
         close_fds = (
             sorted(_PARENT_FDS.difference((*mine, lifeline_r)))
-            if self.start_method == "fork" else []
+            if self.start_method == "fork"
+            else []
         )
         wid = next(self._wids)
         proc = self._context.Process(
             target=worker_main,
-            args=(ChildFd(activity_r), ChildFd(result_w), ChildFd(lifeline_r),
-                  ChildFd(control_r), close_fds,
-                  self.initializer, self.initargs, self.max_tasks_per_child,
-                  self.implementation),
+            args=(
+                ChildFd(activity_r),
+                ChildFd(result_w),
+                ChildFd(lifeline_r),
+                ChildFd(control_r),
+                close_fds,
+                self.initializer,
+                self.initargs,
+                self.max_tasks_per_child,
+                self.implementation,
+            ),
             name=f"pipepool-worker-{wid}",
             daemon=True,
         )
@@ -715,10 +747,16 @@ class LocalExecutor(SchedulerAPI):
             # Died before saying anything: start-up failed (a spawn child that cannot
             # import __main__, say). Treated like an initializer failure, so a pool that
             # cannot start workers backs off instead of respawning in a busy loop.
-            self._note_init_failure(w, WorkerLostError(
-                f"worker pid {w.pid} {describe_exit(exitcode)} during start-up, before "
-                "running any task (with spawn or forkserver, is the main module guarded "
-                "by if __name__ == '__main__'?)", pid=w.pid, exitcode=exitcode))
+            self._note_init_failure(
+                w,
+                WorkerLostError(
+                    f"worker pid {w.pid} {describe_exit(exitcode)} during start-up, before "
+                    "running any task (with spawn or forkserver, is the main module guarded "
+                    "by if __name__ == '__main__'?)",
+                    pid=w.pid,
+                    exitcode=exitcode,
+                ),
+            )
         if w.init_error is not None:
             pass  # counted by _note_init_failure, not a crash of a serving worker
         elif w.killed or exitcode != 0 or died_running:  # os._exit(0) mid-task is no recycle
@@ -747,14 +785,18 @@ class LocalExecutor(SchedulerAPI):
                 err = WorkerLostError(
                     f"worker pid {w.pid} sent a frame that cannot be trusted ({bad_frame}) "
                     f"and was killed while running task {t.key!r}",
-                    pid=w.pid, exitcode=exitcode)
+                    pid=w.pid,
+                    exitcode=exitcode,
+                )
                 err.__cause__ = bad_frame
                 return err
             return WorkerLostError(
                 f"worker pid {w.pid} {describe_exit(exitcode)} while running task {t.key!r}; "
                 "the task may have crashed the interpreter (segfault, os._exit) or been "
                 "killed from outside (OOM killer, kill -9)",
-                pid=w.pid, exitcode=exitcode)
+                pid=w.pid,
+                exitcode=exitcode,
+            )
 
         return error_for
 
@@ -766,7 +808,8 @@ class LocalExecutor(SchedulerAPI):
         if self._init_failures >= INIT_RETRIES:
             broken = InitializerError(
                 f"the initializer {self.initializer!r} failed in {self._init_failures} "
-                f"workers in a row: {type(error).__name__}: {error}")
+                f"workers in a row: {type(error).__name__}: {error}"
+            )
             broken.__cause__ = error
             self._broken = broken
             log.error("pipepool: %s", broken)
@@ -813,8 +856,15 @@ class LocalExecutor(SchedulerAPI):
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _finish(self, t: _Task, state: State, *, result: Any = None,
-                exception: BaseException | None = None, pid: int | None = None) -> None:
+    def _finish(
+        self,
+        t: _Task,
+        state: State,
+        *,
+        result: Any = None,
+        exception: BaseException | None = None,
+        pid: int | None = None,
+    ) -> None:
         """Record a task's terminal event (the caller removes it from where it was)."""
         t.phase = _DONE
         t.fn = t.args = t.kwargs = None  # type: ignore[assignment]  # free memory early
@@ -840,8 +890,9 @@ class LocalExecutor(SchedulerAPI):
             bound = 0.001  # an exit code is due any moment
         if self._timed:
             now = time.monotonic()
-            bound = min([bound] + [t.deadline - now for t in self._timed.values()
-                                   if t.deadline is not None])
+            bound = min(
+                [bound] + [t.deadline - now for t in self._timed.values() if t.deadline is not None]
+            )
         if self.prefetch is None:  # wake up when a worker's lead tasks become trapped
             now = time.monotonic()
             after = self._overrun_after()
@@ -850,6 +901,7 @@ class LocalExecutor(SchedulerAPI):
         if self._queue and self._init_retry_at > time.monotonic():
             bound = min(bound, self._init_retry_at - time.monotonic())
         return max(bound, 0.0)
+
 
 def _pickle_call(t: _Task) -> bytes:
     """Pickle a task's call; on failure name the key and the part that failed."""
@@ -866,11 +918,16 @@ def _pickle_call(t: _Task) -> bytes:
             f"task {t.key!r}: cannot pickle its {part} ({type(exc).__name__}: {exc}); "
             "functions must be importable (no lambdas or local functions) and "
             "arguments picklable",
-            key=t.key, part=part) from exc
+            key=t.key,
+            part=part,
+        ) from exc
     if len(payload) > MAX_PAYLOAD:
         raise TaskPicklingError(
             f"task {t.key!r}: its pickled call is {len(payload)} bytes, above the "
-            f"frame limit of {MAX_PAYLOAD}", key=t.key, part="arguments")
+            f"frame limit of {MAX_PAYLOAD}",
+            key=t.key,
+            part="arguments",
+        )
     return payload
 
 
@@ -882,7 +939,9 @@ def _remote_exception(key: Hashable, payload: bytes) -> BaseException:
     except Exception as unpickling:
         exc = TaskUnpicklingError(
             f"task {key!r} raised an exception that could not be unpickled in the parent "
-            f"({type(unpickling).__name__}: {unpickling})", part="exception")
+            f"({type(unpickling).__name__}: {unpickling})",
+            part="exception",
+        )
     exc.__cause__ = RemoteTraceback(tb)
     return exc
 

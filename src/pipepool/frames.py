@@ -63,9 +63,7 @@ def check_header(magic: int, flags: int, length: int, max_payload: int) -> None:
     if flags != 0:
         raise FrameError(f"bad frame flags 0x{flags:04x} (reserved bits set)")
     if length > max_payload:
-        raise FrameError(
-            f"frame length {length} exceeds the limit of {max_payload} bytes"
-        )
+        raise FrameError(f"frame length {length} exceeds the limit of {max_payload} bytes")
 
 
 def split_frames(

@@ -204,8 +204,12 @@ class _Driver:
             moved = True
             # Running: kill its worker. Queued in the LocalExecutor: cancel it there.
             # Sent to a worker but not started: kill it when its RUNNING event comes.
-            if (command == _SUBMIT_KILL and key in running and not ex.kill(key)
-                    and not ex.cancel(key)):
+            if (
+                command == _SUBMIT_KILL
+                and key in running
+                and not ex.kill(key)
+                and not ex.cancel(key)
+            ):
                 self.kill_on_start.add(key)
         return moved
 
@@ -230,13 +234,16 @@ class _Driver:
             if error is not None and error is broken:
                 self._break(error)
             elif isinstance(error, CancelledError) and not isinstance(
-                    error.__cause__, RemoteTraceback):  # (a task's own error has one)
+                error.__cause__, RemoteTraceback
+            ):  # (a task's own error has one)
                 # The LocalExecutor cancelled a task that was queued in it: on kill()
                 # before it started, or by terminate(). Its future is already RUNNING
                 # (it cannot turn CANCELLED now), so it fails instead.
                 error = TaskKilledError(
-                    "the executor was terminated before the task started" if self.terminate
-                    else "the task was killed on request before it started")
+                    "the executor was terminated before the task started"
+                    if self.terminate
+                    else "the task was killed on request before it started"
+                )
             fut.set_exception(error)  # type: ignore[arg-type]
 
     def _break(self, error: BaseException) -> None:
@@ -269,7 +276,8 @@ class _Driver:
         """An internal error in the driver: fail every future with it, never hang one."""
         error = BrokenProcessPool(
             f"the pipepool driver thread failed ({type(exc).__name__}: {exc}); "
-            "the pool is not usable anymore")
+            "the pool is not usable anymore"
+        )
         error.__cause__ = exc
         with self.lock:
             self.broken = self.broken or error
@@ -325,7 +333,8 @@ class ProcessPoolExecutor(Executor):
         if mp_context is None:
             # As the stdlib: spawn when workers are recycled, the platform default else.
             mp_context = multiprocessing.get_context(
-                "spawn" if max_tasks_per_child is not None else None)
+                "spawn" if max_tasks_per_child is not None else None
+            )
         if initializer is not None and not callable(initializer):
             raise TypeError("initializer must be a callable")
         if max_tasks_per_child is not None:
@@ -355,8 +364,7 @@ class ProcessPoolExecutor(Executor):
         # Collected without shutdown(): finish the submitted work, then stop (stdlib too).
         # The weakref lives on the driver, not on the pool: a weakref that is garbage
         # together with its referent (a pool in a reference cycle) never calls back.
-        self._driver.pool_ref = weakref.ref(
-            self, lambda _, d=self._driver: d.request_shutdown())
+        self._driver.pool_ref = weakref.ref(self, lambda _, d=self._driver: d.request_shutdown())
 
     # -- the stdlib API -----------------------------------------------------------------
 
@@ -456,8 +464,14 @@ class ProcessPoolExecutor(Executor):
 
         return submit
 
-    def _submit(self, fn: Callable[..., Any], args: tuple, kwargs: dict,
-                timeout: float | None, item: _MapItem | None = None) -> Any:
+    def _submit(
+        self,
+        fn: Callable[..., Any],
+        args: tuple,
+        kwargs: dict,
+        timeout: float | None,
+        item: _MapItem | None = None,
+    ) -> Any:
         d = self._driver
         with d.lock:
             if d.broken is not None:
@@ -506,8 +520,9 @@ class ProcessPoolExecutor(Executor):
                 with contextlib.suppress(Exception):  # the driver retries, futures report
                     ex.prestart()
         finally:
-            thread = threading.Thread(target=d.run, name=f"pipepool-driver-{id(self):x}",
-                                      daemon=True)
+            thread = threading.Thread(
+                target=d.run, name=f"pipepool-driver-{id(self):x}", daemon=True
+            )
             d.thread = thread
             _live_drivers.add(d)
             thread.start()
@@ -544,14 +559,21 @@ class _PoolView:
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
         return self._pool._submit(fn, args, kwargs, self._timeout)
 
-    def map(self, fn: Callable[..., Any], *iterables: Iterable[Any],
-            timeout: float | None = None, chunksize: int = 1,
-            buffersize: int | None = None) -> Iterator[Any]:
-        return _map(self._pool._map_submitter(self._timeout), fn, iterables, timeout,
-                    chunksize, buffersize)
+    def map(
+        self,
+        fn: Callable[..., Any],
+        *iterables: Iterable[Any],
+        timeout: float | None = None,
+        chunksize: int = 1,
+        buffersize: int | None = None,
+    ) -> Iterator[Any]:
+        return _map(
+            self._pool._map_submitter(self._timeout), fn, iterables, timeout, chunksize, buffersize
+        )
 
 
 # -- map ---------------------------------------------------------------------------------
+
 
 def _chunks(iterable: Iterable[Any], size: int) -> Iterator[tuple]:
     it = iter(iterable)
@@ -640,9 +662,14 @@ class _MapItem:
         raise CancelledError()
 
 
-def _map(submit: Callable[..., Any], fn: Callable[..., Any],
-         iterables: tuple[Iterable[Any], ...], timeout: float | None, chunksize: int,
-         buffersize: int | None) -> Iterator[Any]:
+def _map(
+    submit: Callable[..., Any],
+    fn: Callable[..., Any],
+    iterables: tuple[Iterable[Any], ...],
+    timeout: float | None,
+    chunksize: int,
+    buffersize: int | None,
+) -> Iterator[Any]:
     """The stdlib's ``Executor.map`` (3.14, with ``buffersize``) over chunks."""
     if chunksize < 1:
         raise ValueError("chunksize must be >= 1.")
@@ -658,8 +685,9 @@ def _map(submit: Callable[..., Any], fn: Callable[..., Any],
         calls = ((chunk,) for chunk in _chunks(zip(*iterables, strict=False), chunksize))
         task = _ChunkRunner(fn)
     if buffersize:
-        fs: deque[_MapItem] = deque(submit(task, *args)
-                                  for args in itertools.islice(calls, buffersize))
+        fs: deque[_MapItem] = deque(
+            submit(task, *args) for args in itertools.islice(calls, buffersize)
+        )
     else:
         fs = deque(submit(task, *args) for args in calls)
     results = _results(fs, submit, task, calls if buffersize else None, end_time)
@@ -686,8 +714,13 @@ class _ChunkRunner:
         return f"<map chunk of {self.fn!r}>"
 
 
-def _results(fs: deque[_MapItem], submit: Callable[..., _MapItem], task: Callable[..., Any],
-             calls: Iterator[tuple] | None, end_time: float | None) -> Iterator[Any]:
+def _results(
+    fs: deque[_MapItem],
+    submit: Callable[..., _MapItem],
+    task: Callable[..., Any],
+    calls: Iterator[tuple] | None,
+    end_time: float | None,
+) -> Iterator[Any]:
     # A generator, so nothing waits until the first next(); the finally cancels what is
     # left when the consumer stops early, raises, or drops the iterator.
     try:
@@ -718,6 +751,7 @@ def _flatten(chunks: Iterator[list[Any]]) -> Iterator[Any]:
 
 
 # -- interpreter exit ----------------------------------------------------------------------
+
 
 def _python_exit() -> None:
     """Before the interpreter finalizes: let every pool finish its submitted work, as the

@@ -171,8 +171,11 @@ def _dumps_exception(exc: BaseException) -> bytes:
     buffer = io.BytesIO()
     pickler = pickle.Pickler(buffer, PICKLE_PROTOCOL)
     if any(_is_tblib(reducer) for reducer in copyreg.dispatch_table.values()):
-        pickler.dispatch_table = {cls: reducer for cls, reducer in copyreg.dispatch_table.items()
-                                  if not _is_tblib(reducer)}
+        pickler.dispatch_table = {
+            cls: reducer
+            for cls, reducer in copyreg.dispatch_table.items()
+            if not _is_tblib(reducer)
+        }
     pickler.dump(exc)
     return buffer.getvalue()
 
@@ -295,8 +298,10 @@ def main(
             os.close(fd)
     gate = _Gate(result.fd)
     threading.Thread(
-        target=_watch, args=(lifeline.fd, control.fd, gate),
-        name="pipepool-watcher", daemon=True,
+        target=_watch,
+        args=(lifeline.fd, control.fd, gate),
+        name="pipepool-watcher",
+        daemon=True,
     ).start()
     if initializer is not None:
         try:

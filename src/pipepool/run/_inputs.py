@@ -84,8 +84,13 @@ def resolve_groups(groups: list[tuple[str, list[str]]]) -> list[list[str]]:
     return resolved
 
 
-def build_jobs(template: Sequence[str], arg_rows: Iterable[Sequence[str]] | None,
-               lines: Sequence[str] | None, *, shell: bool = True) -> list[Job]:
+def build_jobs(
+    template: Sequence[str],
+    arg_rows: Iterable[Sequence[str]] | None,
+    lines: Sequence[str] | None,
+    *,
+    shell: bool = True,
+) -> list[Job]:
     """The jobs, numbered from 1.
 
     ``template``: the command words (may be empty). ``arg_rows``: one tuple of arguments
@@ -147,8 +152,9 @@ def _substitute(text: str, row: tuple[str, ...], seq: int, *, quote: bool) -> st
         if which:
             index = int(which)
             if not 1 <= index <= len(row):
-                raise InputError(f"{match.group(0)} needs {index} input sources, "
-                                 f"there are {len(row)}")
+                raise InputError(
+                    f"{match.group(0)} needs {index} input sources, there are {len(row)}"
+                )
             return one(_transform(row[index - 1], form))
         return " ".join(one(_transform(arg, form)) for arg in row)
 

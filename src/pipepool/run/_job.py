@@ -110,13 +110,28 @@ def run_job(spec: JobSpec) -> JobResult:
     t0 = time.monotonic()
     try:
         proc = subprocess.Popen(
-            spec.argv, stdin=subprocess.DEVNULL, stdout=out_fd, stderr=err_fd,
-            start_new_session=True, close_fds=True)
+            spec.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out_fd,
+            stderr=err_fd,
+            start_new_session=True,
+            close_fds=True,
+        )
     except OSError as exc:  # no such program, not executable: report it as a shell would
         os.write(err_fd, f"pipepool: {spec.argv[0]}: {exc.strerror}\n".encode())
         code = 127 if exc.errno == errno.ENOENT else 126
-        return JobResult(spec.seq, spec.attempt, start, time.monotonic() - t0, code, 0,
-                         False, _size(out_fd), _size(err_fd), 0)
+        return JobResult(
+            spec.seq,
+            spec.attempt,
+            start,
+            time.monotonic() - t0,
+            code,
+            0,
+            False,
+            _size(out_fd),
+            _size(err_fd),
+            0,
+        )
     finally:
         # The child holds its copies; ours would only keep the files open (and leak
         # one pair per job if Popen raised something else, a NUL in an argument say).
@@ -156,8 +171,9 @@ def run_job(spec: JobSpec) -> JobResult:
             if size == 0:
                 with contextlib.suppress(OSError):
                     os.unlink(path)
-    return JobResult(spec.seq, spec.attempt, start, runtime, exitval, sig, timed_out,
-                     *sizes, proc.pid)
+    return JobResult(
+        spec.seq, spec.attempt, start, runtime, exitval, sig, timed_out, *sizes, proc.pid
+    )
 
 
 _CLUSTER_LOCK = threading.Lock()  # one job at a time per Dask worker process
@@ -178,9 +194,12 @@ def run_job_on_cluster(spec: JobSpec) -> JobResult:
     with _CLUSTER_LOCK:
         here = tempfile.mkdtemp(prefix="pipepool-job-")
         try:
-            local = dataclasses.replace(spec, stdout_path=os.path.join(here, "stdout"),
-                                        stderr_path=os.path.join(here, "stderr"),
-                                        drop_empty=False)
+            local = dataclasses.replace(
+                spec,
+                stdout_path=os.path.join(here, "stdout"),
+                stderr_path=os.path.join(here, "stderr"),
+                drop_empty=False,
+            )
             result = run_job(local)
             output = (_read(local.stdout_path), _read(local.stderr_path))
         finally:

@@ -17,8 +17,17 @@ import os
 import stat
 from dataclasses import dataclass
 
-COLUMNS = ("Seq", "Host", "Starttime", "JobRuntime", "Send", "Receive", "Exitval", "Signal",
-           "Command")
+COLUMNS = (
+    "Seq",
+    "Host",
+    "Starttime",
+    "JobRuntime",
+    "Send",
+    "Receive",
+    "Exitval",
+    "Signal",
+    "Command",
+)
 HEADER = "\t".join(COLUMNS) + "\n"
 HOST = ":"  # GNU parallel's name for the local machine
 
@@ -40,8 +49,10 @@ class JoblogRow:
 
     def format(self) -> str:
         # The same number formats as GNU parallel, so tools that read its joblog read ours.
-        return (f"{self.seq}\t{self.host}\t{self.start:10.3f}\t{self.runtime:10.3f}\t0\t"
-                f"{self.receive}\t{self.exitval}\t{self.signal}\t{_escape(self.command)}\n")
+        return (
+            f"{self.seq}\t{self.host}\t{self.start:10.3f}\t{self.runtime:10.3f}\t0\t"
+            f"{self.receive}\t{self.exitval}\t{self.signal}\t{_escape(self.command)}\n"
+        )
 
 
 class Joblog:
@@ -105,9 +116,15 @@ def read_joblog(path: str) -> dict[int, JoblogRow]:
         if len(fields) != 9 or not fields[0].strip().isdigit():
             continue  # the header, or a line that is not ours
         try:
-            row = JoblogRow(int(fields[0]), float(fields[2]), float(fields[3]),
-                            int(fields[5]), int(fields[6]), int(fields[7]),
-                            fields[8])
+            row = JoblogRow(
+                int(fields[0]),
+                float(fields[2]),
+                float(fields[3]),
+                int(fields[5]),
+                int(fields[6]),
+                int(fields[7]),
+                fields[8],
+            )
         except ValueError:
             continue
         rows[row.seq] = row

@@ -19,8 +19,16 @@ CHUNK = 1 << 16
 
 
 class OutputWriter:
-    def __init__(self, stdout: BinaryIO, stderr: BinaryIO, *, tag: bool, keep_order: bool,
-                 order: list[int], before_write: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        stdout: BinaryIO,
+        stderr: BinaryIO,
+        *,
+        tag: bool,
+        keep_order: bool,
+        order: list[int],
+        before_write: Callable[[], None],
+    ) -> None:
         self.stdout = stdout
         self.stderr = stderr
         self.tag = tag
@@ -31,8 +39,7 @@ class OutputWriter:
         self._before_write = before_write  # erases the progress bar
         self._broken = False  # our stdout's reader went away (`| head`)
 
-    def finished(self, seq: int, tag: str, out_path: str, err_path: str, *,
-                 remove: bool) -> None:
+    def finished(self, seq: int, tag: str, out_path: str, err_path: str, *, remove: bool) -> None:
         """A job is final: print its output now, or hold it until its turn."""
         if not self.keep_order:
             self._emit(tag, out_path, err_path, remove)

@@ -31,9 +31,17 @@ class Progress:
         """Whether an ``update`` now would redraw (so callers skip gathering its data)."""
         return self.enabled and time.monotonic() - self._last >= REDRAW_INTERVAL
 
-    def update(self, done: int, failed: int, running_ages: Sequence[float] = (), *,
-               mean_runtime: float = 0.0, note: str = "", force: bool = False,
-               final: bool = False) -> None:
+    def update(
+        self,
+        done: int,
+        failed: int,
+        running_ages: Sequence[float] = (),
+        *,
+        mean_runtime: float = 0.0,
+        note: str = "",
+        force: bool = False,
+        final: bool = False,
+    ) -> None:
         """Redraw (at most every REDRAW_INTERVAL unless ``force``). ``running_ages``:
         how long each running job has run; ``mean_runtime`` of the finished ones."""
         if not self.enabled:
@@ -43,10 +51,18 @@ class Progress:
             return
         self._last = now
         elapsed = now - self.started
-        eta = None if final else estimate(done, self.total, elapsed, mean_runtime,
-                                          running_ages)
-        line = render(done, failed, len(running_ages), self.total, elapsed, self._width(),
-                      note, eta, show_eta=not final)
+        eta = None if final else estimate(done, self.total, elapsed, mean_runtime, running_ages)
+        line = render(
+            done,
+            failed,
+            len(running_ages),
+            self.total,
+            elapsed,
+            self._width(),
+            note,
+            eta,
+            show_eta=not final,
+        )
         self.stream.write("\r" + line + "\x1b[K")
         self.stream.flush()
         self._drawn = True
@@ -75,8 +91,9 @@ class Progress:
             return 80
 
 
-def estimate(done: int, total: int, elapsed: float, mean_runtime: float,
-             running_ages: Sequence[float]) -> float | None:
+def estimate(
+    done: int, total: int, elapsed: float, mean_runtime: float, running_ages: Sequence[float]
+) -> float | None:
     """Seconds left, or None when there is no honest number yet.
 
     While jobs wait to start, the throughput so far decides: (waiting + running) / rate.
@@ -95,8 +112,18 @@ def estimate(done: int, total: int, elapsed: float, mean_runtime: float,
     return max(mean_runtime - min(running_ages, default=0.0), 0.0)
 
 
-def render(done: int, failed: int, running: int, total: int, elapsed: float, width: int,
-           note: str = "", eta: float | None = None, *, show_eta: bool = True) -> str:
+def render(
+    done: int,
+    failed: int,
+    running: int,
+    total: int,
+    elapsed: float,
+    width: int,
+    note: str = "",
+    eta: float | None = None,
+    *,
+    show_eta: bool = True,
+) -> str:
     """The bar's text, at most ``width`` - 1 columns, e.g.
     ``[#########.....] 612/1000 |  61% | 2 running | 311 jobs/s | ETA 0:01 | 0:02 elapsed``."""
     fraction = done / total if total else 1.0

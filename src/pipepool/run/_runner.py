@@ -70,8 +70,14 @@ class RunOptions:
 
 
 class Runner:
-    def __init__(self, jobs: list[Job], options: RunOptions, *, stdout: BinaryIO | None = None,
-                 stderr: TextIO | None = None) -> None:
+    def __init__(
+        self,
+        jobs: list[Job],
+        options: RunOptions,
+        *,
+        stdout: BinaryIO | None = None,
+        stderr: TextIO | None = None,
+    ) -> None:
         self.jobs = jobs
         self.options = options
         self.stdout = stdout or sys.stdout.buffer
@@ -92,19 +98,27 @@ class Runner:
         options = self.options
         ex = _make_executor(options)  # first: without Dask, --cluster fails before any file
         to_run = self._select_jobs()
-        summary = self.summary = Summary(total=len(self.jobs), jobs=options.jobs,
-                                         skipped=len(self.jobs) - len(to_run))
+        summary = self.summary = Summary(
+            total=len(self.jobs), jobs=options.jobs, skipped=len(self.jobs) - len(to_run)
+        )
         self._pending.extend((job, 1) for job in to_run)
         progress_on = options.progress
         if progress_on is None:
             progress_on = _isatty(self.stderr)
         self.progress = Progress(len(to_run), self.stderr, enabled=progress_on)
-        self.output = OutputWriter(self.stdout, _binary(self.stderr), tag=options.tag,
-                                   keep_order=options.keep_order,
-                                   order=[j.seq for j in to_run],
-                                   before_write=self._before_output)
-        self.joblog = (Joblog(options.joblog, append=options.resume is not None,
-                              fsync=options.joblog_fsync) if options.joblog else None)
+        self.output = OutputWriter(
+            self.stdout,
+            _binary(self.stderr),
+            tag=options.tag,
+            keep_order=options.keep_order,
+            order=[j.seq for j in to_run],
+            before_write=self._before_output,
+        )
+        self.joblog = (
+            Joblog(options.joblog, append=options.resume is not None, fsync=options.joblog_fsync)
+            if options.joblog
+            else None
+        )
         self.tmpdir = _make_tmpdir()
         started = time.monotonic()
         previous = self._install_signal_handlers()
@@ -116,8 +130,11 @@ class Runner:
             self._loop(ex)
             clean = True
             self.output.flush_all()  # --keep-order: what waited for a job that never ran
-            self.progress.finish(len(summary.outcomes), self._failed,
-                                 note=f"stopped: {summary.stopped}" if summary.stopped else "")
+            self.progress.finish(
+                len(summary.outcomes),
+                self._failed,
+                note=f"stopped: {summary.stopped}" if summary.stopped else "",
+            )
         finally:
             try:
                 if clean:
@@ -173,14 +190,23 @@ class Runner:
         fed = False
         while self._pending and not self._stopping and len(self._inflight) < limit:
             job, attempt = self._pending.popleft()
-            spec = JobSpec(job.seq, attempt, job.argv, *self._output_paths(job.seq, attempt),
-                           timeout=self.options.timeout,
-                           drop_empty=self.options.results is None)
+            spec = JobSpec(
+                job.seq,
+                attempt,
+                job.argv,
+                *self._output_paths(job.seq, attempt),
+                timeout=self.options.timeout,
+                drop_empty=self.options.results is None,
+            )
             backstop = None
             if self.options.timeout is not None:
                 backstop = self.options.timeout + KILL_GRACE + BACKSTOP_SLACK
-            ex.queue_call(job.seq, run_job if self.options.cluster is None
-                          else run_job_on_cluster, (spec,), timeout=backstop)
+            ex.queue_call(
+                job.seq,
+                run_job if self.options.cluster is None else run_job_on_cluster,
+                (spec,),
+                timeout=backstop,
+            )
             self._inflight[job.seq] = (job, spec, time.time())
             fed = True
         return fed
@@ -195,9 +221,16 @@ class Runner:
             host = result.host
             if result.output is not None:  # run on a Dask worker: its output came back
                 _land_output(spec, result.output)
-            outcome = Outcome(job.seq, job.command, "ok" if result.ok else "failed",
-                              result.exitval, result.signal, result.timed_out, result.runtime,
-                              spec.attempt)
+            outcome = Outcome(
+                job.seq,
+                job.command,
+                "ok" if result.ok else "failed",
+                result.exitval,
+                result.signal,
+                result.timed_out,
+                result.runtime,
+                spec.attempt,
+            )
             start, receive = result.start, result.stdout_size
         else:
             exc = event.exception
@@ -207,20 +240,41 @@ class Runner:
             start, receive = queued_at, _file_size(spec.stdout_path)
             host = getattr(exc, "address", None) or HOST  # a lost Dask worker's
             outcome = _lost_outcome(job, spec, exc, time.time() - queued_at)
-        if outcome.status == "failed" and spec.attempt <= self.options.retries \
-                and not self._stopping:
+        if (
+            outcome.status == "failed"
+            and spec.attempt <= self.options.retries
+            and not self._stopping
+        ):
             self._discard_output(spec)
             self._pending.appendleft((job, spec.attempt + 1))
             return
         if outcome.status != "aborted" and self.joblog is not None:
-            self.joblog.write(JoblogRow(job.seq, start, outcome.runtime, receive,
-                                        outcome.exitval, outcome.signal, job.command, host))
-        if event.state is State.SUCCESS and spec.drop_empty \
-                and result.stdout_size == result.stderr_size == 0:
+            self.joblog.write(
+                JoblogRow(
+                    job.seq,
+                    start,
+                    outcome.runtime,
+                    receive,
+                    outcome.exitval,
+                    outcome.signal,
+                    job.command,
+                    host,
+                )
+            )
+        if (
+            event.state is State.SUCCESS
+            and spec.drop_empty
+            and result.stdout_size == result.stderr_size == 0
+        ):
             self.output.skip(job.seq)  # no output, and the worker removed the empty files
         else:
-            self.output.finished(job.seq, job.tag, spec.stdout_path, spec.stderr_path,
-                                 remove=self.options.results is None)
+            self.output.finished(
+                job.seq,
+                job.tag,
+                spec.stdout_path,
+                spec.stderr_path,
+                remove=self.options.results is None,
+            )
         self.summary.outcomes.append(outcome)
         self._runtime_sum += outcome.runtime
         if outcome.status == "failed":
@@ -246,8 +300,10 @@ class Runner:
             self._stop(ex, "interrupted")
             running = len(ex.running)
             if running:
-                self._note(f"Ctrl-C: starting no new job; waiting for {running} running "
-                           "(Ctrl-C again kills them)")
+                self._note(
+                    f"Ctrl-C: starting no new job; waiting for {running} running "
+                    "(Ctrl-C again kills them)"
+                )
         elif self._interrupts >= 2 and not self._aborting:
             self._stop(ex, "interrupted")
             self._note(f"Ctrl-C again: killing {len(ex.running)} running jobs")
@@ -298,9 +354,13 @@ class Runner:
         # "started" arrives, and would otherwise always show one worker idle.
         dispatched = len(self._inflight) - len(ex.queued)
         ages += [0.0] * max(dispatched - len(ages), 0)
-        self.progress.update(done, self._failed, ages,
-                             mean_runtime=self._runtime_sum / done if done else 0.0,
-                             note="stopping" if self._stopping else "")
+        self.progress.update(
+            done,
+            self._failed,
+            ages,
+            mean_runtime=self._runtime_sum / done if done else 0.0,
+            note="stopping" if self._stopping else "",
+        )
 
     def _before_output(self) -> None:
         self.progress.clear()
@@ -318,8 +378,7 @@ class Runner:
             self._terminated = True
 
         previous = {}
-        for signum, handler in ((signal.SIGINT, on_interrupt),
-                                (signal.SIGTERM, on_terminate)):
+        for signum, handler in ((signal.SIGINT, on_interrupt), (signal.SIGTERM, on_terminate)):
             with contextlib.suppress(ValueError):  # not the main thread: the caller's job
                 previous[signum] = signal.signal(signum, handler)
         return previous
@@ -336,8 +395,13 @@ def _make_executor(options: RunOptions):
     # As many jobs handed to Dask as run at once (LocalExecutor's prefetch=1): the ones
     # fed ahead stay queued here, where stopping early can still cancel them.
     if options.cluster == "local":
-        return ClusterExecutor(None, n_workers=options.jobs, threads_per_worker=1,
-                               max_in_flight=options.jobs, silence_logs=logging.CRITICAL)
+        return ClusterExecutor(
+            None,
+            n_workers=options.jobs,
+            threads_per_worker=1,
+            max_in_flight=options.jobs,
+            silence_logs=logging.CRITICAL,
+        )
     return ClusterExecutor(options.cluster, max_in_flight=options.jobs or None)
 
 
@@ -351,21 +415,31 @@ def _land_output(spec: JobSpec, output: tuple[bytes, bytes]) -> None:
                 f.write(data)
 
 
-def _lost_outcome(job: Job, spec: JobSpec, exc: BaseException | None,
-                  runtime: float) -> Outcome:
+def _lost_outcome(job: Job, spec: JobSpec, exc: BaseException | None, runtime: float) -> Outcome:
     """The outcome of an attempt whose worker did not report back."""
     if isinstance(exc, TaskKilledError):
-        return Outcome(job.seq, job.command, "aborted", -1, signal.SIGKILL, False, runtime,
-                       spec.attempt)
+        return Outcome(
+            job.seq, job.command, "aborted", -1, signal.SIGKILL, False, runtime, spec.attempt
+        )
     if isinstance(exc, TaskTimeoutError):
-        return Outcome(job.seq, job.command, "failed", -1, signal.SIGKILL, True, runtime,
-                       spec.attempt)
+        return Outcome(
+            job.seq, job.command, "failed", -1, signal.SIGKILL, True, runtime, spec.attempt
+        )
     sig = 0
     if isinstance(exc, WorkerLostError) and exc.exitcode is not None and exc.exitcode < 0:
         sig = -exc.exitcode
     reason = f"{type(exc).__name__}: {exc}" if exc is not None else "lost"
-    return Outcome(job.seq, job.command, "failed", -1, sig, False, runtime, spec.attempt,
-                   error=reason.splitlines()[0][:200])
+    return Outcome(
+        job.seq,
+        job.command,
+        "failed",
+        -1,
+        sig,
+        False,
+        runtime,
+        spec.attempt,
+        error=reason.splitlines()[0][:200],
+    )
 
 
 TMP_PREFIX = "pipepool-run-"
@@ -379,7 +453,7 @@ def _make_tmpdir() -> str:
         for name in os.listdir(base):
             if not name.startswith(TMP_PREFIX):
                 continue
-            pid = name[len(TMP_PREFIX):].split("-", 1)[0]
+            pid = name[len(TMP_PREFIX) :].split("-", 1)[0]
             if pid.isdigit() and not _alive(int(pid)):
                 shutil.rmtree(os.path.join(base, name), ignore_errors=True)
     return tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-", dir=base)

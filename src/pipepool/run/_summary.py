@@ -41,11 +41,18 @@ class Outcome:
         return f"exit {self.exitval}"
 
     def as_dict(self) -> dict[str, object]:
-        return {"seq": self.seq, "command": self.command, "status": self.status,
-                "exitval": self.exitval, "signal": self.signal,
-                "signal_name": _signame(self.signal) if self.signal else None,
-                "timed_out": self.timed_out, "runtime": round(self.runtime, 6),
-                "attempts": self.attempts, "error": self.error or None}
+        return {
+            "seq": self.seq,
+            "command": self.command,
+            "status": self.status,
+            "exitval": self.exitval,
+            "signal": self.signal,
+            "signal_name": _signame(self.signal) if self.signal else None,
+            "timed_out": self.timed_out,
+            "runtime": round(self.runtime, 6),
+            "attempts": self.attempts,
+            "error": self.error or None,
+        }
 
 
 @dataclass(slots=True)
@@ -87,17 +94,21 @@ class Summary:
     def text(self) -> str:
         ran = len(self.outcomes)
         rate = ran / self.elapsed if self.elapsed > 0 else 0.0
-        head = (f"pipepool run: {ran} job{'' if ran == 1 else 's'} in {self.elapsed:.2f} s "
-                f"({rate:.1f} jobs/s, "
-                f"-j {self.jobs}): {len(self.succeeded)} succeeded, {len(self.failed)} failed")
+        head = (
+            f"pipepool run: {ran} job{'' if ran == 1 else 's'} in {self.elapsed:.2f} s "
+            f"({rate:.1f} jobs/s, "
+            f"-j {self.jobs}): {len(self.succeeded)} succeeded, {len(self.failed)} failed"
+        )
         lines = [head]
         if self.skipped:
             lines.append(f"  skipped {self.skipped} already in the joblog (--resume)")
         if self.stopped:
             lines.append(f"  stopped early ({self.stopped}): {self.not_run} not started")
         if self.aborted:
-            lines.append(f"  killed by the runner: {len(self.aborted)} (no joblog row; "
-                         "--resume runs them again)")
+            lines.append(
+                f"  killed by the runner: {len(self.aborted)} (no joblog row; "
+                "--resume runs them again)"
+            )
             lines += _listing(self.aborted, lambda o: o.describe())
         failed = self.failed
         if failed:
@@ -112,11 +123,17 @@ class Summary:
 
     def as_dict(self) -> dict[str, object]:
         return {
-            "total": self.total, "ran": len(self.outcomes), "succeeded": len(self.succeeded),
-            "failed": len(self.failed), "aborted": len(self.aborted),
-            "not_run": self.not_run, "skipped": self.skipped,
-            "elapsed": round(self.elapsed, 6), "jobs": self.jobs,
-            "stopped": self.stopped or None, "exit_status": self.exit_status(),
+            "total": self.total,
+            "ran": len(self.outcomes),
+            "succeeded": len(self.succeeded),
+            "failed": len(self.failed),
+            "aborted": len(self.aborted),
+            "not_run": self.not_run,
+            "skipped": self.skipped,
+            "elapsed": round(self.elapsed, 6),
+            "jobs": self.jobs,
+            "stopped": self.stopped or None,
+            "exit_status": self.exit_status(),
             "failures": [o.as_dict() for o in self.failed],
             "aborted_jobs": [o.as_dict() for o in self.aborted],
             "slowest": [o.as_dict() for o in self.slowest()],
