@@ -188,10 +188,10 @@ def write_to_result_pipe(data: bytes, then: str = "return", forge_result=None):
     "return", "exit" or "sleep" (until the parent kills us; bounded)."""
     import pickle
 
-    from pipepool.frames import Kind, encode_header
+    from pipepool.frames import ELAPSED, Kind, encode_header
 
     if forge_result is not None:
-        payload = pickle.dumps(forge_result, 5)
+        payload = ELAPSED.pack(0.0) + pickle.dumps(forge_result, 5)
         data += encode_header(Kind.DONE, _serve_local("ident"), len(payload)) + payload
     os.write(_serve_local("result_fd"), data)
     if then == "exit":

@@ -22,11 +22,11 @@ def test_header_layout_is_documented_little_endian():
 
 
 def test_split_keeps_partial_tail():
-    data = frame(Kind.DONE, 1, b"abc") + frame(Kind.STARTED, 2, b"") + frame(Kind.DONE, 3, b"xyz")
+    data = frame(Kind.DONE, 1, b"abc") + frame(Kind.REVOKED, 2, b"") + frame(Kind.DONE, 3, b"xyz")
     buf = bytearray(data[:-2])
     out: list = []
     split_frames(buf, out)
-    assert out == [(3, 1, b"abc"), (2, 2, b"")]
+    assert out == [(3, 1, b"abc"), (7, 2, b"")]
     buf += data[-2:]
     split_frames(buf, out)
     assert out[-1] == (3, 3, b"xyz") and buf == b""

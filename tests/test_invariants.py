@@ -124,9 +124,12 @@ def test_worker_dying_while_its_frame_is_half_written(make, tmp_path):
     never = str(tmp_path / "never")
     ex = make(1, prefetch=2, pipe_size=PAGE)
     ex.queue("blocker", tasks.wait_for, never)
-    ex.queue("big", tasks.record, log, "big", 0, b"B" * (1 << 20))
     rec = Recorder(ex)
     rec.run_until(lambda: "blocker" in rec.running_seen)
+    # Queued apart, so that it travels in a frame of its own (not in one BATCH with the
+    # blocker, which the worker would have to receive whole before starting either).
+    ex.queue("big", tasks.record, log, "big", 0, b"B" * (1 << 20))
+    ex.sync()
     (worker,) = ex._workers.values()
     assert ex._loop.pending(worker.wid) > 0  # the big frame is only partly in the pipe
     os.kill(worker.pid, signal.SIGKILL)

@@ -77,10 +77,10 @@ def test_roundtrip(loop):
     loop.send(1, Kind.TASK, 5, b"hello")
     assert loop.pending(1) == 0
     assert peer.recv_frames(1) == [(Kind.TASK, 5, b"hello")]
-    peer.send(Kind.STARTED, 5)
+    peer.send(Kind.REVOKED, 5)
     peer.send(Kind.DONE, 5, b"result")
     frames, closed = pump_until(loop, lambda f, c: len(f) == 2)
-    assert frames == [(1, Kind.STARTED, 5, b""), (1, Kind.DONE, 5, b"result")]
+    assert frames == [(1, Kind.REVOKED, 5, b""), (1, Kind.DONE, 5, b"result")]
     assert closed == []
     peer.close()
 
@@ -145,13 +145,13 @@ def test_untrusted_input_closes_the_channel_with_frame_error(loop_module, garbag
     try:
         peer = Peer(loop, 4)
         other = Peer(loop, 5)
-        peer.send(Kind.STARTED, 1)
+        peer.send(Kind.REVOKED, 1)
         os.write(peer.write_fd, garbage)
         os.close(peer.write_fd)
         peer.write_fd = -1
         other.send(Kind.DONE, 9, b"fine")
         frames, closed = pump_until(loop, lambda f, c: bool(c) and len(f) == 2)
-        assert (4, Kind.STARTED, 1, b"") in frames and (5, Kind.DONE, 9, b"fine") in frames
+        assert (4, Kind.REVOKED, 1, b"") in frames and (5, Kind.DONE, 9, b"fine") in frames
         assert len(closed) == 1 and closed[0][0] == 4
         assert isinstance(closed[0][1], FrameError)
         peer.close()

@@ -29,6 +29,7 @@ import logging
 import multiprocessing
 import os
 import pickle
+import struct
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable
@@ -37,6 +38,7 @@ from typing import Any
 
 from . import _impl, _signals
 from ._api import SchedulerAPI
+from ._marks import MarkTable
 from .errors import (
     FrameError,
     InitializerError,
@@ -49,7 +51,7 @@ from .errors import (
     describe_exit,
 )
 from .events import Event, State
-from .frames import MAX_PAYLOAD, PICKLE_PROTOCOL, Kind, encode_header
+from .frames import ELAPSED, MAX_PAYLOAD, PICKLE_PROTOCOL, Kind, encode_header
 from .worker import ChildFd
 from .worker import main as worker_main
 
@@ -66,10 +68,14 @@ INIT_BACKOFF = 0.1  # s before the first restart after an initializer failure; d
 # BACKLOG seconds of the observed task time. Deep for tiny tasks (fewer wake-ups, one
 # writev per batch), 1 for long ones (they never wait behind each other); and a worker
 # whose current task overruns gets nothing more, so a surprise long task traps at most
-# the few short ones already sent to it.
+# the few short ones already sent to it (and those are revoked: see _revoke_trapped).
 BACKLOG = 0.002  # s of predicted work queued per worker: the wait a short task may pay
 MAX_DEPTH = 64  # beyond this, bigger batches stop paying and fairness suffers
 EMA_WEIGHT = 0.2  # weight of the newest run-time sample
+START_POLL = 0.002  # s a wait may last while a worker holds tasks and none is known to
+# run: no frame says "started" (start marks do, without a wake-up), so timeouts, RUNNING
+# events and revocation learn of a start at most this late. Tiny tasks never wait this
+# long (their outcomes wake us); long ones are seen started within it and stop the polling.
 
 # Every parent-side pipepool fd open in this process. A forked worker closes all of them
 # but its own, so that no worker holds another's pipe ends: otherwise one worker's EOF or
@@ -82,6 +88,7 @@ _QUEUED, _RUNNING, _DONE = 0, 1, 2
 class _Task:
     __slots__ = (
         "args",
+        "batch",
         "began",
         "deadline",
         "fn",
@@ -89,6 +96,7 @@ class _Task:
         "kwargs",
         "phase",
         "seq",
+        "solo",
         "started",
         "tid",
         "timeout",
@@ -111,8 +119,10 @@ class _Task:
         self.timeout = timeout
         self.phase = _QUEUED
         self.seq = 0  # its number in the stream of the worker it was last sent to
-        self.started = False
-        self.began = 0.0  # when its STARTED frame was read
+        self.batch = 0  # the seq of the first call of the BATCH frame it went in (0: alone)
+        self.solo = False  # its batch was REFUSED: it goes alone from now on
+        self.started = False  # its worker's start mark reached it (or its outcome came)
+        self.began = 0.0  # when we saw its start mark
         self.deadline: float | None = None
 
 
@@ -130,11 +140,13 @@ class _Worker:
         "init_round",
         "kill_reason",
         "killed",
+        "mark",
         "pid",
         "proc",
         "revoking",
         "sent",
         "seq",
+        "slot",
         "wid",
     )
 
@@ -144,6 +156,7 @@ class _Worker:
         proc: multiprocessing.process.BaseProcess,
         fds: tuple[int, int],
         control_fd: int,
+        slot: int,
         init_round: int,
     ) -> None:
         self.wid = wid
@@ -151,6 +164,8 @@ class _Worker:
         self.pid: int | None = proc.pid
         self.fds = fds  # the parent's ends, owned by the loop from add() to remove()
         self.control_fd = control_fd  # write end of its control pipe (REVOKE), non-blocking
+        self.slot = slot  # its start-mark slot in the pool's MarkTable
+        self.mark = 0  # the last start mark read from it
         self.init_round = init_round  # initializer failures counted when it started
         self.in_flight: dict[int, _Task] = {}  # tid -> task, in dispatch order
         self.sent = 0  # tasks sent and not taken back, for max_tasks_per_child
@@ -163,7 +178,7 @@ class _Worker:
         self.kill_reason: BaseException | None = None  # why we killed it, for its task
         self.killed = False
         self.heard = False  # any frame received: it got through start-up
-        self.current: _Task | None = None  # the task it said it started, until its outcome
+        self.current: _Task | None = None  # the task its start mark names, until its outcome
 
 
 class LocalExecutor(SchedulerAPI):
@@ -178,7 +193,7 @@ class LocalExecutor(SchedulerAPI):
         parallelism: int | None = None,
         *,
         start_method: str | None = None,
-        prefetch: int | None = 1,
+        prefetch: int | None = None,
         pipe_size: int | None = None,
         max_tasks_per_child: int | None = None,
         initializer: Callable[..., object] | None = None,
@@ -206,6 +221,7 @@ class LocalExecutor(SchedulerAPI):
         self.implementation, loop_module = _impl.load(_loop_impl)
         self._loop_class = loop_module.PipeLoop
         self._loop: Any = None
+        self._marks: MarkTable | None = None
         self._queue: deque[_Task] = deque()
         self._workers: dict[int, _Worker] = {}
         self._events: dict[Hashable, Event] = {}
@@ -223,7 +239,7 @@ class LocalExecutor(SchedulerAPI):
         )
         self._last_progress = time.monotonic()
         self._task_time = BACKLOG  # EMA of task run time; starts at depth 1, learns fast
-        self._starting: list[tuple[_Task, int | None]] = []  # STARTED read, event not yet out
+        self._starting: list[tuple[_Task, int | None]] = []  # seen started, event not yet out
 
     # -- public API -------------------------------------------------------------------
 
@@ -238,6 +254,8 @@ class LocalExecutor(SchedulerAPI):
 
             forkserver.ensure_running()
         self._loop = self._loop_class()
+        self._marks = MarkTable(self.parallelism)
+        _PARENT_FDS.add(self._marks.fd)
         lifeline_r, lifeline_w = os.pipe()
         _PARENT_FDS.update((lifeline_r, lifeline_w))
         self._lifeline = (lifeline_r, lifeline_w)
@@ -310,6 +328,7 @@ class LocalExecutor(SchedulerAPI):
     def kill(self, key: Hashable) -> int:
         """Kill the workers running started tasks of ``key`` (they are replaced); those
         tasks fail with ``TaskKilledError``. Returns how many were killed."""
+        self._read_marks(time.monotonic())  # a task that began since the last round counts
         killed = 0
         for w in list(self._workers.values()):
             for t in w.in_flight.values():
@@ -427,6 +446,7 @@ class LocalExecutor(SchedulerAPI):
             if w is not None and w.close_error is None:
                 w.heard = True
                 self._on_frame(w, kind, ident, payload, now)
+        self._read_marks(now or time.monotonic())
         starting = self._starting
         if starting:
             # RUNNING events last, and only for tasks still running: one whose outcome
@@ -447,31 +467,58 @@ class LocalExecutor(SchedulerAPI):
                 if error is not None:  # a stream we cannot trust: the worker must go
                     self._kill_worker(w, None)
 
-    def _on_frame(self, w: _Worker, kind: int, ident: int, payload: bytes, now: float) -> None:
-        if kind == Kind.STARTED:
-            t = w.in_flight.get(ident)
-            if t is not None:
-                t.started = True
-                t.began = now
-                w.current = t
-                if t.timeout is not None:
-                    t.deadline = now + t.timeout
-                    self._timed[t.tid] = t
+    def _read_marks(self, now: float) -> None:
+        """Note the tasks each worker began since the last look (their start marks)."""
+        assert self._marks is not None
+        read = self._marks.read
+        for w in self._workers.values():
+            if not w.in_flight:
+                continue
+            mark = read(w.slot)
+            if mark != w.mark:
+                w.mark = mark
+                self._mark_started(w, mark, now, publish=True)
+
+    def _mark_started(self, w: _Worker, mark: int, now: float, *, publish: bool) -> None:
+        """Every task of ``w`` numbered up to ``mark`` has begun; the last one runs."""
+        for t in w.in_flight.values():  # dispatch order, so numbers only grow
+            if t.seq > mark:
+                break
+            if t.started:
+                continue
+            t.started = True
+            t.began = now
+            w.current = t
+            if t.timeout is not None:
+                t.deadline = now + t.timeout
+                self._timed[t.tid] = t
+            if publish:
                 self._starting.append((t, w.pid))
-            return
+
+    def _on_frame(self, w: _Worker, kind: int, ident: int, payload: bytes, now: float) -> None:
         if kind == Kind.DONE or kind == Kind.RAISED:
             t = w.in_flight.get(ident)
             if t is None:
                 return
             self._init_failures = 0  # a task ran, so the initializer works
             self._last_progress = now
-            if t.started:
-                self._task_time += EMA_WEIGHT * (now - t.began - self._task_time)
+            t.started = True  # too short for its start mark to have been seen, mostly
             if w.current is t:
                 w.current = None
             if kind == Kind.DONE:
                 try:
-                    result = pickle.loads(payload)
+                    (elapsed,) = ELAPSED.unpack_from(payload)
+                except struct.error:
+                    w.close_error = FrameError(
+                        f"a DONE frame of {len(payload)} bytes from worker pid {w.pid} "
+                        "is too short to carry its run time"
+                    )
+                    self._kill_worker(w, None)
+                    return
+                # The worker's own clock: load on this machine cannot skew the estimate.
+                self._task_time += EMA_WEIGHT * (elapsed - self._task_time)
+                try:
+                    result = pickle.loads(memoryview(payload)[ELAPSED.size :])
                 except Exception as exc:
                     error = TaskUnpicklingError(
                         f"task {t.key!r}: its result could not be unpickled in the parent "
@@ -490,6 +537,9 @@ class LocalExecutor(SchedulerAPI):
             return
         if kind == Kind.REVOKED and w.revoking:
             self._on_revoked(w, ident)
+            return
+        if kind == Kind.REFUSED:
+            self._on_refused(w, ident)
             return
         if kind == Kind.INIT_FAILED:
             # Counted now, not when the worker is retired: by then a replacement would
@@ -512,6 +562,23 @@ class LocalExecutor(SchedulerAPI):
             t.phase = _QUEUED
         w.sent -= len(back)
         self._stats["revoked"] += len(back)
+        self._queue.extendleft(reversed(back))
+
+    def _on_refused(self, w: _Worker, first: int) -> None:
+        """The worker could not unpickle the BATCH whose first call is ``first`` and ran
+        none of it: queue those calls again, to go one per frame, so that only a call
+        that cannot be unpickled fails (with its own TaskUnpicklingError)."""
+        back = [t for t in w.in_flight.values() if t.batch == first]
+        for t in back:
+            del w.in_flight[t.tid]
+            # A start mark read before this frame may have covered them: they never ran.
+            if w.current is t:
+                w.current = None
+            t.started = False
+            t.deadline = None
+            t.phase = _QUEUED
+            t.solo = True
+        w.sent -= len(back)
         self._queue.extendleft(reversed(back))
 
     def _reap(self) -> None:
@@ -631,37 +698,70 @@ class LocalExecutor(SchedulerAPI):
             open_workers = [
                 w for w in open_workers if w.current is None or w.current.began > overrun
             ]
-        loop = self._loop
-        fed = set()
-        # Breadth first: one task per worker per pass, so a deep prefetch stays fair.
-        while queue and open_workers:
+        if not open_workers:
+            return
+        # Breadth first: one task per worker per pass, so a deep prefetch stays fair;
+        # then each worker's share leaves as one frame (BATCH) and one writev.
+        shares: dict[_Worker, list[_Task]] = {}
+        room = {
+            w: min(prefetch - len(w.in_flight), limit - w.sent if limit else prefetch)
+            for w in open_workers
+        }
+        taken = 0
+        while taken < len(queue) and open_workers:
             still_open = []
             for w in open_workers:
-                if not queue:
+                if taken == len(queue):
                     break
-                t = queue[0]
-                try:
-                    payload = _pickle_call(t)
-                except TaskPicklingError as exc:
-                    self._finish(t, State.FAILED, exception=exc)
-                    queue.popleft()
-                    still_open.append(w)
-                    continue
-                # Order matters: the send is the step that can fail, the bookkeeping
-                # follows it and cannot, so a task is never counted as sent unless it was.
-                loop.send(w.wid, Kind.TASK, t.tid, payload, False)
-                fed.add(w.wid)
-                queue.popleft()
-                t.phase = _RUNNING
-                w.in_flight[t.tid] = t
-                w.sent += 1
-                w.seq += 1
-                t.seq = w.seq
-                if len(w.in_flight) < prefetch and (limit is None or w.sent < limit):
+                shares.setdefault(w, []).append(queue[taken])
+                taken += 1
+                room[w] -= 1
+                if room[w] > 0:
                     still_open.append(w)
             open_workers = still_open
-        for wid in fed:  # each worker's batch leaves in one writev
-            loop.flush(wid)
+        taken_tasks = [queue.popleft() for _ in range(taken)]
+        try:
+            for w, share in shares.items():
+                self._send_share(w, share)
+        finally:
+            # A pickling error (any BaseException a __reduce__ raises) stops the step:
+            # what was not sent yet goes back to the front, in its order.
+            unsent = [t for t in taken_tasks if t.phase == _QUEUED]
+            queue.extendleft(reversed(unsent))
+
+    def _send_share(self, w: _Worker, share: list[_Task]) -> None:
+        """Send ``share`` to ``w``: one BATCH frame (one pickle) when it can, else a TASK
+        frame per call; a call that cannot be pickled fails alone."""
+        loop = self._loop
+        batch = [t for t in share if not t.solo] if len(share) > 1 else []
+        payload = _pickle_batch(batch) if len(batch) > 1 else None
+        if payload is not None:
+            # Order matters: the send is the step that can fail, the bookkeeping
+            # follows it and cannot, so a task is never counted as sent unless it was.
+            loop.send(w.wid, Kind.BATCH, len(batch), payload, False)
+            first = w.seq + 1
+            for t in batch:
+                self._note_sent(w, t)
+                t.batch = first
+            share = [t for t in share if t.solo]
+        for t in share:
+            try:
+                payload = _pickle_call(t)
+            except TaskPicklingError as exc:
+                self._finish(t, State.FAILED, exception=exc)
+                continue
+            loop.send(w.wid, Kind.TASK, t.tid, payload, False)
+            self._note_sent(w, t)
+            t.batch = 0
+        loop.flush(w.wid)
+
+    @staticmethod
+    def _note_sent(w: _Worker, t: _Task) -> None:
+        t.phase = _RUNNING
+        w.in_flight[t.tid] = t
+        w.sent += 1
+        w.seq += 1
+        t.seq = w.seq
 
     # -- worker lifecycle -----------------------------------------------------------------
 
@@ -675,10 +775,16 @@ class LocalExecutor(SchedulerAPI):
         if self.pipe_size:
             _set_pipe_size(activity_w, self.pipe_size)
             _set_pipe_size(result_w, self.pipe_size)
-        assert self._lifeline is not None
+        assert self._lifeline is not None and self._marks is not None
+        slot = self._marks.claim()
+        if slot is None:  # every slot held by a worker not yet reaped: start it next round
+            for fd in (activity_r, activity_w, result_r, result_w, control_r, control_w):
+                _PARENT_FDS.discard(fd)
+                os.close(fd)
+            return
         lifeline_r = self._lifeline[0]
         close_fds = (
-            sorted(_PARENT_FDS.difference((*mine, lifeline_r)))
+            sorted(_PARENT_FDS.difference((*mine, lifeline_r, self._marks.fd)))
             if self.start_method == "fork"
             else []
         )
@@ -690,6 +796,8 @@ class LocalExecutor(SchedulerAPI):
                 ChildFd(result_w),
                 ChildFd(lifeline_r),
                 ChildFd(control_r),
+                ChildFd(self._marks.fd),
+                slot,
                 close_fds,
                 self.initializer,
                 self.initargs,
@@ -705,12 +813,13 @@ class LocalExecutor(SchedulerAPI):
             for fd in (activity_w, result_r, control_w):
                 _PARENT_FDS.discard(fd)
                 os.close(fd)
+            self._marks.release(slot)
             raise
         finally:
             for fd in mine:  # the child has its copies now (or never will)
                 _PARENT_FDS.discard(fd)
                 os.close(fd)
-        w = _Worker(wid, proc, (activity_w, result_r), control_w, self._init_failures)
+        w = _Worker(wid, proc, (activity_w, result_r), control_w, slot, self._init_failures)
         self._loop.add(wid, activity_w, result_r)
         self._workers[wid] = w
         self._stats["started_workers"] += 1
@@ -726,6 +835,12 @@ class LocalExecutor(SchedulerAPI):
         """Forget an exited worker: dispatch again what it never started, fail what it ran."""
         self._remove_channel(w)  # frames it never fully received: it cannot have started them
         del self._workers[w.wid]
+        # It is dead and its pipe drained: its final start mark says which of the tasks
+        # it holds began. Each earlier one's outcome was in the pipe before the next
+        # mark was stored, so at most one began without an outcome: the one it ran.
+        assert self._marks is not None
+        self._mark_started(w, self._marks.read(w.slot), time.monotonic(), publish=False)
+        self._marks.release(w.slot)
         lost_error = self._lost_error(w, exitcode)
         unstarted = []
         died_running = False
@@ -852,6 +967,10 @@ class LocalExecutor(SchedulerAPI):
                 _PARENT_FDS.discard(fd)
                 os.close(fd)
             self._lifeline = None
+        if self._marks is not None:
+            _PARENT_FDS.discard(self._marks.fd)
+            self._marks.close()
+            self._marks = None
         self._state = "ended"
 
     # -- helpers ----------------------------------------------------------------------------
@@ -888,6 +1007,8 @@ class LocalExecutor(SchedulerAPI):
         bound = REAP_INTERVAL
         if any(w.closing for w in self._workers.values()):
             bound = 0.001  # an exit code is due any moment
+        elif any(w.in_flight and w.current is None for w in self._workers.values()):
+            bound = START_POLL  # a start mark may move without waking us
         if self._timed:
             now = time.monotonic()
             bound = min(
@@ -929,6 +1050,17 @@ def _pickle_call(t: _Task) -> bytes:
             part="arguments",
         )
     return payload
+
+
+def _pickle_batch(batch: list[_Task]) -> bytes | None:
+    """One pickle for several calls (a shared function is pickled once), or None when
+    one of them cannot be pickled or it is too big: they then go one per frame, and
+    ``_pickle_call`` names the call and the part at fault."""
+    try:
+        payload = pickle.dumps([(t.tid, t.fn, t.args, t.kwargs) for t in batch], PICKLE_PROTOCOL)
+    except Exception:
+        return None
+    return payload if len(payload) <= MAX_PAYLOAD else None
 
 
 def _remote_exception(key: Hashable, payload: bytes) -> BaseException:

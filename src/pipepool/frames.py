@@ -7,10 +7,12 @@ A frame is a 16-byte little-endian header followed by ``length`` payload bytes::
     1       1     kind    one of the ``Kind`` values below
     2       2     flags   reserved, must be 0
     4       4     length  payload length in bytes (0 .. MAX_PAYLOAD)
-    8       8     ident   task id (0 where a kind carries none)
+    8       8     ident   task id (0 where a kind carries none; BATCH: its call count)
 
 The payload, where a kind has one, is a pickle (protocol 5). ``kind`` and ``ident`` sit
-in the header so that the hot path (STARTED, dispatch bookkeeping) never unpickles.
+in the header so that the hot path (dispatch bookkeeping, REVOKED) never unpickles.
+There is no frame for "a task started": the worker stores a start mark in memory it
+shares with the parent instead (``_marks``; docs/design.md, "Start marks").
 
 A decoder trusts nothing: a bad magic, non-zero flags or a length above the reader's
 limit is a ``FrameError`` at once, and a reader never allocates more than the bytes that
@@ -31,20 +33,28 @@ HEADER_SIZE = HEADER.size  # 16
 MAGIC = 0xA7
 MAX_PAYLOAD = 0xFFFFFFFF  # the most a uint32 length can say
 PICKLE_PROTOCOL = 5
+ELAPSED = struct.Struct("<d")  # a DONE payload's prefix: the call's run time, measured by
+# the worker, which is what the adaptive depth learns from (no frame says "started")
 
 
 class Kind(enum.IntEnum):
     """What a frame means; parent-to-worker kinds first."""
 
     TASK = 1  # parent → worker: pickle((fn, args, kwargs)), ident = task id
-    STARTED = 2  # worker → parent: the task with this ident began to run, no payload
-    DONE = 3  # worker → parent: pickle(result)
+    # 2 was STARTED (worker → parent), replaced by start marks; a parent that reads it
+    # treats the stream as broken, like any kind it does not expect
+    DONE = 3  # worker → parent: ELAPSED (the seconds the call ran), then pickle(result)
     RAISED = 4  # worker → parent: pickle((traceback text, pickle(exception)))
     INIT_FAILED = 5  # worker → parent: as RAISED, ident 0; the worker exits after it
     REVOKE = 6  # parent → worker, on the control pipe: skip every task not yet started,
     # up to this worker's sequence number ``ident`` (tasks numbered 1, 2, ... as sent)
     REVOKED = 7  # worker → parent: the answer; ident = sequence number of the last task
     # it started (0: none); every later one up to the REVOKE's number will not run
+    BATCH = 8  # parent → worker: pickle([(task id, fn, args, kwargs), ...]), ident = how
+    # many calls: one frame and one pickle for several tasks (the function pickled once)
+    REFUSED = 9  # worker → parent: a BATCH that could not be unpickled, none of it run;
+    # ident = the sequence number of its first call. The parent sends those calls again,
+    # one per frame, so that only the call that cannot be unpickled fails
 
 
 def encode_header(kind: int, ident: int, length: int) -> bytes:

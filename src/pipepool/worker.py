@@ -1,14 +1,16 @@
-"""The worker process: read a frame, say "started", run it, send the outcome.
+"""The worker process: read a frame, mark the task started, run it, send the outcome.
 
 A worker holds exactly four pipe ends: the read end of its activity pipe, the write end
 of its result pipe, the read end of its control pipe, and the read end of its pool's
-lifeline. It blocks freely (only the parent must never block). Its invariants:
+lifeline; plus its slot in the pool's page of start marks (``_marks``). It blocks freely
+(only the parent must never block). Its invariants (docs/design.md):
 
-* "started" reaches the parent before the task runs, so a worker that dies mid-task is
-  known to have started it (the task fails as lost, not re-run), and one that dies
-  before is known not to have (the task is dispatched again).
-* The outcome of a task and the "started" of the next one share one write when the next
-  task is already buffered: half the wake-ups on the parent's side.
+* The start mark is stored before the task runs, so a worker that dies mid-task is known
+  to have started it (the task fails as lost, not re-run), and one that dies before is
+  known not to have (the task is dispatched again). No frame says "started".
+* A task's outcome is in the result pipe before the next task's mark is stored, so a
+  later crash never loses a finished result, and at most one task (the one running)
+  is ever lost with a worker.
 * Nothing the task does (raise, BaseException, sys.exit, return something unpicklable)
   breaks the loop; only the process dying does, and the parent sees that as EOF.
 * The parent's death ends the worker even while a task runs: a thread blocks on the
@@ -16,9 +18,9 @@ lifeline. It blocks freely (only the parent must never block). Its invariants:
 * Tasks sent ahead can be taken back while a long task runs. The same thread reads
   REVOKE from the control pipe and answers REVOKED with the sequence number of the last
   task this worker decided to start; every later task up to the REVOKE's number is then
-  skipped unrun. Deciding to start and answering a REVOKE hold one lock, so for each
-  task exactly one of the two happens, and the parent can hand the skipped ones to
-  other workers at once instead of waiting for the long task to end.
+  skipped unrun. Deciding to start (and storing the mark) and answering a REVOKE hold
+  one lock, so for each task exactly one of the two happens, and the parent can hand
+  the skipped ones to other workers at once instead of waiting for the long task to end.
 """
 
 from __future__ import annotations
@@ -34,11 +36,13 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable, Sequence
+from time import perf_counter
 from typing import Any
 
 from . import _impl, _signals
+from ._marks import StartMark
 from .errors import FrameError, TaskPicklingError, TaskUnpicklingError
-from .frames import PICKLE_PROTOCOL, Kind, encode_header, split_frames
+from .frames import ELAPSED, PICKLE_PROTOCOL, Kind, encode_header, split_frames
 
 EXIT_PARENT_DIED = 70  # the lifeline closed: the parent is gone
 EXIT_INIT_FAILED = 71  # the initializer raised; the parent got an INIT_FAILED frame
@@ -81,11 +85,12 @@ class _Gate:
     """What the task loop and the watcher thread share: the result pipe's writes (whole
     frames only, never interleaved) and the start-or-skip decision of each task."""
 
-    __slots__ = ("current", "lock", "result_fd", "revoked_upto")
+    __slots__ = ("current", "lock", "mark", "result_fd", "revoked_upto")
 
-    def __init__(self, result_fd: int) -> None:
+    def __init__(self, result_fd: int, mark: StartMark | None = None) -> None:
         self.lock = threading.Lock()
         self.result_fd = result_fd
+        self.mark = mark  # None only in tests that drive serve() without a pool
         self.current = 0  # sequence number of the last task decided to start
         self.revoked_upto = 0  # tasks numbered above current and up to this are skipped
 
@@ -93,14 +98,15 @@ class _Gate:
         with self.lock:
             _write_all(self.result_fd, buffers)
 
-    def start(self, seq: int, buffers: list[bytes]) -> bool:
-        """Decide task ``seq``: False if it was revoked, else write ``buffers`` (its
-        STARTED frame) and return True; either way atomically with ``revoke``."""
+    def start(self, seq: int) -> bool:
+        """Decide task ``seq``: False if it was revoked, else store its start mark and
+        return True; either way atomically with ``revoke``."""
         with self.lock:
             if seq <= self.revoked_upto:
                 return False
             self.current = seq
-            _write_all(self.result_fd, buffers)
+            if self.mark is not None:
+                self.mark.set(seq)
             return True
 
     def revoke(self, upto: int) -> None:
@@ -193,7 +199,7 @@ def _safe_repr(obj: object) -> str:
 
 
 def _outcome(ident: int, payload: bytes) -> list[bytes]:
-    """Unpickle and run one task; return the frame that reports how it ended."""
+    """Unpickle and run one task sent alone; return the frame that reports how it ended."""
     try:
         fn, args, kwargs = pickle.loads(payload)
     except BaseException as exc:  # any unpickling failure is the task's, not ours
@@ -205,15 +211,22 @@ def _outcome(ident: int, payload: bytes) -> list[bytes]:
         error.__cause__ = exc
         return _failure_frame(Kind.RAISED, ident, error)
     del payload
+    return _run(ident, fn, args, kwargs)
+
+
+def _run(ident: int, fn: Callable[..., Any], args: tuple, kwargs: dict) -> list[bytes]:
+    """Run one call; return the frame that reports how it ended."""
+    began = perf_counter()
     try:
         result = fn(*args, **kwargs)
     except BaseException as exc:  # SystemExit and friends are outcomes too
         return _failure_frame(Kind.RAISED, ident, exc)
     finally:
         del fn, args, kwargs
+    elapsed = ELAPSED.pack(perf_counter() - began)
     try:
         data = pickle.dumps(result, PICKLE_PROTOCOL)
-        header = encode_header(Kind.DONE, ident, len(data))
+        header = encode_header(Kind.DONE, ident, len(elapsed) + len(data))
     except BaseException as exc:
         error = TaskPicklingError(
             f"the task returned {type(result).__qualname__}, which could not be sent back "
@@ -221,7 +234,18 @@ def _outcome(ident: int, payload: bytes) -> list[bytes]:
             part="result",
         )
         return _failure_frame(Kind.RAISED, ident, error)
-    return [header, data]
+    return [header, elapsed, data]
+
+
+def _unpickle_batch(payload: bytes, count: int) -> list | None:
+    """The calls of a BATCH frame, or None when it cannot be unpickled here."""
+    try:
+        calls = pickle.loads(payload)
+    except BaseException:  # the parent resends them one per frame: only the bad one fails
+        return None
+    if not isinstance(calls, list) or len(calls) != count:
+        raise FrameError(f"a BATCH frame announced {count} calls and carried another shape")
+    return calls
 
 
 def serve(
@@ -234,40 +258,53 @@ def serve(
     """Run tasks from ``activity_fd`` until EOF (or ``max_tasks``), outcomes to ``result_fd``.
 
     ``impl`` picks the frame reader ("python" or "cython"), the parent's loop by default;
-    ``gate`` is shared with the watcher thread that answers REVOKE frames.
+    ``gate`` is shared with the watcher thread that answers REVOKE frames and holds the
+    start mark.
     """
     reader = _impl.load(impl)[1].FrameReader(activity_fd)
     gate = gate or _Gate(result_fd)
-    pending: list[bytes] = []
     served = 0
-    seq = 0  # tasks read so far: the numbering REVOKE and REVOKED use
+    seq = 0  # calls read so far: the numbering start marks, REVOKE and REVOKED use
     while max_tasks is None or served < max_tasks:
-        if pending and not reader.buffered():
-            gate.write(pending)  # nothing more to coalesce with: send it now
-            pending.clear()
         try:
             frame = reader.read()
         except FrameError:
-            gate.write(pending)
             os._exit(EXIT_BAD_FRAME)
         if frame is None:
             break
         kind, ident, payload = frame
-        if kind != Kind.TASK:
-            gate.write(pending)
-            os._exit(EXIT_BAD_FRAME)
-        seq += 1
-        pending.append(encode_header(Kind.STARTED, ident, 0))
-        # "started" must be out before the task can crash us
-        if not gate.start(seq, pending):
-            pending.pop()  # revoked: the parent has given it to another worker
-            del frame, payload
+        del frame
+        if kind == Kind.TASK:
+            seq += 1
+            if gate.start(seq):  # else revoked: the parent gave it to another worker
+                # The outcome is in the pipe before the next mark: a later crash never
+                # loses it, and a dead worker's lost task is the one its mark names.
+                gate.write(_outcome(ident, payload))
+                served += 1
+            del payload
             continue
-        pending.clear()
-        pending += _outcome(ident, payload)
-        del frame, payload
-        served += 1
-    gate.write(pending)
+        if kind != Kind.BATCH:
+            os._exit(EXIT_BAD_FRAME)
+        try:
+            calls = _unpickle_batch(payload, ident)
+        except FrameError:
+            os._exit(EXIT_BAD_FRAME)
+        del payload
+        if calls is None:
+            gate.write([encode_header(Kind.REFUSED, seq + 1, 0)])
+            seq += ident
+            continue
+        for i, call in enumerate(calls):
+            calls[i] = None  # free each call's arguments once it has run
+            seq += 1
+            if gate.start(seq):
+                ident, fn, args, kwargs = call  # ident: the task id, as for a TASK frame
+                del call
+                gate.write(_run(ident, fn, args, kwargs))
+                del fn, args, kwargs
+                served += 1
+        # A worker never gets more calls than max_tasks_per_child allows, so a batch is
+        # never cut short by it; ``served`` is checked again before the next read.
 
 
 def main(
@@ -275,6 +312,8 @@ def main(
     result: ChildFd,
     lifeline: ChildFd,
     control: ChildFd,
+    marks: ChildFd,
+    mark_slot: int,
     close_fds: Sequence[int],
     initializer: Callable[..., object] | None,
     initargs: tuple,
@@ -296,7 +335,9 @@ def main(
     for fd in close_fds:
         with contextlib.suppress(OSError):
             os.close(fd)
-    gate = _Gate(result.fd)
+    mark = StartMark(marks.fd, mark_slot)
+    os.close(marks.fd)  # the mapping stays; the fd is not needed any more
+    gate = _Gate(result.fd, mark)
     threading.Thread(
         target=_watch,
         args=(lifeline.fd, control.fd, gate),

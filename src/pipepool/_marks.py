@@ -1,0 +1,102 @@
+"""Start marks: how the parent learns that a worker began a task, without a frame.
+
+Each worker owns one 8-byte slot in a page of memory shared with its pool's parent. Before
+it runs a task it stores that task's sequence number there (tasks are numbered 1, 2, ...
+per worker, in the order the parent sent them). The parent reads the slot when it wants
+to know (every ``sync()`` round, and once more after the worker died): every task up to
+the mark was started, every later one never was. That replaces a STARTED frame per task
+(a pickle-free write and a parent wake-up each) with one store.
+
+Why this keeps the bookkeeping exact (docs/design.md, "Start marks"):
+
+* The worker stores the mark before it runs the task, and writes the task's outcome
+  into its result pipe before it stores the next mark. So when a worker dies, the tasks
+  up to its final mark whose outcome never arrived number at most one: the task it was
+  running. That one fails as lost; every later one is dispatched again.
+* The store is one aligned 8-byte write (``memoryview.cast("Q")`` item assignment is a
+  single ``memcpy`` of 8 bytes, one instruction on the platforms we build for), so the
+  parent never reads a half-written number, even from a worker killed mid-store.
+* A pipe write is a system call, which orders the worker's memory: a parent that has
+  read task k's outcome reads a mark of at least k.
+
+The page comes from ``memfd_create`` where the OS has it (Linux), else from an unlinked
+temporary file; its fd reaches spawn and forkserver children like the pipes do.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import tempfile
+
+SLOT_SIZE = 8
+SLOTS_PER_WORKER = 4  # slots per unit of parallelism: room for workers that are dying
+# (closed, not yet reaped) while their replacements start; 4x is never reached in practice
+
+
+def _shared_fd(size: int) -> int:
+    """An fd for ``size`` bytes of memory no other process can name."""
+    memfd_create = getattr(os, "memfd_create", None)
+    if memfd_create is not None:
+        fd = memfd_create("pipepool-marks", os.MFD_CLOEXEC)
+    else:  # macOS: an unlinked file; its pages live in the page cache
+        fd, path = tempfile.mkstemp(prefix="pipepool-marks-")
+        os.unlink(path)
+    try:
+        os.ftruncate(fd, size)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+class MarkTable:
+    """The parent's side: a shared page of start marks, one slot per live worker."""
+
+    def __init__(self, parallelism: int) -> None:
+        slots = max(16, SLOTS_PER_WORKER * parallelism)
+        size = -(-slots * SLOT_SIZE // mmap.PAGESIZE) * mmap.PAGESIZE
+        self.fd = _shared_fd(size)  # kept open: spawn and forkserver children map it
+        try:
+            self._map = mmap.mmap(self.fd, size)
+        except BaseException:
+            os.close(self.fd)
+            raise
+        self._marks = memoryview(self._map).cast("Q")
+        self._free = list(range(len(self._marks) - 1, -1, -1))
+
+    def claim(self) -> int | None:
+        """A free slot set to 0 for a new worker, or None when every slot is taken."""
+        if not self._free:
+            return None
+        slot = self._free.pop()
+        self._marks[slot] = 0
+        return slot
+
+    def release(self, slot: int) -> None:
+        """Give back the slot of a worker that has exited."""
+        self._free.append(slot)
+
+    def read(self, slot: int) -> int:
+        """The sequence number of the last task the slot's worker began (0: none)."""
+        return self._marks[slot]
+
+    def close(self) -> None:
+        self._marks.release()
+        self._map.close()
+        os.close(self.fd)
+
+
+class StartMark:
+    """The worker's side: the one slot it stores its start marks in."""
+
+    __slots__ = ("_map", "_marks", "_slot")
+
+    def __init__(self, fd: int, slot: int) -> None:
+        self._map = mmap.mmap(fd, 0)
+        self._marks = memoryview(self._map).cast("Q")
+        self._slot = slot
+
+    def set(self, seq: int) -> None:
+        """Say that task ``seq`` is about to run."""
+        self._marks[self._slot] = seq
