@@ -113,3 +113,22 @@ def test_running_events_and_timeouts_come_from_start_marks(make, tmp_path):
 def test_no_started_kind_on_the_wire():
     """The parent treats a frame of the retired STARTED kind (2) as a broken stream."""
     assert 2 not in {k.value for k in Kind}
+
+
+@pytest.mark.timeout(60)
+def test_workers_whose_first_task_exits_are_not_start_up_failures(make):
+    """A worker that dies in its first task sent no frame, but its start mark shows it
+    got through start-up: four such deaths in a row fail those four tasks only, and
+    the pool is not declared broken (three start-up failures in a row would be)."""
+    ex = make(1)
+    for i in range(4):
+        ex.queue(("exit", i), tasks.exit_process, 3)
+    for i in range(5):
+        ex.queue(i, tasks.echo, i)
+    rec = Recorder(ex)
+    rec.finish()
+    assert ex.broken is None
+    for i in range(4):
+        error = rec.terminal[("exit", i)].exception
+        assert isinstance(error, WorkerLostError) and error.exitcode == 3, error
+    assert {i: rec.terminal[i].result for i in range(5)} == {i: i for i in range(5)}

@@ -5,6 +5,12 @@ start (``sync``); complete (ok), fail (the task raises), undo (an argument that 
 pickled fails at dispatch; a frame half written to a killed worker is dispatched again),
 cancel (still queued), worker death (killed from outside, a task that exits, a timeout,
 recycling after ``max_tasks_per_child``) and interrupts (SIGALRM raising in ``sync``).
+Tasks travel in BATCH frames (``prefetch=3``); an argument the worker cannot unpickle
+makes it refuse its whole batch, which the parent resends one call per frame.
+
+Start marks (docs/design.md, "Start marks") are modelled after every step: a worker's
+tasks in flight are numbered in dispatch order, exactly those up to the last mark the
+parent read count as started, and the shared mark itself never goes back.
 
 After every step: each key in exactly one place, no terminal event twice, ``stats()``
 agreeing with the events seen. After every uninterrupted ``sync``: as many live workers
@@ -30,11 +36,13 @@ from pipepool import (
     State,
     TaskPicklingError,
     TaskTimeoutError,
+    TaskUnpicklingError,
     WorkerLostError,
 )
 
 # What a key may end as, by how it was queued.
 OK, BAD_ARG, CRASH, SLOW, RAISES = "ok", "bad-arg", "crash", "slow", "raises"
+BAD_IN_WORKER = "bad-in-worker"  # pickles in the parent, cannot be unpickled in the worker
 CANCELLED = "cancelled"  # an OK key that cancel() took off the queue
 
 
@@ -79,6 +87,8 @@ class ExecutorMachine(RuleBasedStateMachine):
             self.ex.queue(key, tasks.exit_process, 3)
         elif kind == RAISES:
             self.ex.queue(key, tasks.raise_value_error, f"fails {key}")
+        elif kind == BAD_IN_WORKER:
+            self.ex.queue(key, tasks.echo, tasks.UnpicklableInParent())
         else:
             self.ex.queue_call(key, tasks.sleep, (30,), timeout=0.2)
 
@@ -87,7 +97,7 @@ class ExecutorMachine(RuleBasedStateMachine):
         for _ in range(count):
             self._queue(OK, size)
 
-    @rule(kind=st.sampled_from([BAD_ARG, CRASH, SLOW, RAISES]))
+    @rule(kind=st.sampled_from([BAD_ARG, CRASH, SLOW, RAISES, BAD_IN_WORKER]))
     def queue_troublemaker(self, kind: str) -> None:
         self._queue(kind)
 
@@ -159,6 +169,18 @@ class ExecutorMachine(RuleBasedStateMachine):
         lost = sum(isinstance(e.exception, WorkerLostError) for e in self.rec.terminal.values())
         assert stats["tasks_lost"] == lost
 
+    @invariant()
+    def start_marks_agree(self) -> None:
+        ex = self.ex
+        for w in ex._workers.values():
+            seqs = [t.seq for t in w.in_flight.values()]
+            assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs), seqs
+            for t in w.in_flight.values():
+                assert t.started == (t.seq <= w.mark), (t.key, t.seq, w.mark, t.started)
+            assert ex._marks.read(w.slot) >= w.mark  # the shared mark never goes back
+        slots = [w.slot for w in ex._workers.values()]
+        assert len(set(slots)) == len(slots)  # no two live workers share a slot
+
     def teardown(self) -> None:
         try:
             signal.setitimer(signal.ITIMER_REAL, 0)
@@ -179,6 +201,9 @@ class ExecutorMachine(RuleBasedStateMachine):
                         assert type(error) is ValueError and str(error) == f"fails {key}"
                 elif kind == BAD_ARG:
                     assert isinstance(error, TaskPicklingError)
+                elif kind == BAD_IN_WORKER:
+                    if not (self.killed_any and isinstance(error, WorkerLostError)):
+                        assert isinstance(error, TaskUnpicklingError), error
                 elif kind == CRASH:
                     assert isinstance(error, WorkerLostError) and error.exitcode in (3, -9)
                 elif kind == SLOW:

@@ -839,8 +839,10 @@ class LocalExecutor(SchedulerAPI):
         # it holds began. Each earlier one's outcome was in the pipe before the next
         # mark was stored, so at most one began without an outcome: the one it ran.
         assert self._marks is not None
-        self._mark_started(w, self._marks.read(w.slot), time.monotonic(), publish=False)
+        final_mark = self._marks.read(w.slot)
+        self._mark_started(w, final_mark, time.monotonic(), publish=False)
         self._marks.release(w.slot)
+        w.heard = w.heard or final_mark > 0  # it began a task: it got through start-up
         lost_error = self._lost_error(w, exitcode)
         unstarted = []
         died_running = False
