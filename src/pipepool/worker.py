@@ -47,6 +47,8 @@ from .frames import ELAPSED, PICKLE_PROTOCOL, Kind, encode_header, split_frames
 EXIT_PARENT_DIED = 70  # the lifeline closed: the parent is gone
 EXIT_INIT_FAILED = 71  # the initializer raised; the parent got an INIT_FAILED frame
 EXIT_BAD_FRAME = 72  # the activity pipe carried a frame that cannot be trusted
+SMALL_WRITE = 16384  # bytes up to which a frame's parts are joined before one write;
+# above it they go by writev, so a big result is never copied just to be sent
 
 
 class ChildFd:
@@ -70,6 +72,13 @@ def _rebuild_child_fd(dup: Any) -> ChildFd:
 
 def _write_all(fd: int, buffers: list[bytes]) -> None:
     """Blocking gather write that survives partial writes (a signal can cut one short)."""
+    if len(buffers) == 1 or sum(map(len, buffers)) <= SMALL_WRITE:
+        # Small frames (most outcomes): one join and one write beat a gather list.
+        data = buffers[0] if len(buffers) == 1 else b"".join(buffers)
+        written = os.write(fd, data)
+        if written == len(data):
+            return
+        buffers = [memoryview(data)[written:]]
     views = [memoryview(b) for b in buffers if b]
     while views:
         written = os.writev(fd, views[:64])
