@@ -66,7 +66,7 @@ class _Channel:
         self.write_fd = write_fd
         self.read_fd = read_fd
         # (kind, ident, header, payload as given, its bytes: the payload or a byte view)
-        self.out: deque[tuple[int, int, bytes, object, bytes | memoryview]] = deque()
+        self.out: deque[tuple[int, int, bytes, bytes, bytes | memoryview]] = deque()
         self.offset = 0  # bytes of out[0] already written
         self.pending = 0  # bytes queued and not yet written
         self.inbuf = bytearray()
@@ -75,13 +75,13 @@ class _Channel:
         self.polling_out = False
 
 
-def _as_bytes(payload: object) -> bytes | memoryview:
+def _as_bytes(payload: bytes) -> bytes | memoryview:
     """``payload`` itself if it is bytes, else a flat byte view of it (its ``len`` is the
     byte length: an int array's ``len`` counts items); TypeError if it is no C-contiguous
     buffer, the same error as the compiled twin raises."""
     if payload.__class__ is bytes:
-        return payload  # type: ignore[return-value]
-    view = memoryview(payload)  # type: ignore[arg-type]  # TypeError: not a buffer at all
+        return payload
+    view = memoryview(payload)  # TypeError: not a buffer at all
     if not view.c_contiguous:
         raise TypeError("a frame payload must be a C-contiguous buffer")
     return view.cast("B")
