@@ -37,14 +37,13 @@ from typing import Any
 
 from . import _impl, _signals
 from ._api import SchedulerAPI
+from ._unpickle import load_failure, load_result
 from .errors import (
     FrameError,
     InitializerError,
-    RemoteTraceback,
     TaskKilledError,
     TaskPicklingError,
     TaskTimeoutError,
-    TaskUnpicklingError,
     WorkerLostError,
     describe_exit,
 )
@@ -469,19 +468,14 @@ class LocalExecutor(SchedulerAPI):
                 self._task_time += EMA_WEIGHT * (now - t.began - self._task_time)
             if w.current is t:
                 w.current = None
+            # Unpickling cannot raise here: whatever it raises (SystemExit from a reducer
+            # included) is this task's failure, and the other frames of the read go on.
             if kind == Kind.DONE:
-                try:
-                    result = pickle.loads(payload)
-                except Exception as exc:
-                    error = TaskUnpicklingError(
-                        f"task {t.key!r}: its result could not be unpickled in the parent "
-                        f"({type(exc).__name__}: {exc})",
-                        part="result",
-                    )
-                    error.__cause__ = exc
-                    self._finish(t, State.FAILED, exception=error, pid=w.pid)
+                ok, value = load_result(t.key, payload, "in the parent")
+                if ok:
+                    self._finish(t, State.SUCCESS, result=value, pid=w.pid)
                 else:
-                    self._finish(t, State.SUCCESS, result=result, pid=w.pid)
+                    self._finish(t, State.FAILED, exception=value, pid=w.pid)
             else:
                 self._finish(
                     t, State.FAILED, exception=_remote_exception(t.key, payload), pid=w.pid
@@ -932,18 +926,8 @@ def _pickle_call(t: _Task) -> bytes:
 
 
 def _remote_exception(key: Hashable, payload: bytes) -> BaseException:
-    """Rebuild a worker's exception with its traceback as ``__cause__``."""
-    tb, exc_bytes = pickle.loads(payload)
-    try:
-        exc = pickle.loads(exc_bytes)
-    except Exception as unpickling:
-        exc = TaskUnpicklingError(
-            f"task {key!r} raised an exception that could not be unpickled in the parent "
-            f"({type(unpickling).__name__}: {unpickling})",
-            part="exception",
-        )
-    exc.__cause__ = RemoteTraceback(tb)
-    return exc
+    """Rebuild a worker's exception with its traceback as ``__cause__``; never raises."""
+    return load_failure(key, payload, "in the parent")
 
 
 def _set_pipe_size(fd: int, size: int) -> None:

@@ -1,0 +1,161 @@
+"""Issue 14: one task's fault stays that task's, seen from outside as a user would.
+
+=========================================  ============================================
+row                                        test
+=========================================  ============================================
+1. an outcome whose unpickling raises a    ``test_outcome_that_raises_when_unpickled_
+   BaseException in the parent                fails_only_its_task`` (LocalExecutor),
+                                           ``test_process_pool_serves_on_after_...``,
+                                           ``test_cluster_...``; the Ctrl-C rule:
+                                           ``test_a_real_sigint_while_unpickling_...``
+3. kill(), a timeout and terminate() take  ``test_killing_a_task_kills_its_process_tree``
+   down the task's whole process tree
+4. a segfault leaves the task's Python     ``test_segfault_report_names_the_tasks_frame``
+   stack in the WorkerLostError
+=========================================  ============================================
+
+Every test runs on both loop implementations and every start method where workers are
+involved, and each is bounded by a timeout.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+
+import pytest
+
+import fault_tasks
+from executor_helpers import Recorder
+from pipepool import RemoteTraceback, State, TaskUnpicklingError
+from test_contract import (  # noqa: F401  (fixtures, found by name)
+    connect,
+    dask_cluster,
+    no_tblib_after_this_module,
+)
+
+pytestmark = pytest.mark.timeout(90)
+
+# -- 1. an outcome that raises a BaseException while the parent unpickles it -----------------
+
+BAD_OUTCOMES = {  # task, its args, the part that fails to unpickle, what unpickling raises
+    "result sys.exit(3)": (fault_tasks.return_exiting, (3,), "result", SystemExit),
+    "result KeyboardInterrupt": (
+        fault_tasks.return_interrupting,
+        (),
+        "result",
+        KeyboardInterrupt,
+    ),
+    "result GeneratorExit": (
+        fault_tasks.return_base_exception_raising,
+        (),
+        "result",
+        GeneratorExit,
+    ),
+    "exception sys.exit(4)": (fault_tasks.raise_exiting_exception, (), "exception", SystemExit),
+}
+
+
+def check_unpickling_error(error: BaseException, part: str, raised: type) -> None:
+    assert type(error) is TaskUnpicklingError and error.part == part, repr(error)
+    assert raised.__name__ in str(error) and "'bad'" in str(error)
+    if part == "result":
+        assert type(error.__cause__) is raised  # what unpickling raised, attached
+    else:  # the worker's traceback stays the cause; what unpickling raised is the context
+        assert isinstance(error.__cause__, RemoteTraceback)
+        assert "raise_exiting_exception" in str(error.__cause__)
+        assert type(error.__context__) is raised
+
+
+@pytest.mark.parametrize("case", list(BAD_OUTCOMES))
+def test_outcome_that_raises_when_unpickled_fails_only_its_task(make, case):
+    """The bad outcome sits among 20 good ones sent to the same worker at once (so its
+    frame is read together with theirs): it fails alone with TaskUnpicklingError, the
+    others succeed, the pool serves on, and ``end()`` returns."""
+    fn, args, part, raised = BAD_OUTCOMES[case]
+    ex = make(1, prefetch=32)
+    for i in range(10):
+        ex.queue(i, fault_tasks.square, i)
+    ex.queue("bad", fn, *args)
+    for i in range(10, 20):
+        ex.queue(i, fault_tasks.square, i)
+    rec = Recorder(ex)
+    rec.run_until(lambda: not ex.has_work(), limit=60)
+    for i in range(20, 25):  # the pool still serves
+        ex.queue(i, fault_tasks.square, i)
+    rec.finish(limit=60)  # end() included
+    assert not rec.duplicates
+    assert set(rec.terminal) == {"bad", *range(25)}
+    assert all(rec.terminal[i].result == i * i for i in range(25))
+    assert rec.terminal["bad"].state is State.FAILED
+    check_unpickling_error(rec.terminal["bad"].exception, part, raised)
+    stats = ex.stats()
+    assert (stats["workers_started"], stats["worker_crashes"]) == (1, 0)
+    assert (stats["tasks_done"], stats["tasks_failed"]) == (25, 1)
+
+
+def test_a_real_sigint_while_unpickling_still_interrupts_between_steps(make):
+    """The rule that tells the two apart: a SIGINT that arrives while the parent
+    unpickles (here sent by the unpickling itself, as a Ctrl-C would land) is deferred
+    with the step's signals and raises KeyboardInterrupt after the step, for the caller;
+    the outcome it interrupted is still whole (this task succeeds)."""
+    ex = make(1)
+    ex.queue("signals", fault_tasks.return_signalling)
+    ex.queue("after", fault_tasks.square, 3)
+    rec = Recorder(ex)
+    with pytest.raises(KeyboardInterrupt):
+        rec.run_until(lambda: False, limit=60)
+    rec.take()  # what the interrupted round had published
+    rec.finish(limit=60)
+    assert not rec.duplicates
+    assert rec.terminal["signals"].state is State.SUCCESS
+    assert rec.terminal["signals"].result is None
+    assert rec.terminal["after"].result == 9
+
+
+@pytest.mark.parametrize("case", ["result sys.exit(3)", "result KeyboardInterrupt"])
+def test_process_pool_serves_on_after_an_outcome_that_raises_when_unpickled(
+    impl, start_method, monkeypatch, case
+):
+    """Through ``ProcessPoolExecutor``: only that future fails, the 20 beside it and any
+    submitted later succeed, and shutdown returns."""
+    import pipepool
+
+    monkeypatch.setenv("PIPEPOOL_IMPL", impl)  # the pool's LocalExecutor loads this loop
+    fn, args, part, raised = BAD_OUTCOMES[case]
+    context = multiprocessing.get_context(start_method)
+    with pipepool.ProcessPoolExecutor(2, mp_context=context) as pool:
+        before = [pool.submit(fault_tasks.square, i) for i in range(10)]
+        bad = pool.submit(fn, *args)
+        after = [pool.submit(fault_tasks.square, i) for i in range(10, 20)]
+        error = bad.exception(timeout=30)
+        check_unpickling_error_of_future(error, raised)
+        assert [f.result(timeout=30) for f in before + after] == [i * i for i in range(20)]
+        later = list(pool.map(fault_tasks.square, range(5), timeout=30))
+        assert later == [i * i for i in range(5)]
+
+
+def check_unpickling_error_of_future(error: BaseException | None, raised: type) -> None:
+    assert type(error) is TaskUnpicklingError and error.part == "result", repr(error)
+    assert type(error.__cause__) is raised
+
+
+@pytest.mark.parametrize("case", ["result sys.exit(3)", "exception sys.exit(4)"])
+def test_cluster_outcome_that_raises_when_unpickled_fails_only_its_task(dask_cluster, case):
+    """The same rule in ClusterExecutor: only that task fails, the round goes on."""
+    fn, args, part, raised = BAD_OUTCOMES[case]
+    ex = connect(dask_cluster)
+    try:
+        for i in range(10):
+            ex.queue(i, fault_tasks.square, i)
+        ex.queue("bad", fn, *args)
+        for i in range(10, 20):
+            ex.queue(i, fault_tasks.square, i)
+        rec = Recorder(ex)
+        rec.run_until(lambda: not ex.has_work(), limit=60)
+        ex.queue(20, fault_tasks.square, 20)  # it still serves
+        rec.finish(limit=60)  # end() included
+    finally:
+        ex.terminate()
+    assert not rec.duplicates
+    assert all(rec.terminal[i].result == i * i for i in range(21))
+    check_unpickling_error(rec.terminal["bad"].exception, part, raised)
