@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 
 class ExitsWhenUnpickled:
@@ -79,14 +80,41 @@ def square(x: int) -> int:
 # -- process trees -------------------------------------------------------------------------
 
 
-def spawn_tree(marker: str, ready: str) -> None:
+def spawn_tree(marker: str, then: str = "wait") -> None:
     """Start ``sh -c 'sleep 1000 & sleep 1000'`` carrying ``marker`` in its environment,
-    say so through ``ready`` (a path), then wait for it: a task stuck on its children."""
+    then wait for it (a task stuck on its children) or, with ``then="die"``, kill the
+    worker once the tree is up (a task that crashed and left its children behind)."""
     env = dict(os.environ, PIPEPOOL_TREE_MARKER=marker)
     proc = subprocess.Popen(["sh", "-c", "sleep 1000 & sleep 1000"], env=env)
-    with open(ready, "w") as f:
-        f.write(str(proc.pid))
+    if then == "die":
+        _wait_for_marked(marker, 3)
+        os.kill(os.getpid(), signal.SIGKILL)
     proc.wait()
+
+
+def marked(marker: str) -> set[int]:
+    """Live processes (zombies left out) whose environment carries ``marker`` (Linux)."""
+    needle = f"PIPEPOOL_TREE_MARKER={marker}".encode()
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                environ = f.read()  # empty for a zombie
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:  # gone, or not ours to read
+            continue
+        if needle in environ.split(b"\0") and state not in (b"Z", b"X"):
+            found.add(int(entry))
+    return found
+
+
+def _wait_for_marked(marker: str, count: int, limit: float = 30.0) -> None:
+    deadline = time.monotonic() + limit
+    while len(marked(marker)) < count and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 # -- crashes -------------------------------------------------------------------------------

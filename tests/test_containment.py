@@ -21,12 +21,23 @@ involved, and each is bounded by a timeout.
 from __future__ import annotations
 
 import multiprocessing
+import os
+import signal
+import time
+import uuid
 
 import pytest
 
 import fault_tasks
 from executor_helpers import Recorder
-from pipepool import RemoteTraceback, State, TaskUnpicklingError
+from pipepool import (
+    RemoteTraceback,
+    State,
+    TaskKilledError,
+    TaskTimeoutError,
+    TaskUnpicklingError,
+    WorkerLostError,
+)
 from test_contract import (  # noqa: F401  (fixtures, found by name)
     connect,
     dask_cluster,
@@ -121,7 +132,7 @@ def test_process_pool_serves_on_after_an_outcome_that_raises_when_unpickled(
     import pipepool
 
     monkeypatch.setenv("PIPEPOOL_IMPL", impl)  # the pool's LocalExecutor loads this loop
-    fn, args, part, raised = BAD_OUTCOMES[case]
+    fn, args, _part, raised = BAD_OUTCOMES[case]
     context = multiprocessing.get_context(start_method)
     with pipepool.ProcessPoolExecutor(2, mp_context=context) as pool:
         before = [pool.submit(fault_tasks.square, i) for i in range(10)]
@@ -140,7 +151,7 @@ def check_unpickling_error_of_future(error: BaseException | None, raised: type) 
 
 
 @pytest.mark.parametrize("case", ["result sys.exit(3)", "exception sys.exit(4)"])
-def test_cluster_outcome_that_raises_when_unpickled_fails_only_its_task(dask_cluster, case):
+def test_cluster_outcome_that_raises_when_unpickled_fails_only_its_task(dask_cluster, case):  # noqa: F811
     """The same rule in ClusterExecutor: only that task fails, the round goes on."""
     fn, args, part, raised = BAD_OUTCOMES[case]
     ex = connect(dask_cluster)
@@ -159,3 +170,80 @@ def test_cluster_outcome_that_raises_when_unpickled_fails_only_its_task(dask_clu
     assert not rec.duplicates
     assert all(rec.terminal[i].result == i * i for i in range(21))
     check_unpickling_error(rec.terminal["bad"].exception, part, raised)
+
+
+# -- 3. kill(), a timeout, terminate(): the task's whole process tree goes ------------------
+
+TREE = 3  # sh and its two sleeps
+
+
+def wait_until(predicate, limit: float, what: str) -> None:
+    """Poll a condition on real processes; fail with ``what`` if it does not come."""
+    deadline = time.monotonic() + limit
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not reached in {limit}s: {what}")
+        time.sleep(0.01)
+
+
+def end_by_kill(ex, rec, key):
+    assert ex.kill(key) == 1
+    return TaskKilledError
+
+
+def end_by_timeout(ex, rec, key):
+    return TaskTimeoutError  # the task was queued with a timeout; it passes while we wait
+
+
+def end_by_terminate(ex, rec, key):
+    ex.terminate()
+    return TaskKilledError
+
+
+def end_by_dying(ex, rec, key):
+    return WorkerLostError  # the task SIGKILLs its own worker once its tree is up
+
+
+ENDINGS = {
+    "kill": end_by_kill,
+    "timeout": end_by_timeout,
+    "terminate": end_by_terminate,
+    "worker dies": end_by_dying,
+}
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds processes by /proc/*/environ")
+@pytest.mark.parametrize("ending", list(ENDINGS))
+def test_killing_a_task_kills_its_process_tree(make, ending):
+    """A task runs ``sh -c 'sleep 1000 & sleep 1000'`` (found by a marker in their
+    environment); however its task ends, none of the three outlives it, and the pool
+    serves on with a new worker."""
+    marker = f"{os.getpid()}-{uuid.uuid4().hex}"
+    ex = make(1)
+    rec = Recorder(ex)
+    try:
+        if ending == "timeout":
+            ex.queue_call("tree", fault_tasks.spawn_tree, (marker,), timeout=3.0)
+        else:
+            then = "die" if ending == "worker dies" else "wait"
+            ex.queue("tree", fault_tasks.spawn_tree, marker, then)
+        # The tree is up and the parent knows the task started (kill() needs that).
+        rec.run_until(
+            lambda: (
+                (len(fault_tasks.marked(marker)) == TREE and bool(ex.running))
+                or "tree" in rec.terminal
+            ),
+            limit=30,
+        )
+        error_type = ENDINGS[ending](ex, rec, "tree")
+        if ending != "terminate":
+            rec.run_until(lambda: "tree" in rec.terminal, limit=30)
+            ex.queue("after", fault_tasks.square, 4)  # a replacement serves on
+            rec.finish(limit=60)
+            assert rec.terminal["after"].result == 16
+        rec.take()
+        assert type(rec.terminal["tree"].exception) is error_type
+        wait_until(lambda: not fault_tasks.marked(marker), 10, f"processes left: {ending}")
+    finally:
+        for pid in fault_tasks.marked(marker):  # a failed run leaves nothing either
+            os.kill(pid, signal.SIGKILL)

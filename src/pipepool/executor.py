@@ -29,13 +29,14 @@ import logging
 import multiprocessing
 import os
 import pickle
+import signal
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable
 from concurrent.futures import CancelledError
 from typing import Any
 
-from . import _impl, _signals
+from . import _impl, _signals, _tree
 from ._api import SchedulerAPI
 from ._unpickle import load_failure, load_result
 from .errors import (
@@ -339,6 +340,7 @@ class LocalExecutor(SchedulerAPI):
             w.proc.join(max(0.0, deadline - time.monotonic()))
             if w.proc.exitcode is None:
                 _signal_process(w.proc, "kill")
+            _tree.signal_group(w.pid, signal.SIGKILL)  # what outlived SIGTERM, if it did
         deferred = None
         try:
             deferred = _signals.defer()
@@ -737,6 +739,8 @@ class LocalExecutor(SchedulerAPI):
                 unstarted.append(t)
         w.in_flight.clear()
         self._queue.extendleft(reversed(unstarted))  # back to the front, in their order
+        if died_running or w.killed:  # its task's processes end with it (``_tree``)
+            _tree.signal_group(w.pid, signal.SIGKILL)
         if w.init_error is None and not w.heard and not w.killed and exitcode != 0:
             # Died before saying anything: start-up failed (a spawn child that cannot
             # import __main__, say). Treated like an initializer failure, so a pool that
@@ -944,5 +948,8 @@ def _set_pipe_size(fd: int, size: int) -> None:
 
 
 def _signal_process(proc: multiprocessing.process.BaseProcess, how: str) -> None:
+    """``proc.terminate()`` or ``proc.kill()``, and the same signal to the process group
+    the worker leads: whatever its task started goes with it (``_tree``)."""
     with contextlib.suppress(OSError, ValueError, AttributeError):  # already gone or closed
+        _tree.signal_group(proc.pid, signal.SIGTERM if how == "terminate" else signal.SIGKILL)
         getattr(proc, how)()

@@ -36,7 +36,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import _impl, _signals
+from . import _impl, _signals, _tree
 from .errors import FrameError, TaskPicklingError, TaskUnpicklingError
 from .frames import PICKLE_PROTOCOL, Kind, encode_header, split_frames
 
@@ -123,6 +123,7 @@ def _watch(lifeline_fd: int, control_fd: int, gate: _Gate) -> None:
             for fd, _ in poller.poll():
                 if fd == lifeline_fd:
                     if not os.read(lifeline_fd, 1):
+                        _tree.kill_own_group()  # the task's processes go with us
                         os._exit(EXIT_PARENT_DIED)
                     continue
                 data = os.read(fd, 4096)
@@ -282,6 +283,9 @@ def main(
     impl: str | None = None,
 ) -> None:
     """Entry point of a worker process (the ``multiprocessing.Process`` target)."""
+    # First of all: a process group of our own, which every process a task starts joins,
+    # so that killing the worker kills them too (``_tree``).
+    _tree.lead_own_group()
     # A parent thread may have had every signal blocked, or its handlers deferred, while
     # it started us; undo both, and leave Ctrl-C to the parent, which decides what
     # happens to running work.
