@@ -20,6 +20,7 @@ involved, and each is bounded by a timeout.
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import signal
@@ -247,3 +248,44 @@ def test_killing_a_task_kills_its_process_tree(make, ending):
     finally:
         for pid in fault_tasks.marked(marker):  # a failed run leaves nothing either
             os.kill(pid, signal.SIGKILL)
+
+
+# -- 4. a segfault says where: faulthandler's report in the WorkerLostError ---------------
+
+
+def test_segfault_report_names_the_tasks_frame(make, caplog):
+    """A real segfault (ctypes reads address 0): the error names the crashing frames,
+    innermost first, and the whole report is logged; the pool serves on."""
+    ex = make(1)
+    ex.queue("crash", fault_tasks.segfault_in_named_frame)
+    ex.queue("after", fault_tasks.square, 5)
+    rec = Recorder(ex)
+    with caplog.at_level(logging.ERROR, logger="pipepool"):
+        rec.finish(limit=60)
+    error = rec.terminal["crash"].exception
+    assert type(error) is WorkerLostError and error.exitcode == -signal.SIGSEGV
+    message = str(error)
+    assert "'crash'" in message and "killed by SIGSEGV" in message
+    assert "Fatal Python error: Segmentation fault" in message
+    # The task's frames, innermost first, down to where pipepool's worker called it.
+    assert message.index("in crash_here_for_the_report") < message.index(
+        "in segfault_in_named_frame"
+    )
+    assert "in _outcome" not in message and "in _watch" not in message
+    logged = [r.getMessage() for r in caplog.records if r.name == "pipepool"]
+    assert any("in crash_here_for_the_report" in m and "_watch" in m for m in logged), logged
+    assert rec.terminal["after"].result == 25
+
+
+def test_a_worker_killed_without_a_report_keeps_the_plain_message(make, caplog):
+    """SIGKILL leaves no report: the message has nothing quoted, and nothing is logged."""
+    import tasks
+
+    ex = make(1)
+    ex.queue("killed", tasks.kill_self, signal.SIGKILL)
+    rec = Recorder(ex)
+    with caplog.at_level(logging.ERROR, logger="pipepool"):
+        rec.finish(limit=60)
+    error = rec.terminal["killed"].exception
+    assert type(error) is WorkerLostError and "faulthandler" not in str(error)
+    assert not [r for r in caplog.records if r.name == "pipepool"]

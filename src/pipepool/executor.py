@@ -36,7 +36,7 @@ from collections.abc import Callable, Hashable, Iterable
 from concurrent.futures import CancelledError
 from typing import Any
 
-from . import _impl, _signals, _tree
+from . import _fault, _impl, _signals, _tree
 from ._api import SchedulerAPI
 from ._unpickle import load_failure, load_result
 from .errors import (
@@ -122,6 +122,8 @@ class _Worker:
         "closed_at",
         "closing",
         "control_fd",
+        "crash_fd",
+        "crash_report",
         "current",
         "fds",
         "heard",
@@ -164,6 +166,8 @@ class _Worker:
         self.killed = False
         self.heard = False  # any frame received: it got through start-up
         self.current: _Task | None = None  # the task it said it started, until its outcome
+        self.crash_fd = -1  # its faulthandler's file (``_fault``), read after its death
+        self.crash_report = ""
 
 
 class LocalExecutor(SchedulerAPI):
@@ -666,15 +670,18 @@ class LocalExecutor(SchedulerAPI):
         result_r, result_w = os.pipe()
         control_r, control_w = os.pipe()
         os.set_blocking(control_w, False)
+        crash_fd = _fault.open_report_file()  # shared with the worker, kept here
         mine = (activity_r, result_w, control_r)
-        _PARENT_FDS.update((activity_r, activity_w, result_r, result_w, control_r, control_w))
+        _PARENT_FDS.update(
+            (activity_r, activity_w, result_r, result_w, control_r, control_w, crash_fd)
+        )
         if self.pipe_size:
             _set_pipe_size(activity_w, self.pipe_size)
             _set_pipe_size(result_w, self.pipe_size)
         assert self._lifeline is not None
         lifeline_r = self._lifeline[0]
         close_fds = (
-            sorted(_PARENT_FDS.difference((*mine, lifeline_r)))
+            sorted(_PARENT_FDS.difference((*mine, lifeline_r, crash_fd)))
             if self.start_method == "fork"
             else []
         )
@@ -691,6 +698,7 @@ class LocalExecutor(SchedulerAPI):
                 self.initargs,
                 self.max_tasks_per_child,
                 self.implementation,
+                ChildFd(crash_fd),
             ),
             name=f"pipepool-worker-{wid}",
             daemon=True,
@@ -698,7 +706,7 @@ class LocalExecutor(SchedulerAPI):
         try:
             proc.start()
         except BaseException:
-            for fd in (activity_w, result_r, control_w):
+            for fd in (activity_w, result_r, control_w, crash_fd):
                 _PARENT_FDS.discard(fd)
                 os.close(fd)
             raise
@@ -707,6 +715,7 @@ class LocalExecutor(SchedulerAPI):
                 _PARENT_FDS.discard(fd)
                 os.close(fd)
         w = _Worker(wid, proc, (activity_w, result_r), control_w, self._init_failures)
+        w.crash_fd = crash_fd
         self._loop.add(wid, activity_w, result_r)
         self._workers[wid] = w
         self._stats["started_workers"] += 1
@@ -720,6 +729,8 @@ class LocalExecutor(SchedulerAPI):
 
     def _retire(self, w: _Worker, exitcode: int | None, *, requeue: bool = True) -> None:
         """Forget an exited worker: dispatch again what it never started, fail what it ran."""
+        if exitcode is not None and exitcode < 0 and not w.killed:  # a fatal signal: where?
+            w.crash_report = _fault.note_crash(w.pid, _fault.read_report(w.crash_fd))
         self._remove_channel(w)  # frames it never fully received: it cannot have started them
         del self._workers[w.wid]
         lost_error = self._lost_error(w, exitcode)
@@ -750,7 +761,7 @@ class LocalExecutor(SchedulerAPI):
                 WorkerLostError(
                     f"worker pid {w.pid} {describe_exit(exitcode)} during start-up, before "
                     "running any task (with spawn or forkserver, is the main module guarded "
-                    "by if __name__ == '__main__'?)",
+                    f"by if __name__ == '__main__'?){w.crash_report}",
                     pid=w.pid,
                     exitcode=exitcode,
                 ),
@@ -768,8 +779,9 @@ class LocalExecutor(SchedulerAPI):
         """Close a worker's parent ends (once) and drop them from the fork registry."""
         if w.wid not in self._loop:
             return []
-        _PARENT_FDS.difference_update((*w.fds, w.control_fd))
+        _PARENT_FDS.difference_update((*w.fds, w.control_fd, w.crash_fd))
         os.close(w.control_fd)
+        os.close(w.crash_fd)
         return self._loop.remove(w.wid)
 
     def _lost_error(self, w: _Worker, exitcode: int | None) -> Callable[[_Task], BaseException]:
@@ -791,7 +803,7 @@ class LocalExecutor(SchedulerAPI):
             return WorkerLostError(
                 f"worker pid {w.pid} {describe_exit(exitcode)} while running task {t.key!r}; "
                 "the task may have crashed the interpreter (segfault, os._exit) or been "
-                "killed from outside (OOM killer, kill -9)",
+                f"killed from outside (OOM killer, kill -9){w.crash_report}",
                 pid=w.pid,
                 exitcode=exitcode,
             )

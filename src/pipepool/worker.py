@@ -36,7 +36,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import _impl, _signals, _tree
+from . import _fault, _impl, _signals, _tree
 from .errors import FrameError, TaskPicklingError, TaskUnpicklingError
 from .frames import PICKLE_PROTOCOL, Kind, encode_header, split_frames
 
@@ -281,11 +281,16 @@ def main(
     initargs: tuple,
     max_tasks: int | None,
     impl: str | None = None,
+    crash: ChildFd | None = None,
 ) -> None:
-    """Entry point of a worker process (the ``multiprocessing.Process`` target)."""
+    """Entry point of a worker process (the ``multiprocessing.Process`` target).
+
+    ``crash`` is the file a fatal signal's Python stack goes to (``_fault``)."""
     # First of all: a process group of our own, which every process a task starts joins,
     # so that killing the worker kills them too (``_tree``).
     _tree.lead_own_group()
+    if crash is not None:  # before the initializer: a crash there is reported too
+        _fault.enable(crash.fd)
     # A parent thread may have had every signal blocked, or its handlers deferred, while
     # it started us; undo both, and leave Ctrl-C to the parent, which decides what
     # happens to running work.
