@@ -24,12 +24,15 @@ import logging
 import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 import time
 import uuid
 
 import pytest
 
 import fault_tasks
+import proc_table
 from executor_helpers import Recorder
 from pipepool import (
     RemoteTraceback,
@@ -247,6 +250,52 @@ def test_killing_a_task_kills_its_process_tree(make, ending):
         wait_until(lambda: not fault_tasks.marked(marker), 10, f"processes left: {ending}")
     finally:
         for pid in fault_tasks.marked(marker):  # a failed run leaves nothing either
+            os.kill(pid, signal.SIGKILL)
+
+
+PARENT = r"""
+import sys, time
+sys.path[:0] = {path!r}
+import fault_tasks
+import proc_table
+from pipepool import LocalExecutor
+
+if __name__ == "__main__":
+    ex = LocalExecutor(1, start_method={method!r}, _loop_impl={impl!r})
+    ex.start()
+    ex.queue("tree", fault_tasks.spawn_tree, {marker!r})
+    deadline = time.monotonic() + 60
+    while len(fault_tasks.marked({marker!r})) < 3:
+        ex.sync(timeout=0.01)
+        if time.monotonic() > deadline:
+            sys.exit("the tree never came up")
+    print("up", flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds processes by /proc/*/environ")
+def test_a_tree_goes_with_its_worker_when_the_parent_is_killed(impl, start_method):
+    """The lifeline still works from the worker's own process group, and takes the
+    group along: SIGKILL the parent, and the worker and its task's tree all go."""
+    marker = f"{os.getpid()}-{uuid.uuid4().hex}"
+    here = os.path.dirname(os.path.abspath(__file__))
+    script = PARENT.format(path=[here, *sys.path], method=start_method, impl=impl, marker=marker)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "up"
+        workers = proc_table.children(proc.pid) - {
+            p for p in proc_table.children(proc.pid) if b"forkserver" in proc_table.cmdline(p)
+        }
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        wait_until(lambda: not fault_tasks.marked(marker), 10, "the tree outlived the parent")
+        wait_until(lambda: not any(proc_table.alive(p) for p in workers), 10, "a worker lived on")
+    finally:
+        proc.kill()
+        proc.wait(10)
+        proc.stdout.close()
+        for pid in fault_tasks.marked(marker):
             os.kill(pid, signal.SIGKILL)
 
 
