@@ -92,6 +92,10 @@ def spawn_tree(marker: str, then: str = "wait") -> None:
     proc.wait()
 
 
+def stdin_is_a_tty() -> bool:
+    return os.isatty(0)
+
+
 def marked(marker: str) -> set[int]:
     """Live processes (zombies left out) whose environment carries ``marker`` (Linux)."""
     needle = f"PIPEPOOL_TREE_MARKER={marker}".encode()

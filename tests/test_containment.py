@@ -299,6 +299,43 @@ def test_a_tree_goes_with_its_worker_when_the_parent_is_killed(impl, start_metho
             os.kill(pid, signal.SIGKILL)
 
 
+TTY_PARENT = r"""
+import sys
+sys.path[:0] = {path!r}
+import fault_tasks
+from pipepool import LocalExecutor
+
+if __name__ == "__main__":
+    ex = LocalExecutor(1, start_method={method!r}, _loop_impl={impl!r})
+    ex.start()
+    ex.queue("tty", fault_tasks.stdin_is_a_tty)
+    ex.end()
+    print("parent", sys.stdin.isatty(), "worker", ex.get_event_buffer()["tty"].result)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal")
+def test_a_worker_does_not_read_the_terminal(impl, start_method):
+    """Out of the terminal's foreground group, a worker reading it would be stopped
+    (SIGTTIN): a worker whose stdin is a terminal gets /dev/null instead."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    script = TTY_PARENT.format(path=[here, *sys.path], method=start_method, impl=impl)
+    primary, secondary = os.openpty()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", script],
+            stdin=secondary,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(primary)
+        os.close(secondary)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["parent", "True", "worker", "False"]
+
+
 # -- 4. a segfault says where: faulthandler's report in the WorkerLostError ---------------
 
 

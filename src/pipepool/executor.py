@@ -729,7 +729,8 @@ class LocalExecutor(SchedulerAPI):
 
     def _retire(self, w: _Worker, exitcode: int | None, *, requeue: bool = True) -> None:
         """Forget an exited worker: dispatch again what it never started, fail what it ran."""
-        if exitcode is not None and exitcode < 0 and not w.killed:  # a fatal signal: where?
+        if exitcode is not None and exitcode < 0 and not w.killed and w.wid in self._loop:
+            # A fatal signal: where in its task? (Read before its fds close below.)
             w.crash_report = _fault.note_crash(w.pid, _fault.read_report(w.crash_fd))
         self._remove_channel(w)  # frames it never fully received: it cannot have started them
         del self._workers[w.wid]
