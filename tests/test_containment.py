@@ -4,15 +4,22 @@
 row                                        test
 =========================================  ============================================
 1. an outcome whose unpickling raises a    ``test_outcome_that_raises_when_unpickled_
-   BaseException in the parent                fails_only_its_task`` (LocalExecutor),
+   BaseException in the parent             fails_only_its_task`` (LocalExecutor),
                                            ``test_process_pool_serves_on_after_...``,
                                            ``test_cluster_...``; the Ctrl-C rule:
                                            ``test_a_real_sigint_while_unpickling_...``
 3. kill(), a timeout and terminate() take  ``test_killing_a_task_kills_its_process_tree``
-   down the task's whole process tree
-4. a segfault leaves the task's Python     ``test_segfault_report_names_the_tasks_frame``
-   stack in the WorkerLostError
+   down the task's whole process tree      (also a worker that dies mid-task); the
+                                           lifeline: ``test_a_tree_goes_with_its_
+                                           worker_when_the_parent_is_killed``; the
+                                           terminal: ``test_a_worker_does_not_read_
+                                           the_terminal``
+4. a segfault leaves the task's Python     ``test_segfault_report_names_the_tasks_frame``,
+   stack in the WorkerLostError            ``test_a_worker_killed_without_a_report_...``
 =========================================  ============================================
+
+Row 5 (non-bytes payloads in both loops) is in tests/test_loop_differential.py; rows 2
+and 6 are elsewhere. See docs/containment.md for the behaviour these tests pin.
 
 Every test runs on both loop implementations and every start method where workers are
 involved, and each is bounded by a timeout.
