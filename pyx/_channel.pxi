@@ -37,7 +37,7 @@ cdef class _Channel:
         else:  # any C-contiguous buffer; the memoryview pins it until it is written
             view = memoryview(payload)
             if not view.c_contiguous:
-                raise BufferError("a frame payload must be a C-contiguous buffer")
+                raise TypeError("a frame payload must be a C-contiguous buffer")
             data = <const char *>PyMemoryView_GET_BUFFER(view).buf
             size = PyMemoryView_GET_BUFFER(view).len
         if self.count == self.capacity:

@@ -21,6 +21,7 @@ import inspect
 import os
 import struct
 import time
+from array import array
 from dataclasses import dataclass, field
 
 import pytest
@@ -76,6 +77,32 @@ def payload_of(size: int, salt: int) -> bytes:
     return (block * (size // 4096 + 1))[:size]
 
 
+# Payload types send() takes besides bytes: any C-contiguous buffer, sent as its bytes
+# (``memoryview(p).nbytes`` of them, whatever the item size or shape).
+PAYLOAD_SHAPES = ["bytes", "bytearray-view", "array-i", "array-i-view", "2d-view"]
+
+
+def shaped(payload: bytes, shape: str):
+    """``payload`` as another buffer type (an int array keeps whole items only)."""
+    if shape == "bytes":
+        return payload
+    if shape == "bytearray-view":
+        return memoryview(bytearray(payload))
+    if shape == "2d-view" and len(payload) >= 2:  # (a cast cannot make a 0 in the shape)
+        even = payload[: len(payload) // 2 * 2]
+        return memoryview(bytearray(even)).cast("B", (2, len(even) // 2))
+    if shape == "2d-view":
+        return memoryview(bytearray(payload))
+    ints = array("i")
+    ints.frombytes(payload[: len(payload) // ints.itemsize * ints.itemsize])
+    return ints if shape == "array-i" else memoryview(ints)
+
+
+def wire_bytes(kind: int, ident: int, payload) -> bytes:
+    """The frame a payload makes on the wire: a header with its byte length, its bytes."""
+    return encode_header(kind, ident, memoryview(payload).nbytes) + bytes(payload)
+
+
 def bad_header(kind: str) -> bytes:
     if kind == "magic":
         return struct.pack("<BBHIQ", MAGIC ^ 0xFF, 3, 0, 5, 1)
@@ -95,8 +122,9 @@ def scenarios(draw) -> Scenario:
             min_size=20,
             max_size=80,
         )
+        shape = draw(st.sampled_from(["bytes", "bytes", *PAYLOAD_SHAPES]))
         out = [
-            (k, i, payload_of(n, 1000 * c + j))
+            (k, i, shaped(payload_of(n, 1000 * c + j), shape))
             for j, (k, i, n) in enumerate(
                 draw(sizes if many_small else st.lists(out_frame, min_size=1, max_size=6))
             )
@@ -321,7 +349,7 @@ def check_against_the_wire(scenario: Scenario, result: Run) -> None:
             split_frames(bytearray(spec.stream), expected, scenario.max_payload)
         got = result.delivered[c]
         assert got == expected[: len(got)]
-        wire = b"".join(encode_header(k, i, len(p)) + p for k, i, p in spec.out[: result.sent[c]])
+        wire = b"".join(wire_bytes(k, i, p) for k, i, p in spec.out[: result.sent[c]])
         received = next(e[2] for e in result.transcript if e[:2] == ("peer received", c))
         assert wire.startswith(received)
 
@@ -376,6 +404,61 @@ def test_twins_agree_on_a_scripted_peer(scenario):
         assert got == want  # the first difference, with its step
     assert len(actual.transcript) == len(expected.transcript)
     check_against_the_wire(scenario, expected)
+
+
+NOT_SENDABLE = {  # a clear TypeError from send(), before anything is queued
+    "non-contiguous view": lambda: memoryview(bytearray(range(8)))[::2],
+    "str": lambda: "text",
+    "int": lambda: 7,
+}
+
+
+def test_buffer_payloads_are_sent_by_byte_length(loop_module):
+    """Any C-contiguous buffer goes out as its bytes, the header saying ``nbytes`` (an
+    int array of 3 items is 12 bytes, not 3); anything else is a TypeError that queues
+    nothing, so the channel serves on. The scripted-peer test above checks that both
+    twins agree on such payloads through partial writes; this pins what both must do."""
+    loop = loop_module.PipeLoop()
+    act_r, act_w = os.pipe()
+    res_r, res_w = os.pipe()
+    try:
+        loop.add(0, act_w, res_r)
+        for name, make in NOT_SENDABLE.items():
+            with pytest.raises(TypeError) as info:
+                loop.send(0, 1, 1, make())
+            assert (loop.pending(0), loop.unsent_frames(0)) == (0, 0), name
+            if name.startswith("non-contiguous"):
+                assert "C-contiguous" in str(info.value)
+        sent = [array("i", [1, 2, 3]), memoryview(array("i", [1, 2, 3]))]
+        sent += [shaped(payload_of(403, j), shape) for j, shape in enumerate(PAYLOAD_SHAPES)]
+        for j, payload in enumerate(sent):
+            loop.send(0, 3, j, payload)
+            assert loop.pending(0) == 0  # all of it fits the pipe: written whole
+        assert memoryview(sent[0]).nbytes == 12
+        wire = b"".join(wire_bytes(3, j, p) for j, p in enumerate(sent))
+        assert os.read(act_r, 1 << 16) == wire
+    finally:
+        loop.close()
+        for fd in (act_r, res_w):
+            os.close(fd)
+
+
+def test_twins_refuse_the_same_payloads_alike():
+    pure, compiled = twins()
+    for make in NOT_SENDABLE.values():
+        outcomes = []
+        for loop_module in (pure, compiled):
+            loop = loop_module.PipeLoop()
+            act_r, act_w = os.pipe()
+            res_r, res_w = os.pipe()
+            try:
+                loop.add(0, act_w, res_r)
+                outcomes.append(attempt(loop.send, 0, 1, 1, make()))
+            finally:
+                loop.close()
+                os.close(act_r)
+                os.close(res_w)
+        assert outcomes[0] == outcomes[1] and outcomes[0][:2] == ("raised", "TypeError")
 
 
 # -- the blocking FrameReader ---------------------------------------------------------------

@@ -65,13 +65,26 @@ class _Channel:
         self.channel = channel
         self.write_fd = write_fd
         self.read_fd = read_fd
-        self.out: deque[tuple[int, int, bytes, bytes]] = deque()  # (kind, ident, header, payload)
+        # (kind, ident, header, payload as given, its bytes: the payload or a byte view)
+        self.out: deque[tuple[int, int, bytes, bytes, bytes | memoryview]] = deque()
         self.offset = 0  # bytes of out[0] already written
         self.pending = 0  # bytes queued and not yet written
         self.inbuf = bytearray()
         self.closed = False  # reported closed by pump; nothing more is read
         self.write_dead = False  # EPIPE seen: the reader is gone
         self.polling_out = False
+
+
+def _as_bytes(payload: bytes) -> bytes | memoryview:
+    """``payload`` itself if it is bytes, else a flat byte view of it (its ``len`` is the
+    byte length: an int array's ``len`` counts items); TypeError if it is no C-contiguous
+    buffer, the same error as the compiled twin raises."""
+    if payload.__class__ is bytes:
+        return payload
+    view = memoryview(payload)  # TypeError: not a buffer at all
+    if not view.c_contiguous:
+        raise TypeError("a frame payload must be a C-contiguous buffer")
+    return view.cast("B")
 
 
 class PipeLoop:
@@ -109,7 +122,7 @@ class PipeLoop:
     def remove(self, channel: int) -> list[tuple[int, int, bytes]]:
         """Close a channel's fds; return ``(kind, ident, payload)`` of frames not fully written."""
         ch = self._channels.pop(channel)
-        unsent = [(kind, ident, payload) for kind, ident, _, payload in ch.out]
+        unsent = [(kind, ident, payload) for kind, ident, _, payload, _ in ch.out]
         ch.out.clear()
         self._forget_fd(ch.read_fd)
         self._forget_fd(ch.write_fd)
@@ -145,11 +158,15 @@ class PipeLoop:
 
         With ``flush=False`` the frame is only queued: a caller sending a batch calls
         ``flush(channel)`` once after it, so the batch leaves in one ``writev``.
+        ``payload`` is ``bytes`` or any C-contiguous buffer, sent as its bytes (its
+        length is ``memoryview(payload).nbytes``) and pinned until it has left; anything
+        else is a TypeError, raised before anything is queued.
         """
         ch = self._channels[channel]
-        header = encode_header(kind, ident, len(payload))
-        ch.out.append((kind, ident, header, payload))
-        ch.pending += HEADER_SIZE + len(payload)
+        data = _as_bytes(payload)
+        header = encode_header(kind, ident, len(data))
+        ch.out.append((kind, ident, header, payload, data))
+        ch.pending += HEADER_SIZE + len(data)
         if len(ch.out) == 1 and not ch.write_dead:
             if flush:
                 self._flush(ch)
@@ -168,7 +185,7 @@ class PipeLoop:
         while out:
             iov: list[memoryview | bytes] = []
             offset = ch.offset
-            for _kind, _ident, header, payload in out:
+            for _kind, _ident, header, _payload, payload in out:
                 if offset < HEADER_SIZE:
                     iov.append(memoryview(header)[offset:] if offset else header)
                     if payload:
@@ -200,7 +217,7 @@ class PipeLoop:
     def _advance(ch: _Channel, written: int) -> None:
         out = ch.out
         while written:
-            size = HEADER_SIZE + len(out[0][3]) - ch.offset
+            size = HEADER_SIZE + len(out[0][4]) - ch.offset
             if written < size:
                 ch.offset += written
                 return

@@ -59,8 +59,8 @@ from typing import Any
 
 from . import _signals
 from ._api import SchedulerAPI
+from ._unpickle import load_exception, load_result
 from .errors import (
-    RemoteTraceback,
     TaskKilledError,
     TaskPicklingError,
     TaskTimeoutError,
@@ -454,31 +454,18 @@ class ClusterExecutor(SchedulerAPI):
             self._stats["lost"] += 1
             self._finish(t, State.FAILED, exception=self._lost_error(t, value), pid=t.pid)
             return
+        # Unpickling cannot raise here (``_unpickle``): whatever it raises, SystemExit
+        # from a reducer included, is this task's failure, and the round goes on.
         if value[0] == "done":
             _, data, _address, pid = value
-            try:
-                result = pickle.loads(data)
-            except Exception as exc:
-                error = TaskUnpicklingError(
-                    f"task {t.key!r}: its result could not be unpickled here "
-                    f"({type(exc).__name__}: {exc})",
-                    part="result",
-                )
-                error.__cause__ = exc
-                self._finish(t, State.FAILED, exception=error, pid=pid)
-            else:
+            ok, result = load_result(t.key, data, "here")
+            if ok:
                 self._finish(t, State.SUCCESS, result=result, pid=pid)
+            else:
+                self._finish(t, State.FAILED, exception=result, pid=pid)
             return
         _, tb, exc_bytes, _address, pid = value
-        try:
-            exc = pickle.loads(exc_bytes)
-        except Exception as unpickling:
-            exc = TaskUnpicklingError(
-                f"task {t.key!r} raised an exception that could not be unpickled here "
-                f"({type(unpickling).__name__}: {unpickling})",
-                part="exception",
-            )
-        exc.__cause__ = RemoteTraceback(tb)
+        exc = load_exception(t.key, tb, exc_bytes, "here")
         self._finish(t, State.FAILED, exception=exc, pid=pid)
 
     def _lost_error(self, t: _Task, error: BaseException) -> BaseException:

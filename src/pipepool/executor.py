@@ -29,6 +29,7 @@ import logging
 import multiprocessing
 import os
 import pickle
+import signal
 import struct
 import time
 from collections import deque
@@ -36,17 +37,16 @@ from collections.abc import Callable, Hashable, Iterable
 from concurrent.futures import CancelledError
 from typing import Any
 
-from . import _impl, _signals
+from . import _fault, _impl, _signals, _tree
 from ._api import SchedulerAPI
 from ._marks import MarkTable
+from ._unpickle import load_failure, load_result
 from .errors import (
     FrameError,
     InitializerError,
-    RemoteTraceback,
     TaskKilledError,
     TaskPicklingError,
     TaskTimeoutError,
-    TaskUnpicklingError,
     WorkerLostError,
     describe_exit,
 )
@@ -132,6 +132,8 @@ class _Worker:
         "closed_at",
         "closing",
         "control_fd",
+        "crash_fd",
+        "crash_report",
         "current",
         "fds",
         "heard",
@@ -179,6 +181,8 @@ class _Worker:
         self.killed = False
         self.heard = False  # any frame received: it got through start-up
         self.current: _Task | None = None  # the task its start mark names, until its outcome
+        self.crash_fd = -1  # its faulthandler's file (``_fault``), read after its death
+        self.crash_report = ""
 
 
 class LocalExecutor(SchedulerAPI):
@@ -359,6 +363,7 @@ class LocalExecutor(SchedulerAPI):
             w.proc.join(max(0.0, deadline - time.monotonic()))
             if w.proc.exitcode is None:
                 _signal_process(w.proc, "kill")
+            _tree.signal_group(w.pid, signal.SIGKILL)  # what outlived SIGTERM, if it did
         deferred = None
         try:
             deferred = _signals.defer()
@@ -505,6 +510,8 @@ class LocalExecutor(SchedulerAPI):
             t.started = True  # too short for its start mark to have been seen, mostly
             if w.current is t:
                 w.current = None
+            # Unpickling cannot raise here: whatever it raises (SystemExit from a reducer
+            # included) is this task's failure, and the other frames of the read go on.
             if kind == Kind.DONE:
                 try:
                     (elapsed,) = ELAPSED.unpack_from(payload)
@@ -517,18 +524,11 @@ class LocalExecutor(SchedulerAPI):
                     return
                 # The worker's own clock: load on this machine cannot skew the estimate.
                 self._task_time += EMA_WEIGHT * (elapsed - self._task_time)
-                try:
-                    result = pickle.loads(memoryview(payload)[ELAPSED.size :])
-                except Exception as exc:
-                    error = TaskUnpicklingError(
-                        f"task {t.key!r}: its result could not be unpickled in the parent "
-                        f"({type(exc).__name__}: {exc})",
-                        part="result",
-                    )
-                    error.__cause__ = exc
-                    self._finish(t, State.FAILED, exception=error, pid=w.pid)
+                ok, value = load_result(t.key, memoryview(payload)[ELAPSED.size :], "in the parent")
+                if ok:
+                    self._finish(t, State.SUCCESS, result=value, pid=w.pid)
                 else:
-                    self._finish(t, State.SUCCESS, result=result, pid=w.pid)
+                    self._finish(t, State.FAILED, exception=value, pid=w.pid)
             else:
                 self._finish(
                     t, State.FAILED, exception=_remote_exception(t.key, payload), pid=w.pid
@@ -766,25 +766,25 @@ class LocalExecutor(SchedulerAPI):
     # -- worker lifecycle -----------------------------------------------------------------
 
     def _start_worker(self) -> None:
+        assert self._lifeline is not None and self._marks is not None
+        slot = self._marks.claim()
+        if slot is None:  # every slot held by a worker not yet reaped: start it next round
+            return
         activity_r, activity_w = os.pipe()
         result_r, result_w = os.pipe()
         control_r, control_w = os.pipe()
         os.set_blocking(control_w, False)
+        crash_fd = _fault.open_report_file()  # shared with the worker, kept here
         mine = (activity_r, result_w, control_r)
-        _PARENT_FDS.update((activity_r, activity_w, result_r, result_w, control_r, control_w))
+        _PARENT_FDS.update(
+            (activity_r, activity_w, result_r, result_w, control_r, control_w, crash_fd)
+        )
         if self.pipe_size:
             _set_pipe_size(activity_w, self.pipe_size)
             _set_pipe_size(result_w, self.pipe_size)
-        assert self._lifeline is not None and self._marks is not None
-        slot = self._marks.claim()
-        if slot is None:  # every slot held by a worker not yet reaped: start it next round
-            for fd in (activity_r, activity_w, result_r, result_w, control_r, control_w):
-                _PARENT_FDS.discard(fd)
-                os.close(fd)
-            return
         lifeline_r = self._lifeline[0]
         close_fds = (
-            sorted(_PARENT_FDS.difference((*mine, lifeline_r, self._marks.fd)))
+            sorted(_PARENT_FDS.difference((*mine, lifeline_r, self._marks.fd, crash_fd)))
             if self.start_method == "fork"
             else []
         )
@@ -803,6 +803,7 @@ class LocalExecutor(SchedulerAPI):
                 self.initargs,
                 self.max_tasks_per_child,
                 self.implementation,
+                ChildFd(crash_fd),
             ),
             name=f"pipepool-worker-{wid}",
             daemon=True,
@@ -810,7 +811,7 @@ class LocalExecutor(SchedulerAPI):
         try:
             proc.start()
         except BaseException:
-            for fd in (activity_w, result_r, control_w):
+            for fd in (activity_w, result_r, control_w, crash_fd):
                 _PARENT_FDS.discard(fd)
                 os.close(fd)
             self._marks.release(slot)
@@ -820,6 +821,7 @@ class LocalExecutor(SchedulerAPI):
                 _PARENT_FDS.discard(fd)
                 os.close(fd)
         w = _Worker(wid, proc, (activity_w, result_r), control_w, slot, self._init_failures)
+        w.crash_fd = crash_fd
         self._loop.add(wid, activity_w, result_r)
         self._workers[wid] = w
         self._stats["started_workers"] += 1
@@ -833,6 +835,9 @@ class LocalExecutor(SchedulerAPI):
 
     def _retire(self, w: _Worker, exitcode: int | None, *, requeue: bool = True) -> None:
         """Forget an exited worker: dispatch again what it never started, fail what it ran."""
+        if exitcode is not None and exitcode < 0 and not w.killed and w.wid in self._loop:
+            # A fatal signal: where in its task? (Read before its fds close below.)
+            w.crash_report = _fault.note_crash(w.pid, _fault.read_report(w.crash_fd))
         self._remove_channel(w)  # frames it never fully received: it cannot have started them
         del self._workers[w.wid]
         # It is dead and its pipe drained: its final start mark says which of the tasks
@@ -860,6 +865,8 @@ class LocalExecutor(SchedulerAPI):
                 unstarted.append(t)
         w.in_flight.clear()
         self._queue.extendleft(reversed(unstarted))  # back to the front, in their order
+        if died_running or w.killed:  # its task's processes end with it (``_tree``)
+            _tree.signal_group(w.pid, signal.SIGKILL)
         if w.init_error is None and not w.heard and not w.killed and exitcode != 0:
             # Died before saying anything: start-up failed (a spawn child that cannot
             # import __main__, say). Treated like an initializer failure, so a pool that
@@ -869,7 +876,7 @@ class LocalExecutor(SchedulerAPI):
                 WorkerLostError(
                     f"worker pid {w.pid} {describe_exit(exitcode)} during start-up, before "
                     "running any task (with spawn or forkserver, is the main module guarded "
-                    "by if __name__ == '__main__'?)",
+                    f"by if __name__ == '__main__'?){w.crash_report}",
                     pid=w.pid,
                     exitcode=exitcode,
                 ),
@@ -887,8 +894,9 @@ class LocalExecutor(SchedulerAPI):
         """Close a worker's parent ends (once) and drop them from the fork registry."""
         if w.wid not in self._loop:
             return []
-        _PARENT_FDS.difference_update((*w.fds, w.control_fd))
+        _PARENT_FDS.difference_update((*w.fds, w.control_fd, w.crash_fd))
         os.close(w.control_fd)
+        os.close(w.crash_fd)
         return self._loop.remove(w.wid)
 
     def _lost_error(self, w: _Worker, exitcode: int | None) -> Callable[[_Task], BaseException]:
@@ -910,7 +918,7 @@ class LocalExecutor(SchedulerAPI):
             return WorkerLostError(
                 f"worker pid {w.pid} {describe_exit(exitcode)} while running task {t.key!r}; "
                 "the task may have crashed the interpreter (segfault, os._exit) or been "
-                "killed from outside (OOM killer, kill -9)",
+                f"killed from outside (OOM killer, kill -9){w.crash_report}",
                 pid=w.pid,
                 exitcode=exitcode,
             )
@@ -1066,18 +1074,8 @@ def _pickle_batch(batch: list[_Task]) -> bytes | None:
 
 
 def _remote_exception(key: Hashable, payload: bytes) -> BaseException:
-    """Rebuild a worker's exception with its traceback as ``__cause__``."""
-    tb, exc_bytes = pickle.loads(payload)
-    try:
-        exc = pickle.loads(exc_bytes)
-    except Exception as unpickling:
-        exc = TaskUnpicklingError(
-            f"task {key!r} raised an exception that could not be unpickled in the parent "
-            f"({type(unpickling).__name__}: {unpickling})",
-            part="exception",
-        )
-    exc.__cause__ = RemoteTraceback(tb)
-    return exc
+    """Rebuild a worker's exception with its traceback as ``__cause__``; never raises."""
+    return load_failure(key, payload, "in the parent")
 
 
 def _set_pipe_size(fd: int, size: int) -> None:
@@ -1094,5 +1092,8 @@ def _set_pipe_size(fd: int, size: int) -> None:
 
 
 def _signal_process(proc: multiprocessing.process.BaseProcess, how: str) -> None:
+    """``proc.terminate()`` or ``proc.kill()``, and the same signal to the process group
+    the worker leads: whatever its task started goes with it (``_tree``)."""
     with contextlib.suppress(OSError, ValueError, AttributeError):  # already gone or closed
+        _tree.signal_group(proc.pid, signal.SIGTERM if how == "terminate" else signal.SIGKILL)
         getattr(proc, how)()

@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 from time import perf_counter
 from typing import Any
 
-from . import _impl, _signals
+from . import _fault, _impl, _signals, _tree
 from ._marks import StartMark
 from .errors import FrameError, TaskPicklingError, TaskUnpicklingError
 from .frames import ELAPSED, PICKLE_PROTOCOL, Kind, encode_header, split_frames
@@ -138,6 +138,7 @@ def _watch(lifeline_fd: int, control_fd: int, gate: _Gate) -> None:
             for fd, _ in poller.poll():
                 if fd == lifeline_fd:
                     if not os.read(lifeline_fd, 1):
+                        _tree.kill_own_group()  # the task's processes go with us
                         os._exit(EXIT_PARENT_DIED)
                     continue
                 data = os.read(fd, 4096)
@@ -328,8 +329,16 @@ def main(
     initargs: tuple,
     max_tasks: int | None,
     impl: str | None = None,
+    crash: ChildFd | None = None,
 ) -> None:
-    """Entry point of a worker process (the ``multiprocessing.Process`` target)."""
+    """Entry point of a worker process (the ``multiprocessing.Process`` target).
+
+    ``crash`` is the file a fatal signal's Python stack goes to (``_fault``)."""
+    # First of all: a process group of our own, which every process a task starts joins,
+    # so that killing the worker kills them too (``_tree``).
+    _tree.lead_own_group()
+    if crash is not None:  # before the initializer: a crash there is reported too
+        _fault.enable(crash.fd)
     # A parent thread may have had every signal blocked, or its handlers deferred, while
     # it started us; undo both, and leave Ctrl-C to the parent, which decides what
     # happens to running work.

@@ -20,7 +20,8 @@ No descendant outlives its job, whichever way the job ends:
   guardian (no system call, no wake-up per job); at EOF (the worker is gone, however it
   died) the guardian SIGKILLs the group found there. It ignores SIGINT, SIGTERM and
   SIGHUP, so a signal sent to the runner's whole process group takes the worker down
-  first and the guardian still does its job.
+  first and the guardian still does its job; and it leads a process group of its own,
+  so the pool's kill of the worker's group (``pipepool._tree``) spares it.
 
 Limits: a descendant that left the job's process group survives the *worker's* death
 (the subreaper died with it), and a job killed in the microseconds between its fork and
@@ -322,6 +323,8 @@ def _start_guardian() -> None:
         finally:
             os._exit(0)
     os.close(read_fd)
+    with contextlib.suppress(OSError):  # as the guardian does: whichever of us runs first
+        os.setpgid(pid, pid)
     _guardian_pid, _guardian_fd = pid, write_fd
 
 
@@ -329,6 +332,10 @@ def _guard(read_fd: int, slot: mmap.mmap) -> None:
     """Body of the guardian: wait for the worker's death, then SIGKILL its job's group."""
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
+    # Out of the worker's process group, which the pool kills whole with the worker:
+    # the guardian must outlive the worker to do its job.
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)
     # Hold nothing of the worker's: not its pool pipes (the runner must see the worker's
     # EOF the moment it dies) and not the runner's stdout (a reader waits for its EOF).
     null = os.open(os.devnull, os.O_RDWR)
