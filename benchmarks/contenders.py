@@ -109,11 +109,22 @@ class LocalAdapter(Adapter):
     """pipepool.LocalExecutor driven scheduler style: queue everything, then sync until
     every event is in (``wait_until_done``), then read the event buffer."""
 
-    def __init__(self, parallelism: int, start_method: str | None, prefetch: Any) -> None:
+    def __init__(
+        self, parallelism: int, start_method: str | None, prefetch: Any, rounds: bool = False
+    ) -> None:
         kwargs = {} if prefetch == "default" else {"prefetch": prefetch}
         self.ex = pipepool.LocalExecutor(parallelism, start_method=start_method, **kwargs)
         self.ex.start()
         self.keys = 0
+        self.rounds = rounds  # drive it as the README does: sync(timeout) rounds
+
+    def _wait(self) -> None:
+        ex = self.ex
+        if not self.rounds:
+            ex.wait_until_done()
+            return
+        while ex.has_work():
+            ex.sync(timeout=SYNC_ROUND)
 
     def _next_keys(self, n: int) -> range:
         keys = range(self.keys, self.keys + n)
@@ -125,7 +136,7 @@ class LocalAdapter(Adapter):
         keys = self._next_keys(len(args))
         for key, arg in zip(keys, args, strict=True):
             ex.queue(key, fn, arg)
-        ex.wait_until_done()
+        self._wait()
         events = ex.get_event_buffer()
         out = []
         for key in keys:
@@ -364,6 +375,20 @@ class Spec:
     @property
     def is_pipepool(self) -> bool:
         return self.family == PIPEPOOL
+
+
+SYNC_ROUND = 0.05  # s: the sync(timeout) a scheduler's loop passes (the README's example)
+
+
+def local_rounds_spec() -> Spec:
+    """LocalExecutor as constructed with no arguments, driven by ``sync(timeout)`` rounds:
+    what a scheduler that copies the README gets."""
+    return Spec(
+        "local-default-sync",
+        f"pipepool LocalExecutor (defaults, sync({SYNC_ROUND:g}) rounds)",
+        PIPEPOOL,
+        lambda p, m: LocalAdapter(p, m, "default", rounds=True),
+    )
 
 
 def local_spec(prefetch: Any) -> Spec:

@@ -49,6 +49,7 @@ from .contenders import (
     Adapter,
     Spec,
     local_adaptive_prefetch,
+    local_rounds_spec,
     local_spec,
     missing_requirement,
     pipepool_map_auto,
@@ -313,6 +314,8 @@ class Suite:
             # One setting for tiny and long tasks alike: the one to judge the design by.
             local.insert(0, local_spec(adaptive))
         self.local_specs = local
+        if adaptive == "default":  # the defaults, driven the way the README shows
+            self.local_specs = [local_rounds_spec(), *local]
         self.local: Spec = local[0]  # without an adaptive one: chosen after `tiny`
         self.local_why = (
             f"{local[0].label.split('(', 1)[1].rstrip(')')}: LocalExecutor's adaptive "
