@@ -46,7 +46,7 @@ class AirflowStylePool:
         self.activity = ctx.SimpleQueue()
         self.results = ctx.SimpleQueue()
         self.workers = [
-            ctx.Process(
+            ctx.Process(  # type: ignore[attr-defined]  # typeshed: not on BaseContext
                 target=_work,
                 args=(self.activity, self.results),
                 daemon=True,

@@ -471,15 +471,15 @@ class ClusterExecutor(SchedulerAPI):
             return
         _, tb, exc_bytes, _address, pid = value
         try:
-            exc = pickle.loads(exc_bytes)
+            raised = pickle.loads(exc_bytes)
         except Exception as unpickling:
-            exc = TaskUnpicklingError(
+            raised = TaskUnpicklingError(
                 f"task {t.key!r} raised an exception that could not be unpickled here "
                 f"({type(unpickling).__name__}: {unpickling})",
                 part="exception",
             )
-        exc.__cause__ = RemoteTraceback(tb)
-        self._finish(t, State.FAILED, exception=exc, pid=pid)
+        raised.__cause__ = RemoteTraceback(tb)
+        self._finish(t, State.FAILED, exception=raised, pid=pid)
 
     def _lost_error(self, t: _Task, error: BaseException) -> BaseException:
         distributed = _import_distributed()

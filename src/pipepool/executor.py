@@ -683,7 +683,8 @@ class LocalExecutor(SchedulerAPI):
             else []
         )
         wid = next(self._wids)
-        proc = self._context.Process(
+        # typeshed declares Process on each concrete context, not on BaseContext
+        proc = self._context.Process(  # type: ignore[attr-defined]
             target=worker_main,
             args=(
                 ChildFd(activity_r),
