@@ -11,6 +11,7 @@ import contextlib
 import itertools
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -87,6 +88,21 @@ def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02) -> bool:
             return True
         time.sleep(interval)
     return predicate()
+
+
+def read_until(stream, text: str, limit: float = 20.0) -> str:
+    """What the pipe ``stream`` carries up to ``text`` (read from its fd: nothing stays in
+    the file object's buffer for a later ``communicate``); fails after ``limit`` s."""
+    fd, seen = stream.fileno(), b""
+    deadline = time.monotonic() + limit
+    while text.encode() not in seen:
+        remaining = deadline - time.monotonic()
+        ready = remaining > 0 and select.select([fd], [], [], remaining)[0]
+        assert ready, f"{text!r} did not come in {limit} s: {seen!r}"
+        chunk = os.read(fd, 4096)
+        assert chunk, f"EOF before {text!r}: {seen!r}"
+        seen += chunk
+    return seen.decode()
 
 
 def kill_survivors(mark: str) -> None:
@@ -495,9 +511,12 @@ def test_second_ctrl_c_kills_running_jobs(tmp_path: Path, mark: str) -> None:
     try:
         assert wait_for(lambda: len(survivors(mark, jobs_only=True)) >= 4)
         runner.send_signal(signal.SIGINT)
-        time.sleep(0.3)
+        # The runner says it took the first one before the second is sent (two signals
+        # close together would count as one).
+        early = read_until(runner.stderr, "starting no new job")
         runner.send_signal(signal.SIGINT)
         out, err = runner.communicate(timeout=20)
+        err = early + err
     finally:
         runner.kill()
     assert runner.returncode == 130, err
@@ -661,10 +680,11 @@ def test_terminate_is_prompt_when_the_parent_has_a_sigterm_handler() -> None:
         ex.start()
         ex.queue("nap", time.sleep, 30)
         deadline = time.monotonic() + 10
-        while "nap" not in ex.running or not ex.worker_pids():
+        # Its RUNNING event: the worker sent STARTED, so it is past its start-up (where
+        # it resets SIGTERM) and inside the task.
+        while "nap" not in ex.get_event_buffer():
             assert time.monotonic() < deadline
             ex.sync(timeout=0.05)
-        time.sleep(0.2)  # past the worker's start-up: it is inside the task now
         started = time.monotonic()
         ex.terminate()
         elapsed = time.monotonic() - started
