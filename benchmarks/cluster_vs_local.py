@@ -21,6 +21,8 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
@@ -29,7 +31,7 @@ from pipepool import ClusterExecutor, LocalExecutor
 SLEEP = 0.01
 
 
-def contenders(jobs: int) -> dict[str, object]:
+def contenders(jobs: int) -> dict[str, LocalExecutor | ClusterExecutor]:
     cluster = dict(n_workers=jobs, threads_per_worker=1, silence_logs=logging.ERROR)
     return {
         "LocalExecutor": LocalExecutor(jobs),
@@ -68,7 +70,7 @@ def main() -> None:
     parser.add_argument("--out", help="also write the table (markdown) to this file")
     args = parser.parse_args()
 
-    workloads = {
+    workloads: dict[str, tuple[Callable[..., Any], list[Any]]] = {
         "no-op `abs(i)`": (abs, list(range(args.tasks))),
         f"`time.sleep({SLEEP})`": (time.sleep, [SLEEP] * args.sleep_tasks),
     }

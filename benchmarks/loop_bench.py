@@ -36,7 +36,8 @@ except ImportError:  # a source checkout without an install: use src/ (build the
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
     import pipepool
 
-from pipepool import LocalExecutor, _impl
+from pipepool import _impl
+from pipepool._bench import run_local
 
 IMPLS = ("python", "cython")
 
@@ -51,10 +52,6 @@ while True:
     while view:
         view = view[os.write(w, view):]
 """
-
-
-def noop(x: int) -> int:
-    return x
 
 
 class EchoWorkers:
@@ -116,21 +113,6 @@ def frames_per_second(impl: str, frames: int, workers: int, size: int, window: i
         loop.close()
         echo.wait()
     return frames / elapsed
-
-
-def tasks_per_second(impl: str, tasks: int, workers: int, prefetch: int) -> float:
-    with LocalExecutor(workers, prefetch=prefetch, _loop_impl=impl) as ex:
-        ex.queue(-1, noop, -1)
-        ex.wait_until_done()  # warm: workers are up before the clock starts
-        ex.get_event_buffer()
-        started = time.perf_counter()
-        for i in range(tasks):
-            ex.queue(i, noop, i)
-        ex.wait_until_done()
-        elapsed = time.perf_counter() - started
-        events = ex.get_event_buffer()
-    assert len(events) == tasks and all(e.result == k for k, e in events.items())
-    return tasks / elapsed
 
 
 def table(title: str, header: list[str], rows: list[list[str]]) -> str:
@@ -202,7 +184,7 @@ def main() -> None:
             for prefetch in args.prefetch:
                 for impl in IMPLS:
                     exec_samples[impl, prefetch].append(
-                        tasks_per_second(impl, args.tasks, args.workers, prefetch)
+                        run_local(args.tasks, args.workers, prefetch, impl)
                     )
 
     ratios = {}

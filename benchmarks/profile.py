@@ -25,6 +25,7 @@ import pstats
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from . import _cpu
@@ -37,7 +38,8 @@ from .contenders import (
 )
 from .tasks import KIB64, make_mib, noop, take
 
-MEASURES = {
+# measure -> (task function, its argument list for n calls, the default n)
+MEASURES: dict[str, tuple[Callable[..., Any], Callable[[int], list[Any]], int]] = {
     "tiny": (noop, lambda n: list(range(n)), 20_000),
     "mib": (make_mib, lambda n: list(range(n)), 200),
     "kib64": (take, lambda n: [bytes(KIB64)] * n, 2_000),
@@ -95,13 +97,13 @@ class DriverProfile:
             finally:
                 me.profile.disable()
 
-        futures._Driver.run = run
+        futures._Driver.run = run  # type: ignore[method-assign,assignment]
 
     def uninstall(self) -> None:
         if self._original is not None:
             from pipepool import futures
 
-            futures._Driver.run = self._original
+            futures._Driver.run = self._original  # type: ignore[method-assign]
 
 
 class _NoProfile:

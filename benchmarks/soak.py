@@ -131,7 +131,7 @@ def pool_children(start_method: str) -> dict[int, str]:
     if start_method == "forkserver":
         from multiprocessing import forkserver
 
-        server = forkserver._forkserver._forkserver_pid
+        server = forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
         return children(server) if server else {}
     return {p: s for p, s in children(os.getpid()).items() if not _helper(p)}
 
@@ -224,6 +224,7 @@ class Soak:
                 return
         self.outcomes[f"{kind}: {event.reason}"] += 1
         if kind == OK:
+            assert expect is not None, f"task {key} was never queued"
             arg_len, head, size = expect
             right = event.state is State.SUCCESS and event.result == (
                 key,

@@ -86,6 +86,11 @@ include "_channel.pxi"
 
 
 cdef class PipeLoop:
+    """Non-blocking frame transport over many pipe pairs, polled together.
+
+    The compiled twin of ``pipepool._pyloop.PipeLoop`` (same methods, arguments,
+    exceptions and behaviour); each method's docstring is the pure loop's, shared at import.
+    """
 
     def __cinit__(self, *args, **kwargs):
         self._channels = {}
@@ -510,3 +515,23 @@ cdef class PipeLoop:
         self.wake_r = self.wake_w = -1  # a later wake() fails with EBADF, never hits a reused fd
         os.close(wake_r)
         os.close(wake_w)
+
+
+def _share_docstrings():
+    """Give each public method of the twins the pure loop's docstring, kept there once.
+
+    A Cython function's ``__doc__`` is writable; a cdef class's own docstring is not,
+    so the two class docstrings are literals (PipeLoop above, FrameReader in _wire.pxi).
+    """
+    from pipepool import _pyloop
+
+    for name in __all__:
+        spec, twin = getattr(_pyloop, name), globals()[name]
+        for attr, method in vars(twin).items():
+            documented = getattr(spec, attr, None)
+            if not attr.startswith("_") and callable(method) and callable(documented):
+                method.__doc__ = documented.__doc__
+
+
+_share_docstrings()
+del _share_docstrings

@@ -159,11 +159,22 @@ def test_cli_full_runs_the_suite(tmp_path: Path) -> None:
     assert set(data["measures"]) == {"startup"}
 
 
-def test_cli_full_without_a_checkout_says_so(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from pipepool import _bench
+def test_cli_full_runs_this_checkouts_suite_not_the_cwds(tmp_path: Path) -> None:
+    """pipepool imported from this checkout, run from a folder holding another
+    benchmarks/suite.py (``python -m`` puts the cwd first on sys.path): this checkout's
+    suite answers, the folder's is never imported."""
+    from test_cli import fake_checkout
 
-    monkeypatch.setattr(_bench, "find_suite_root", lambda: None)
-    assert _bench.run_suite([]) == 2
-    assert "source checkout" in capsys.readouterr().err
+    work = tmp_path / "work"
+    ran = fake_checkout(work)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipepool", "bench", "--full", "--help"],
+        cwd=work,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert not ran.exists(), "pipepool bench --full ran benchmarks/suite.py of the cwd"
+    assert proc.returncode == 0, proc.stderr
+    assert "pipepool bench --full" in proc.stdout and "--only" in proc.stdout

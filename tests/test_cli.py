@@ -11,6 +11,7 @@ import contextlib
 import itertools
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -87,6 +88,21 @@ def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02) -> bool:
             return True
         time.sleep(interval)
     return predicate()
+
+
+def read_until(stream, text: str, limit: float = 20.0) -> str:
+    """What the pipe ``stream`` carries up to ``text`` (read from its fd: nothing stays in
+    the file object's buffer for a later ``communicate``); fails after ``limit`` s."""
+    fd, seen = stream.fileno(), b""
+    deadline = time.monotonic() + limit
+    while text.encode() not in seen:
+        remaining = deadline - time.monotonic()
+        ready = remaining > 0 and select.select([fd], [], [], remaining)[0]
+        assert ready, f"{text!r} did not come in {limit} s: {seen!r}"
+        chunk = os.read(fd, 4096)
+        assert chunk, f"EOF before {text!r}: {seen!r}"
+        seen += chunk
+    return seen.decode()
 
 
 def kill_survivors(mark: str) -> None:
@@ -495,9 +511,12 @@ def test_second_ctrl_c_kills_running_jobs(tmp_path: Path, mark: str) -> None:
     try:
         assert wait_for(lambda: len(survivors(mark, jobs_only=True)) >= 4)
         runner.send_signal(signal.SIGINT)
-        time.sleep(0.3)
+        # The runner says it took the first one before the second is sent (two signals
+        # close together would count as one).
+        early = read_until(runner.stderr, "starting no new job")
         runner.send_signal(signal.SIGINT)
         out, err = runner.communicate(timeout=20)
+        err = early + err
     finally:
         runner.kill()
     assert runner.returncode == 130, err
@@ -603,6 +622,47 @@ def test_bench_still_works() -> None:
     assert "tasks/s" in proc.stdout and "ProcessPoolExecutor" in proc.stdout
 
 
+FAKE_SUITE = "import pathlib\npathlib.Path({ran!r}).write_text('ran')\nraise SystemExit(3)\n"
+
+
+def fake_checkout(folder: Path) -> Path:
+    """Make ``folder`` look like a checkout's root whose benchmarks/suite.py, when
+    imported, leaves the file this returns."""
+    (folder / "benchmarks").mkdir(parents=True)
+    (folder / "benchmarks" / "__init__.py").write_text("")
+    ran = folder / "fake-suite-ran"
+    (folder / "benchmarks" / "suite.py").write_text(FAKE_SUITE.format(ran=str(ran)))
+    (folder / "pyproject.toml").write_text("")
+    return ran
+
+
+def test_bench_full_never_runs_a_suite_from_the_current_directory(tmp_path: Path) -> None:
+    """An installed pipepool (a copy of the package, outside any checkout) run from a
+    folder holding its own benchmarks/suite.py: it says how to run the suite from a
+    checkout and imports nothing from the folder."""
+    import pipepool
+
+    site = tmp_path / "site"
+    shutil.copytree(
+        Path(pipepool.__file__).parent,
+        site / "pipepool",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    work = tmp_path / "work"
+    ran = fake_checkout(work)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipepool", "bench", "--full", "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**ENV, "PYTHONPATH": str(site)},
+        cwd=work,
+    )
+    assert not ran.exists(), "pipepool bench --full ran benchmarks/suite.py of the cwd"
+    assert proc.returncode == 2, proc.stderr
+    assert "python -m benchmarks --quick" in proc.stderr
+
+
 # -- found while building the runner ------------------------------------------------------
 
 
@@ -620,10 +680,11 @@ def test_terminate_is_prompt_when_the_parent_has_a_sigterm_handler() -> None:
         ex.start()
         ex.queue("nap", time.sleep, 30)
         deadline = time.monotonic() + 10
-        while "nap" not in ex.running or not ex.worker_pids():
+        # Its RUNNING event: the worker sent STARTED, so it is past its start-up (where
+        # it resets SIGTERM) and inside the task.
+        while "nap" not in ex.get_event_buffer():
             assert time.monotonic() < deadline
             ex.sync(timeout=0.05)
-        time.sleep(0.2)  # past the worker's start-up: it is inside the task now
         started = time.monotonic()
         ex.terminate()
         elapsed = time.monotonic() - started

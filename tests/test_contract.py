@@ -1,11 +1,13 @@
 """The scheduler-facing contract, written once and run on both executors.
 
-``local`` is a LocalExecutor (fork, the default loop); ``cluster`` is a ClusterExecutor
-connected to a module-scoped Dask LocalCluster of two worker processes on 127.0.0.1.
-Where the two differ by design (a dead LocalExecutor worker has an exit code, a lost Dask
-task names a worker address after the cluster's retries), the test says so in one line;
-tests/test_executor.py keeps the LocalExecutor-only cases (start methods, both loops,
-initializers, recycling, lambdas refused) and tests/test_cluster.py the cluster-only ones.
+``local-IMPL-METHOD`` is a LocalExecutor on each loop implementation (``python``,
+``cython``; the ``impl`` fixture's list) and each start method (fork, spawn,
+forkserver); ``cluster`` is a ClusterExecutor connected to a module-scoped Dask
+LocalCluster of two worker processes on 127.0.0.1. Where the two differ by design (a
+dead LocalExecutor worker has an exit code, a lost Dask task names a worker address
+after the cluster's retries, Dask sends functions by value), the test says so in one
+line; tests/test_executor.py keeps the LocalExecutor-only cases (initializers,
+recycling, adaptive depth, fd hygiene) and tests/test_cluster.py the cluster-only ones.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pytest
 
 import cluster_tasks
 import tasks
+from conftest import START_METHODS, implementations
 from executor_helpers import Recorder
 from pipepool import (
     LocalExecutor,
@@ -31,6 +34,7 @@ from pipepool import (
     TaskTimeoutError,
     TaskUnpicklingError,
     WorkerLostError,
+    _impl,
 )
 
 CLUSTER_WORKERS = 2
@@ -112,24 +116,42 @@ def plain_exception_pickling():
         copyreg.dispatch_table.update(saved)
 
 
-@pytest.fixture(params=["local", "cluster"])
+EXECUTORS = [
+    *(("local", impl, method) for impl in implementations() for method in START_METHODS),
+    ("cluster", None, None),
+]
+
+
+@pytest.fixture(params=EXECUTORS, ids=lambda p: "-".join(x for x in p if x))
 def make(request):
+    """``make(parallelism, **kwargs)``: a started executor of this test's kind, terminated
+    after the test; ``make.build(parallelism)`` an unstarted one."""
+    kind, impl, start_method = request.param
     made = []
-    if request.param == "local":
+    if kind == "local":
+        _impl.load(impl)  # "cython" fails loudly if the compiled loop did not build
         stack = contextlib.ExitStack()
         stack.enter_context(plain_exception_pickling())
         request.addfinalizer(stack.close)
 
+    def build(parallelism: int = 2, **kwargs):
+        if kind == "local":
+            return LocalExecutor(parallelism, start_method=start_method, _loop_impl=impl, **kwargs)
+        from pipepool import ClusterExecutor
+
+        return ClusterExecutor(request.getfixturevalue("dask_cluster").scheduler_address)
+
     def factory(parallelism: int = 2, **kwargs):
-        if request.param == "local":
-            ex = LocalExecutor(parallelism, **kwargs)
+        if kind == "local":
+            ex = build(parallelism, **kwargs)
             ex.start()
         else:
             ex = connect(request.getfixturevalue("dask_cluster"), **kwargs)
         made.append(ex)
         return ex
 
-    factory.kind = request.param
+    factory.kind = kind
+    factory.build = build
     yield factory
     for ex in made:
         ex.terminate()
@@ -182,12 +204,18 @@ def test_unpicklable_argument_fails_only_that_key(make):
     ex = make(2)
     ex.queue("before", tasks.echo, 1)
     ex.queue("bad", tasks.echo, tasks.Unpicklable())
+    ex.queue("lambda", lambda: 1)
     ex.queue("after", tasks.echo, 2)
     rec = Recorder(ex)
     rec.finish()
     bad = rec.terminal["bad"]
     assert bad.state is State.FAILED and isinstance(bad.exception, TaskPicklingError)
     assert bad.exception.part == "arguments" and "'bad'" in str(bad.exception)
+    lam = rec.terminal["lambda"]
+    if is_cluster(ex):  # Dask sends functions by value (cloudpickle)
+        assert lam.result == 1
+    else:  # by name: a lambda has none
+        assert isinstance(lam.exception, TaskPicklingError) and lam.exception.part == "function"
     assert rec.terminal["before"].result == 1 and rec.terminal["after"].result == 2
     assert ex.stats()["worker_crashes"] == 0
 
@@ -360,7 +388,7 @@ def test_sync_requires_start(make):
     ex = make(1)
     ex.terminate()
     if make.kind == "local":
-        fresh = LocalExecutor(1)
+        fresh = make.build(1)
     else:
         from pipepool import ClusterExecutor
 
@@ -370,13 +398,8 @@ def test_sync_requires_start(make):
     fresh.end()
 
 
-def test_context_manager_runs_everything(make, request):
-    if make.kind == "local":
-        ex = LocalExecutor(2)
-    else:
-        from pipepool import ClusterExecutor
-
-        ex = ClusterExecutor(request.getfixturevalue("dask_cluster").scheduler_address)
+def test_context_manager_runs_everything(make):
+    ex = make.build(2)
     with ex:
         for i in range(10):
             ex.queue(i, tasks.echo, i * 3)

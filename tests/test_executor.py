@@ -1,138 +1,20 @@
-"""LocalExecutor: the scheduler-facing contract, on every start method and both loops."""
+"""LocalExecutor on its own: initializers, recycling, the adaptive depth, fd hygiene, on
+every start method and both loops. The contract it shares with ClusterExecutor (results,
+failures of every kind, timeouts, cancel, kill, terminate, life cycle) is written once,
+in tests/test_contract.py, and runs there on both loops and every start method too."""
 
 from __future__ import annotations
 
 import os
 import pickle
-import signal
-
-import pytest
 
 import tasks
 from executor_helpers import Recorder
 from pipepool import (
     InitializerError,
     LocalExecutor,
-    RemoteTraceback,
-    State,
-    TaskPicklingError,
-    TaskTimeoutError,
-    TaskUnpicklingError,
     WorkerLostError,
 )
-
-
-def test_results_and_events(make):
-    ex = make(2)
-    for i in range(50):
-        ex.queue(("k", i), tasks.echo, i)
-    assert ex.queued == {("k", i) for i in range(50)}
-    rec = Recorder(ex)
-    rec.finish()
-    assert not rec.duplicates
-    assert {k: e.result for k, e in rec.terminal.items()} == {("k", i): i for i in range(50)}
-    assert all(e.state is State.SUCCESS and e.pid for e in rec.terminal.values())
-    assert ex.stats()["tasks_done"] == 50
-
-
-def test_task_exception_keeps_type_attributes_and_remote_traceback(make):
-    ex = make(1)
-    ex.queue("custom", tasks.raise_custom, 7)
-    ex.queue("value", tasks.raise_value_error, "boom")
-    rec = Recorder(ex)
-    rec.finish()
-    custom = rec.terminal["custom"].exception
-    assert type(custom) is tasks.CustomError and custom.code == 7
-    assert isinstance(custom.__cause__, RemoteTraceback)
-    assert 'tasks.py", line' in str(custom.__cause__) and "raise_custom" in str(custom.__cause__)
-    value = rec.terminal["value"].exception
-    assert isinstance(value, ValueError) and str(value) == "boom"
-    assert rec.terminal["value"].reason == "ValueError"
-
-
-def test_unpicklable_argument_fails_only_that_key(make):
-    ex = make(2)
-    ex.queue("before", tasks.echo, 1)
-    ex.queue("bad", tasks.echo, tasks.Unpicklable())
-    ex.queue("lambda", lambda: 1)
-    ex.queue("after", tasks.echo, 2)
-    rec = Recorder(ex)
-    rec.finish()
-    bad = rec.terminal["bad"]
-    assert bad.state is State.FAILED and isinstance(bad.exception, TaskPicklingError)
-    assert bad.exception.part == "arguments" and "'bad'" in str(bad.exception)
-    lam = rec.terminal["lambda"].exception
-    assert isinstance(lam, TaskPicklingError) and lam.part == "function"
-    assert rec.terminal["before"].result == 1 and rec.terminal["after"].result == 2
-    assert ex.stats()["worker_crashes"] == 0
-
-
-def test_result_and_exception_pickling_failures_fail_their_task_only(make):
-    ex = make(1)
-    ex.queue("result", tasks.return_unpicklable)
-    ex.queue("result-parent", tasks.return_unpicklable_in_parent)
-    ex.queue("exception", tasks.raise_bad_exception)
-    ex.queue("fine", tasks.echo, "ok")
-    rec = Recorder(ex)
-    rec.finish()
-    assert isinstance(rec.terminal["result"].exception, TaskPicklingError)
-    assert rec.terminal["result"].exception.part == "result"
-    assert isinstance(rec.terminal["result-parent"].exception, TaskUnpicklingError)
-    assert rec.terminal["result-parent"].exception.part == "result"
-    exc = rec.terminal["exception"].exception
-    assert isinstance(exc, TaskUnpicklingError) and exc.part == "exception"
-    assert "BadException" in str(exc.__cause__)  # the worker's traceback survives
-    assert rec.terminal["fine"].result == "ok"
-
-
-@pytest.mark.parametrize(
-    ("fn", "args", "expect_exitcode"),
-    [
-        (tasks.exit_process, (3,), 3),
-        (tasks.exit_process, (0,), 0),
-        (tasks.kill_self, (signal.SIGKILL,), -signal.SIGKILL),
-        (tasks.kill_self, (signal.SIGSEGV,), -signal.SIGSEGV),
-    ],
-    ids=["os._exit(3)", "os._exit(0)", "SIGKILL", "SIGSEGV"],
-)
-def test_dead_worker_fails_only_its_task(make, fn, args, expect_exitcode):
-    ex = make(2)
-    ex.queue("doomed", fn, *args)
-    for i in range(20):
-        ex.queue(i, tasks.echo, i)
-    rec = Recorder(ex)
-    rec.finish()
-    lost = rec.terminal["doomed"].exception
-    assert isinstance(lost, WorkerLostError)
-    assert lost.exitcode == expect_exitcode and lost.pid == rec.terminal["doomed"].pid
-    if expect_exitcode < 0:
-        assert lost.signal == signal.Signals(-expect_exitcode).name
-        assert lost.signal in str(lost)
-    assert all(rec.terminal[i].result == i for i in range(20))
-
-
-def test_system_exit_and_base_exception_are_task_failures(make):
-    ex = make(1)
-    ex.queue("exit", tasks.exit_via_sys, 3)
-    ex.queue("base", tasks.raise_base_exception)
-    ex.queue("after", tasks.echo, 1)
-    rec = Recorder(ex)
-    rec.finish()
-    exit_exc = rec.terminal["exit"].exception
-    assert type(exit_exc) is SystemExit and exit_exc.code == 3
-    assert type(rec.terminal["base"].exception) is tasks.CustomBaseException
-    assert rec.terminal["after"].result == 1
-    assert ex.stats()["worker_crashes"] == 0  # the worker survived both
-
-
-def test_timeout_kills_the_worker_and_fails_the_task(make):
-    ex = make(1)
-    ex.queue_call("slow", tasks.sleep, (30,), timeout=0.5)
-    ex.queue("next", tasks.echo, "n")
-    rec = Recorder(ex)
-    rec.finish(limit=60)
-    assert isinstance(rec.terminal["slow"].exception, TaskTimeoutError)
-    assert rec.terminal["next"].result == "n"
 
 
 def test_max_tasks_per_child_recycles_workers(make, tmp_path):
@@ -168,21 +50,6 @@ def test_failing_initializer_fails_queued_work_after_bounded_retries(make):
         assert "initializer says no" in str(event.exception)
     # Bounded: a handful of probes, not a busy respawn loop.
     assert ex.stats()["workers_started"] <= 4
-
-
-def test_sync_is_non_blocking_and_requires_start(impl):
-    ex = LocalExecutor(1, _loop_impl=impl)
-    with pytest.raises(RuntimeError, match="start"):
-        ex.sync()
-    ex.end()
-
-
-def test_context_manager_runs_everything(impl, start_method):
-    with LocalExecutor(2, start_method=start_method, _loop_impl=impl) as ex:
-        for i in range(10):
-            ex.queue(i, tasks.echo, i * 3)
-    events = ex.get_event_buffer()
-    assert {k: e.result for k, e in events.items()} == {i: i * 3 for i in range(10)}
 
 
 def test_pickle_of_errors_round_trips():

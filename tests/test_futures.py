@@ -649,9 +649,22 @@ def test_garbage_collected_pool_stops_its_workers(start_method, no_leaks, in_cyc
 # == pipepool only: Ctrl-C, and no worker outliving the interpreter ==========================
 
 SCRIPT = textwrap.dedent("""
-    import multiprocessing, sys
+    import multiprocessing, sys, threading, time
     import futures_tasks as ft
     from pipepool import ProcessPoolExecutor
+
+    def announce_waiting(path):
+        # Write ``path`` once the main thread waits inside Future.result().
+        main = threading.main_thread().ident
+        while True:
+            frame, names = sys._current_frames().get(main), set()
+            while frame is not None:
+                names.add(frame.f_code.co_name)
+                frame = frame.f_back
+            if {"result", "wait"} <= names:
+                open(path, "w").close()
+                return
+            time.sleep(0.001)
 
     if __name__ == "__main__":
         method, mode, tmp = sys.argv[1:4]
@@ -668,6 +681,7 @@ SCRIPT = textwrap.dedent("""
             sys.exit(0)
         fs = [pool.submit(ft.announce_and_sleep, f"{tmp}/w{i}", 60) for i in range(2)]
         fs += [pool.submit(ft.sleep_return, 60) for _ in range(10)]
+        threading.Thread(target=announce_waiting, args=(tmp + "/waiting",), daemon=True).start()
         if mode == "with":
             with pool:
                 fs[0].result()
@@ -694,7 +708,8 @@ def test_ctrl_c_interrupts_promptly_and_stops_the_workers(tmp_path, start_method
     proc = run_script(tmp_path, start_method, mode)
     try:
         pids = [read_pid(tmp_path / f"w{i}") for i in range(2)]
-        time.sleep(0.1)  # the main thread is in result() now
+        waiting = tmp_path / "waiting"
+        wait_until(waiting.exists, WAIT, "the main thread to wait in result()")
         start = time.monotonic()
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=WAIT)

@@ -9,9 +9,9 @@ Rows and where they are tested (rows already covered elsewhere are named, not co
 
 =============================================  ==============================================
 task raises / BaseException / sys.exit(3) /    ``test_task_fault`` (this file; the narrower
-os._exit(0) / segfault                         ``test_executor.py::test_dead_worker_...`` and
+os._exit(0) / segfault / SIGKILL itself        ``test_contract.py::test_dead_worker_...`` and
                                                ``::test_system_exit_and_base_exception...``
-                                               stay as they are)
+                                               also run on ClusterExecutor)
 worker sends its result then exits at once     ``test_send_then_exit`` (10,000 with fork)
 worker killed at random points                 ``test_worker_killed`` (+ the half-written task
                                                frame: ``test_invariants.py::test_worker_dying_
@@ -213,6 +213,17 @@ FAULTS = {
         (3,),
         WorkerLostError,
         lambda e: e.exitcode == 3 and "exited with code 3" in str(e),
+        False,
+    ),
+    "SIGKILL": Fault(
+        tasks.kill_self,
+        (signal.SIGKILL,),
+        WorkerLostError,
+        lambda e: (
+            e.exitcode == -signal.SIGKILL
+            and e.signal == "SIGKILL"
+            and "killed by SIGKILL" in str(e)
+        ),
         False,
     ),
     "segfault": Fault(
@@ -826,7 +837,9 @@ def check_churn(
             and all(w.heard and not w.closing for w in ex._workers.values())
         )
     )
-    time.sleep(0.1)  # the forkserver reaps its children on its own clock
+    # The forkserver reaps its children on its own clock: until it has, the old workers
+    # are its zombies.
+    rec.run_until(lambda: pool_processes(start_method) == set(ex.worker_pids()), limit=10)
     kids = pool_processes(start_method)
     assert kids == set(ex.worker_pids()) and len(kids) == ex.parallelism
     assert not [p for p in kids if zombie(p)]

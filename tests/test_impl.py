@@ -79,3 +79,11 @@ def test_a_fresh_interpreter_honours_the_variable(choice):
         check=True,
     )
     assert out.stdout.strip() == choice
+
+
+def test_the_package_is_marked_typed():
+    """PEP 561: py.typed ships with the package, so type checkers read its annotations
+    (the wheel's tests import the installed package: a wheel without it fails here)."""
+    from importlib.resources import files
+
+    assert files("pipepool").joinpath("py.typed").is_file()

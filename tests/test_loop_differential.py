@@ -19,6 +19,7 @@ import contextlib
 import fcntl
 import inspect
 import os
+import pydoc
 import struct
 import time
 from array import array
@@ -580,6 +581,23 @@ def test_same_public_names_and_signatures():
         assert loop.max_payload == MAX_PAYLOAD
         loop.close()
         loop.close()  # idempotent
+
+
+def test_compiled_twin_carries_the_specification_docstrings():
+    """help() on the compiled classes says what the pure loop says (docstrings are kept
+    once, in the pure loop, and shared at import)."""
+    pure, compiled = twins()
+    for name in pure.__all__:
+        spec, twin = getattr(pure, name), getattr(compiled, name)
+        assert twin.__doc__ and twin.__doc__.splitlines()[0] == spec.__doc__.splitlines()[0]
+        documented = [
+            m for m, v in vars(spec).items() if not m.startswith("_") and callable(v) and v.__doc__
+        ]
+        assert documented, name
+        for method in documented:
+            assert getattr(twin, method).__doc__ == getattr(spec, method).__doc__, method
+        page = pydoc.render_doc(twin)
+        assert all(getattr(spec, m).__doc__.splitlines()[0] in page for m in documented)
 
 
 # -- what the executor relies on -----------------------------------------------------------

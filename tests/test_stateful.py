@@ -1,5 +1,5 @@
 """A hypothesis state machine drives a real LocalExecutor (fork, both loops) and checks
-the invariants of DESIGN.md after every step against a simple model of what each key must
+the invariants (docs/design.md, "Invariants") after every step against a model of what each key must
 end as. The steps cover the executor's whole life of a task: queue; dispatch and worker
 start (``sync``); complete (ok), fail (the task raises), undo (an argument that cannot be
 pickled fails at dispatch; a frame half written to a killed worker is dispatched again),

@@ -3,8 +3,8 @@
 Every worker reads workloads from one shared ``multiprocessing.SimpleQueue`` (the
 activity queue) and writes each outcome to another shared one (the result queue). The
 parent puts workloads from a helper thread while its main thread drains results: the
-shape Apache Airflow's LocalExecutor took after its deadlock fixes (a blocking ``put``
-on the main thread deadlocks once workers fill the result pipe; see DESIGN.md).
+shape Apache Airflow's LocalExecutor took after its deadlock fixes (a blocking ``put`` on
+the main thread deadlocks once workers fill the result pipe; docs/design.md, "Why it exists").
 
 It is written to be *fast*, not safe, so the race is fair to it: one result message per
 task (no "started" message), no bookkeeping beyond a counter, no undo, no detection of a
@@ -46,7 +46,7 @@ class AirflowStylePool:
         self.activity = ctx.SimpleQueue()
         self.results = ctx.SimpleQueue()
         self.workers = [
-            ctx.Process(
+            ctx.Process(  # type: ignore[attr-defined]  # typeshed: not on BaseContext
                 target=_work,
                 args=(self.activity, self.results),
                 daemon=True,

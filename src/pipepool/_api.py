@@ -55,9 +55,9 @@ class SchedulerAPI:
             if doomed:
                 self._queue = deque(t for t in self._queue if t.key != key)
                 for t in doomed:
-                    self._finish(
+                    self._finish(  # type: ignore[attr-defined]
                         t,
-                        State.FAILED,  # type: ignore[attr-defined]
+                        State.FAILED,
                         exception=CancelledError(f"task {key!r} cancelled"),
                     )
             return len(doomed)

@@ -25,8 +25,9 @@ def noop(x: int) -> int:
     return x
 
 
-def run_local(tasks: int, workers: int, prefetch: int | None) -> float:
-    with LocalExecutor(workers, prefetch=prefetch) as ex:
+def run_local(tasks: int, workers: int, prefetch: int | None, impl: str | None = None) -> float:
+    """Tasks/s of ``tasks`` no-ops through a warm LocalExecutor (``impl``: which loop)."""
+    with LocalExecutor(workers, prefetch=prefetch, _loop_impl=impl) as ex:
         ex.queue(-1, noop, -1)
         ex.wait_until_done()  # warm: workers are up before the clock starts
         ex.get_event_buffer()
@@ -96,31 +97,45 @@ def race(
 
 
 def find_suite_root() -> Path | None:
-    """The source checkout whose ``benchmarks/`` holds the full suite, or None.
+    """The source checkout this very pipepool was imported from, or None.
 
-    ``benchmarks/`` is not installed with the package: it is found next to the ``src/``
-    this module was imported from (an editable install or ``PYTHONPATH=src``), else in
-    the current directory (an installed pipepool, run from the checkout's root).
+    Only a checkout whose ``src/pipepool`` is this package counts (an editable install,
+    or ``PYTHONPATH=src``): its ``benchmarks/`` is part of the code already running. The
+    current directory never counts: any folder may hold a ``benchmarks/suite.py``, and
+    importing it would run whatever it holds. An installed wheel has no suite at all.
     """
-    for root in (Path(__file__).resolve().parents[2], Path.cwd()):
-        if (root / "benchmarks" / "suite.py").is_file() and (root / "pyproject.toml").is_file():
-            return root
-    return None
+    package = Path(__file__).resolve().parent
+    root = package.parents[1]
+    if package.parent.name != "src" or not (root / "pyproject.toml").is_file():
+        return None
+    if not (root / "benchmarks" / "suite.py").is_file():
+        return None
+    return root
 
 
 def run_suite(argv: list[str]) -> int:
-    """``pipepool bench --full ARGS``: the suite of ``benchmarks/`` with ``ARGS``."""
+    """``pipepool bench --full ARGS``: the suite of this checkout's ``benchmarks/``."""
     root = find_suite_root()
     if root is None:
         print(
-            "pipepool bench --full: the full benchmark suite lives in benchmarks/ of a "
-            "source checkout and is not installed with the package; run this command "
-            "(or python -m benchmarks) from the root of a pipepool checkout",
+            "pipepool bench --full: the full benchmark suite is not installed with the "
+            "package; from the root of a pipepool source checkout run: "
+            f"python -m benchmarks {' '.join(argv)}".rstrip(),
             file=sys.stderr,
         )
         return 2
-    # On sys.path, so that spawned workers (which get the parent's path) import it too.
+    # First on sys.path (spawned workers get the parent's path): ahead of the current
+    # directory, which ``python -m pipepool`` puts there.
     sys.path.insert(0, str(root))
+    import benchmarks
+
+    where = Path(benchmarks.__file__ or "").resolve().parent
+    if where != root / "benchmarks":  # imported earlier from somewhere else
+        print(
+            f"pipepool bench --full: 'benchmarks' was imported from {where}, not {root}",
+            file=sys.stderr,
+        )
+        return 2
     from benchmarks.suite import main
 
     return main(argv, prog="pipepool bench --full")

@@ -170,8 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--full",
         nargs=argparse.REMAINDER,
         metavar="SUITE_ARGS",
-        help="run the full suite of benchmarks/ instead (needs a source "
-        "checkout); the arguments after --full go to it: --quick, "
+        help="run the full suite of benchmarks/ instead (only where this pipepool "
+        "runs from a source checkout, whose suite it runs; never from the current "
+        "directory); the arguments after --full go to it: --quick, "
         "--only MEASURE ..., --out DIR (see --full --help)",
     )
     return parser

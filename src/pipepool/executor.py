@@ -789,7 +789,8 @@ class LocalExecutor(SchedulerAPI):
             else []
         )
         wid = next(self._wids)
-        proc = self._context.Process(
+        # typeshed declares Process on each concrete context, not on BaseContext
+        proc = self._context.Process(  # type: ignore[attr-defined]
             target=worker_main,
             args=(
                 ChildFd(activity_r),
@@ -856,7 +857,7 @@ class LocalExecutor(SchedulerAPI):
                 error = lost_error(t)
                 self._finish(t, State.FAILED, exception=error, pid=w.pid)
                 # Lost means the worker died under it; a timeout, kill() or terminate()
-                # is a failure of its own kind (DESIGN.md, invariant 1).
+                # is a failure of its own kind (docs/design.md, "Invariants", 1).
                 if isinstance(error, WorkerLostError):
                     self._stats["lost"] += 1
                 died_running = died_running or t.started

@@ -213,7 +213,7 @@ def _outcome(ident: int, payload: bytes) -> list[bytes]:
     try:
         fn, args, kwargs = pickle.loads(payload)
     except BaseException as exc:  # any unpickling failure is the task's, not ours
-        error = TaskUnpicklingError(
+        error: Exception = TaskUnpicklingError(
             f"the worker could not unpickle the task ({type(exc).__name__}: {exc}); "
             "with spawn or forkserver the function must be importable by module name",
             part="task",

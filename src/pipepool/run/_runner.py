@@ -30,7 +30,7 @@ import time
 from collections import deque
 from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
-from typing import BinaryIO, TextIO
+from typing import BinaryIO, TextIO, cast
 
 from ..errors import TaskKilledError, TaskTimeoutError, WorkerLostError
 from ..events import Event, State
@@ -169,7 +169,7 @@ class Runner:
                 if event.state.terminal:
                     self._finish(ex, event)
                 else:
-                    self._running_since[event.key] = time.monotonic()
+                    self._running_since[cast(int, event.key)] = time.monotonic()
             self._draw(ex)
 
     # -- steps -------------------------------------------------------------------------
@@ -213,8 +213,9 @@ class Runner:
 
     def _finish(self, ex: LocalExecutor, event: Event) -> None:
         """A job's attempt ended: retry it, or log it, print its output and count it."""
-        job, spec, queued_at = self._inflight.pop(event.key)
-        self._running_since.pop(event.key, None)
+        seq = cast(int, event.key)  # each job is queued under its sequence number
+        job, spec, queued_at = self._inflight.pop(seq)
+        self._running_since.pop(seq, None)
         host = HOST
         if event.state is State.SUCCESS:
             result: JobResult = event.result
@@ -377,7 +378,7 @@ class Runner:
         def on_terminate(signum: int, frame: object) -> None:
             self._terminated = True
 
-        previous = {}
+        previous: dict[int, object] = {}
         for signum, handler in ((signal.SIGINT, on_interrupt), (signal.SIGTERM, on_terminate)):
             with contextlib.suppress(ValueError):  # not the main thread: the caller's job
                 previous[signum] = signal.signal(signum, handler)
@@ -484,7 +485,7 @@ def _isatty(stream: object) -> bool:
 def _binary(stream: TextIO) -> BinaryIO:
     """The byte stream under a text stream (flushed first, so order is kept)."""
     stream.flush()
-    return getattr(stream, "buffer", stream)  # type: ignore[return-value]
+    return cast(BinaryIO, getattr(stream, "buffer", stream))
 
 
 def _file_size(path: str) -> int:
