@@ -23,6 +23,7 @@ import sys
 import textwrap
 import threading
 import time
+import weakref
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
@@ -436,6 +437,27 @@ def test_map_buffersize_reads_input_lazily(make_pool, flavor):
         pool.map(ft.square, range(3), buffersize=0)
     with pytest.raises(TypeError):
         pool.map(ft.square, range(3), buffersize=2.0)
+
+
+@pytest.mark.parametrize(
+    "chunksize, buffersize", [(1, None), (3, None), (1, 2), (4, 2)], ids=str
+)
+def test_map_frees_each_result_once_yielded(make_pool, flavor, chunksize, buffersize):
+    """A result the consumer has dropped is garbage at once: a long map of big results
+    holds one at a time, not all of them (issue 14)."""
+    if buffersize is not None and flavor == "stdlib" and sys.version_info < (3, 14):
+        pytest.skip("the stdlib has buffersize from Python 3.14")
+    pool = make_pool()
+    kwargs = {} if buffersize is None else {"buffersize": buffersize}
+    refs = []
+    for obj in pool.map(ft.make_payload, range(10), timeout=WAIT, chunksize=chunksize, **kwargs):
+        assert obj.n == len(refs)
+        refs.append(weakref.ref(obj))
+        del obj
+        gc.collect()
+        alive_now = [r().n for r in refs if r() is not None]
+        assert not alive_now, f"results still referenced after they were yielded: {alive_now}"
+    assert len(refs) == 10
 
 
 # == pickling failures: one future each ======================================================

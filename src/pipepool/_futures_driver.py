@@ -1,0 +1,518 @@
+"""The engine of ``ProcessPoolExecutor``: one LocalExecutor, driven by whoever waits.
+
+The LocalExecutor is not thread-safe, so one thread at a time holds the *token* (the
+``poller`` field) and runs rounds of named steps: *feed* (pending work into the
+LocalExecutor, while it holds fewer than its capacity), *sync* (the LocalExecutor's own
+round: results, reaping and starting workers, dispatch; it sleeps in the poll when
+nothing happens) and *deliver* (complete futures from the event buffer).
+
+Who holds the token: a user thread blocked in ``result()``/``exception()``, in a map's
+iterator or in ``wait()``/``as_completed()`` takes it when it is free, and drives until
+what it waits for is done; the result then reaches it without a thread hop (the worker's
+write wakes its own poll). The driver thread takes it only when work is outstanding and
+no caller wants it (fire-and-forget work, done-callbacks, shutdown), and gives it up as
+soon as a caller asks. Everything that a token holder must notice (a submit, a kill,
+shutdown, a cancel, a future completed elsewhere) is changed under ``lock`` and followed
+by ``wake()`` of the loop; the holder re-checks after the round that drained the wake-up
+pipe (``LocalExecutor.sync(ready=...)``), so no wake-up is lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import CancelledError, Future
+from concurrent.futures._base import (  # the states behind Future's public methods
+    CANCELLED,
+    CANCELLED_AND_NOTIFIED,
+    FINISHED,
+    PENDING,
+    RUNNING,
+)
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, Protocol
+
+from . import _signals
+from .errors import RemoteTraceback, TaskKilledError
+from .events import State
+from .executor import LocalExecutor
+
+IDLE_WAIT = 1.0  # s a token holder may sleep in the poll; the LocalExecutor shortens it
+# to its own next deadline (worker reaping, task timeouts), and wake() cuts it short.
+
+SUBMIT_KILL = "kill"
+
+
+class Shared:
+    """Process-wide state the exit hook sets and every pool reads."""
+
+    live_drivers: set[Driver] = set()  # drivers with a live thread, for the exit hook
+    global_shutdown = False  # the interpreter is finalizing
+
+
+class Item(Protocol):
+    """What the driver needs of a unit of work: a PoolFuture or a map's item."""
+
+    def start(self) -> bool: ...
+    def quiet_cancel(self) -> bool: ...
+    def settle(self, ok: bool, value: Any) -> bool: ...
+    def run_callbacks(self) -> None: ...
+    def cancel(self) -> bool: ...
+    def done(self) -> bool: ...
+
+
+Entry = tuple[int, Item, Callable[..., Any], tuple, dict, "float | None"]
+
+
+class PoolFuture(Future):
+    """A ``concurrent.futures.Future`` that shares its pool's lock and drives the pool.
+
+    Lighter than the stdlib's: no Condition of its own (the pool's one serves all of its
+    futures, so a batch of results is delivered under one lock with one notify), and
+    ``result()``/``exception()`` run the pool's loop in the waiting thread when the
+    token is free instead of sleeping until another thread has done it.
+    """
+
+    def __init__(self, driver: Driver, key: int) -> None:  # no super(): its Condition
+        self._condition = driver.cond
+        self._state = PENDING
+        self._result = None
+        self._exception: BaseException | None = None
+        self._waiters: list[Any] = []
+        self._done_callbacks: list[Callable[[Future], object]] = []
+        self._pipepool = (driver, key)  # for kill(), and the driver to wake
+
+    def result(self, timeout: float | None = None) -> Any:
+        if self._state != FINISHED:
+            self._pipepool[0].wait_for(self.done, timeout)
+            return super().result(0)  # raises CancelledError or TimeoutError, as due
+        return super().result()
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if self._state != FINISHED:
+            self._pipepool[0].wait_for(self.done, timeout)
+            return super().exception(0)
+        return super().exception()
+
+    def cancel(self) -> bool:
+        cancelled = super().cancel()
+        if cancelled:  # a token holder may be waiting for it
+            self._pipepool[0].poke()
+        return cancelled
+
+    # -- for the driver, its lock held: the stdlib's set_* without a lock per future --
+
+    def quiet_cancel(self) -> bool:
+        """``cancel()`` without waking the token holder: the caller does, once."""
+        return super().cancel()
+
+    def start(self) -> bool:
+        """``set_running_or_notify_cancel``: False if it was cancelled while pending."""
+        if self._state == CANCELLED:
+            self._state = CANCELLED_AND_NOTIFIED
+            for waiter in self._waiters:
+                waiter.add_cancelled(self)
+            return False
+        self._state = RUNNING
+        return True
+
+    def settle(self, ok: bool, value: Any) -> bool:
+        """``set_result``/``set_exception`` but the notify and the callbacks, which the
+        driver does once per batch; True if callbacks are due."""
+        if ok:
+            self._result = value
+        else:
+            self._exception = value
+        self._state = FINISHED
+        for waiter in self._waiters:
+            if ok:
+                waiter.add_result(self)
+            else:
+                waiter.add_exception(self)
+        return bool(self._done_callbacks)
+
+    def run_callbacks(self) -> None:
+        self._invoke_callbacks()  # type: ignore[attr-defined]
+
+
+class Driver:
+    """State shared by a pool (user threads), its token holder and its driver thread.
+
+    Under ``lock``: every field but ``running`` and ``kill_on_start`` (token holder's).
+    Kept apart from the pool object so the thread does not keep the pool alive: a pool
+    that is garbage collected shuts down like ``shutdown(wait=False)``.
+    """
+
+    def __init__(self, executor: LocalExecutor, capacity: int) -> None:
+        self.executor = executor
+        self.capacity = capacity  # handed over at most, at dispatch depth 1
+        self.workers = executor.parallelism  # each gets depth - 1 more at a deeper depth
+        # Re-entrant: a weakref callback (pool collected) may fire in any thread while
+        # it holds the lock, and the stdlib's wait() takes each future's lock in turn.
+        self.lock = threading.RLock()
+        self.cond = threading.Condition(self.lock)  # futures done, or the token free
+        self.driver_cond = threading.Condition(self.lock)  # work for the driver thread
+        self.pending: deque[Entry] = deque()
+        self.fresh = False  # pending grew since the last feed: the holder feeds again
+        self.full = False  # the last feed stopped at capacity: a result will wake it
+        self.commands: deque[tuple[str, int]] = deque()
+        self.keys = itertools.count()
+        self.shutdown = False
+        self.terminate = False
+        self.broken: BaseException | None = None
+        self.loop_closed = False
+        self.thread: threading.Thread | None = None
+        self.driver_ident: int | None = None
+        self.poller: int | None = None  # the thread holding the token
+        self.want = 0  # callers blocked until the token is free
+        self.callbacks_due: deque[Item] = deque()  # settled, callbacks not yet run
+        self.running: dict[int, Item] = {}  # handed to the LocalExecutor, not finished
+        self.kill_on_start: set[int] = set()  # kill requested before the task started
+        self.pids: tuple[int, ...] = ()  # live worker pids after the last round
+        self.pool_ref: Any = None  # weakref.ref whose callback shuts down a lost pool
+
+    # -- any thread ---------------------------------------------------------------------
+
+    def add(self, entry: Entry) -> None:
+        """Queue one submitted call (lock held): one wake-up per batch, not per call."""
+        self.pending.append(entry)
+        if not (self.fresh or self.full):
+            self.fresh = True
+            self.poke()
+
+    def poke(self) -> None:
+        """Tell the token holder, or the thread due to take the token, to look again."""
+        with self.lock:
+            if self.poller is not None:
+                if self.poller != threading.get_ident() and not self.loop_closed:
+                    self.executor.wake()
+            else:
+                self._hand_off()
+            self.cond.notify_all()
+
+    def request_shutdown(self, *, terminate: bool = False) -> None:
+        with self.lock:
+            self.shutdown = True
+            self.terminate = self.terminate or terminate
+            self.poke()
+
+    def drain_pending(self) -> list[Item]:
+        """Take every pending (never handed over) item out of the queue (lock held)."""
+        taken = [entry[1] for entry in self.pending]
+        self.pending.clear()
+        return taken
+
+    def cancel(self, items: list[Item]) -> None:
+        """Cancel items taken from the queue and tell their waiters (``wait()``,
+        ``as_completed()``): ``cancel()`` alone leaves that to the executor. Outside
+        the lock: cancel() runs done-callbacks."""
+        for item in items:
+            item.quiet_cancel()
+        with self.lock:
+            for item in items:
+                item.start()
+            self.poke()
+
+    def wait_for(self, done: Callable[[], bool], timeout: float | None) -> bool:
+        """Until ``done()`` or ``timeout``: drive the loop when the token is free, else
+        sleep until a delivery or the token's release. Returns ``done()``."""
+        end = None if timeout is None else time.monotonic() + timeout
+        me = threading.get_ident()
+        with self.lock:
+            while True:
+                if done():
+                    return True
+                nested = self.poller == me  # a done-callback of ours, waiting in turn
+                if nested or (self.poller is None and not self.loop_closed and not self.terminate):
+                    self.poller = me
+                    break
+                remaining = None if end is None else end - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self.want += 1
+                try:
+                    if self.poller == self.driver_ident and not self.loop_closed:
+                        self.executor.wake()  # the driver yields the token to callers
+                    self.cond.wait(remaining)
+                finally:
+                    self.want -= 1
+                    if not self.want:
+                        self._hand_off()
+        try:
+            self._drive(done, end)
+        except KeyboardInterrupt:  # between steps, as everywhere: the state is whole
+            raise
+        except BaseException as exc:  # an internal error: fail every future, hang none
+            self._crash(exc)
+        finally:
+            if not nested:
+                self._release()
+        return done()
+
+    # -- the token holder ---------------------------------------------------------------
+
+    def _hand_off(self) -> None:
+        """The token is free (lock held): to a waiting caller, else to the driver."""
+        if self.poller is not None or self.loop_closed:
+            return
+        if self.want:
+            self.cond.notify_all()
+        elif self._outstanding() or self.shutdown:
+            self.driver_cond.notify()
+
+    def _outstanding(self) -> bool:
+        return bool(
+            self.pending or self.running or self.commands or self.callbacks_due or self.terminate
+        )
+
+    def _release(self) -> None:
+        with self.lock:
+            self.poller = None
+            self._hand_off()
+
+    def _drive(self, done: Callable[[], bool], end: float | None) -> None:
+        """Rounds in a caller's thread until ``done()``, ``end`` or a terminate."""
+
+        def ready() -> bool:
+            return done() or self.fresh or bool(self.commands) or self.terminate
+
+        while True:
+            if self.pending or self.commands:
+                self._step(self._feed)
+            timeout = IDLE_WAIT if end is None else min(IDLE_WAIT, end - time.monotonic())
+            self._sync(max(timeout, 0.0), ready)
+            self._step(self._deliver)
+            self._run_callbacks()
+            if done() or self.terminate or (end is not None and time.monotonic() >= end):
+                return
+
+    @staticmethod
+    def _step(step: Callable[[], None]) -> None:
+        """A bookkeeping step that Ctrl-C must not cut in two (main thread only)."""
+        deferred = None
+        try:
+            deferred = _signals.defer()
+            step()
+        finally:
+            _signals.undefer(deferred)
+
+    def _sync(self, timeout: float, ready: Callable[[], bool]) -> None:
+        """The LocalExecutor's round; at interpreter shutdown, do without new workers."""
+        ex = self.executor
+        try:
+            ex.sync(timeout, ready)
+        except RuntimeError:
+            # Python 3.12 refuses os.fork() once the interpreter is shutting down. The
+            # exit hook still lets the pool finish its work: with the workers it has.
+            alive = len(ex.worker_pids())
+            if not (Shared.global_shutdown and 0 < alive < ex.parallelism):
+                raise
+            ex.parallelism = alive  # a step that cannot repeat: each time there are fewer
+        self.pids = tuple(ex.worker_pids())
+
+    def _feed(self) -> None:
+        """Hand pending work to the LocalExecutor while it has room; run commands."""
+        pending, running, ex = self.pending, self.running, self.executor
+        failed: list[tuple[Item, BaseException]] = []
+        with self.lock:
+            self.fresh = False
+            room = self.capacity + self.workers * (ex.dispatch_depth - 1) - len(running)
+            while pending and room > 0:
+                key, item, fn, args, kwargs, timeout = pending.popleft()
+                if not item.start():
+                    continue  # cancelled while pending: it never runs
+                try:
+                    ex.queue_call(key, fn, args, kwargs, timeout=timeout)
+                except Exception as exc:  # not callable: that item's error
+                    failed.append((item, exc))
+                    continue
+                running[key] = item
+                room -= 1
+            self.full = bool(pending)
+            commands = list(self.commands)
+            self.commands.clear()
+        if failed:
+            self._settle([(item, False, exc) for item, exc in failed])
+        for command, key in commands:
+            # Running: kill its worker. Queued in the LocalExecutor: cancel it there.
+            # Sent to a worker but not started: kill it when its RUNNING event comes.
+            if (
+                command == SUBMIT_KILL
+                and key in running
+                and not ex.kill(key)
+                and not ex.cancel(key)
+            ):
+                self.kill_on_start.add(key)
+
+    def _deliver(self) -> None:
+        """Complete the items of every terminal event; act on RUNNING ones."""
+        ex = self.executor
+        events = ex.get_event_buffer()
+        if not events:
+            return
+        broken = ex.broken
+        outcomes: list[tuple[Item, bool, Any]] = []
+        breaking = None
+        for key, event in events.items():
+            if not event.state.terminal:
+                if event.state is State.RUNNING and key in self.kill_on_start:
+                    self.kill_on_start.discard(key)
+                    ex.kill(key)
+                continue
+            self.kill_on_start.discard(key)
+            item = self.running.pop(key, None)  # type: ignore[call-overload]
+            if item is None:
+                continue
+            if event.state is State.SUCCESS:
+                outcomes.append((item, True, event.result))
+                continue
+            error = event.exception
+            if error is not None and error is broken:
+                breaking = error
+            elif isinstance(error, CancelledError) and not isinstance(
+                error.__cause__, RemoteTraceback
+            ):  # (a task's own error has one)
+                # The LocalExecutor cancelled a task that was queued in it: on kill()
+                # before it started, or by terminate(). Its future is already RUNNING
+                # (it cannot turn CANCELLED now), so it fails instead.
+                error = TaskKilledError(
+                    "the executor was terminated before the task started"
+                    if self.terminate
+                    else "the task was killed on request before it started"
+                )
+            outcomes.append((item, False, error))
+        self._settle(outcomes)
+        if breaking is not None:
+            self._break(breaking)
+
+    def _settle(self, outcomes: list[tuple[Item, bool, Any]]) -> None:
+        """Complete a batch under one lock and one notify; queue their callbacks."""
+        if not outcomes:
+            return
+        with self.lock:
+            due = self.callbacks_due
+            for item, ok, value in outcomes:
+                if item.settle(ok, value):
+                    due.append(item)
+            self.cond.notify_all()
+
+    def _run_callbacks(self) -> None:
+        """Done-callbacks, outside the lock and any deferred step: they may block, submit
+        or wait. One at a time off the queue: a Ctrl-C leaves the rest to the next round."""
+        due = self.callbacks_due
+        while due:
+            try:
+                item = due.popleft()
+            except IndexError:  # a nested waiter ran them
+                return
+            item.run_callbacks()
+
+    def _break(self, error: BaseException) -> None:
+        """The initializer keeps failing: like the stdlib, the pool is broken for good."""
+        with self.lock:
+            if self.broken is None:
+                self.broken = error
+            self.shutdown = True
+            doomed = self.drain_pending()
+            self._settle([(item, False, error) for item in doomed if item.start()])
+
+    # -- the driver thread --------------------------------------------------------------
+
+    def run(self) -> None:
+        """The driver thread: holds the token while work is outstanding and no caller
+        wants it; stops the pool once shut down."""
+        _signals.block_all_in_this_thread()  # Ctrl-C belongs to the main thread
+        me = self.driver_ident = threading.get_ident()
+        try:
+            while True:
+                with self.lock:
+                    while not self._driver_due():
+                        if self.loop_closed:
+                            return
+                        self.driver_cond.wait()
+                    self.poller = me
+                if self._run_rounds():
+                    return
+        except BaseException as exc:  # the safety net: never strand a future
+            self._crash(exc)
+        finally:
+            Shared.live_drivers.discard(self)
+
+    def _driver_due(self) -> bool:
+        """The token is free and no caller wants it, and there is work (lock held)."""
+        if self.poller is not None or self.loop_closed:
+            return False
+        return self.terminate or (not self.want and (self._outstanding() or self.shutdown))
+
+    def _run_rounds(self) -> bool:
+        """Rounds until callers want the token or nothing is outstanding (False), or the
+        pool is stopped (True)."""
+
+        def ready() -> bool:
+            return bool(self.fresh or self.commands or self.terminate or self.want)
+
+        while True:
+            self._feed()
+            self._sync(IDLE_WAIT, ready)
+            self._deliver()
+            self._run_callbacks()
+            if self.terminate:
+                self._stop(terminate=True)
+                return True
+            with self.lock:
+                if self.shutdown and not (self.pending or self.running or self.commands):
+                    self.loop_closed = True  # from here on nobody writes to the loop
+                    closing = True
+                elif self.want or not self._outstanding():
+                    self.poller = None
+                    self._hand_off()
+                    return False
+                else:
+                    continue
+            if closing:
+                self._stop(terminate=False)
+                return True
+
+    def _stop(self, *, terminate: bool) -> None:
+        """Last step of the thread: stop the workers, fail or cancel what is left."""
+        with self.lock:
+            self.loop_closed = True
+            doomed = self.drain_pending()
+        self.cancel(doomed)
+        ex = self.executor
+        if terminate:
+            ex.terminate()  # running tasks fail with TaskKilledError, queued ones cancel
+        else:
+            ex.end()
+        self._deliver()
+        self._run_callbacks()
+        self.pids = ()
+        self._fail_running(BrokenProcessPool("the pool stopped before the task finished"))
+
+    def _crash(self, exc: BaseException) -> None:
+        """An internal error while driving: fail every future with it, never hang one."""
+        error = BrokenProcessPool(
+            f"the pipepool driver failed ({type(exc).__name__}: {exc}); "
+            "the pool is not usable anymore"
+        )
+        error.__cause__ = exc
+        with self.lock:
+            self.broken = self.broken or error
+            self.shutdown = True
+            self.loop_closed = True
+            doomed = self.drain_pending()
+            self._settle([(item, False, error) for item in doomed if item.start()])
+            self.driver_cond.notify_all()  # a driver thread waiting for work: it ends
+        with contextlib.suppress(BaseException):  # best effort: the futures matter more
+            self.executor.terminate()
+        self.pids = ()
+        self._fail_running(error)
+
+    def _fail_running(self, error: BaseException) -> None:
+        running, self.running = self.running, {}
+        self._settle([(item, False, error) for item in running.values() if not item.done()])
+        self._run_callbacks()
