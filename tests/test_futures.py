@@ -439,9 +439,7 @@ def test_map_buffersize_reads_input_lazily(make_pool, flavor):
         pool.map(ft.square, range(3), buffersize=2.0)
 
 
-@pytest.mark.parametrize(
-    "chunksize, buffersize", [(1, None), (3, None), (1, 2), (4, 2)], ids=str
-)
+@pytest.mark.parametrize("chunksize, buffersize", [(1, None), (3, None), (1, 2), (4, 2)], ids=str)
 def test_map_frees_each_result_once_yielded(make_pool, flavor, chunksize, buffersize):
     """A result the consumer has dropped is garbage at once: a long map of big results
     holds one at a time, not all of them (issue 14)."""
@@ -518,6 +516,34 @@ def test_pickling_failures_fail_only_their_own_future(make_pool, flavor):
             assert error.part == part, f"{name}: part {error.part!r}, not {part!r}"
         results = [f.result(timeout=WAIT) for f in following]
         assert results == [i * i for i in range(100)], f"{name}: a following task failed"
+
+
+# == pipepool only: its lighter Future ======================================================
+
+
+def test_pool_future_sets_every_attribute_of_a_stdlib_future(make_pipepool):
+    """PoolFuture skips Future.__init__ (whose Condition it shares with its pool): a
+    Python that adds a field there must fail here, not deep in wait() or asyncio."""
+    pool = make_pipepool(1)
+    f = pool.submit(ft.square, 2)
+    assert set(vars(cf.Future())) <= set(vars(f))
+    assert f.result(timeout=WAIT) == 4
+
+
+def test_a_done_callback_may_wait_for_another_future(make_pipepool):
+    """A callback runs in the thread that drives the pool's loop; waiting there for
+    another future drives the loop in turn (the stdlib's manager thread would hang)."""
+    pool = make_pipepool(2)
+    got: list[int] = []
+    done = threading.Event()
+
+    def callback(f: cf.Future) -> None:
+        got.append(pool.submit(ft.square, f.result()).result(timeout=WAIT))
+        done.set()
+
+    pool.submit(ft.square, 3).add_done_callback(callback)
+    assert done.wait(WAIT)
+    assert got == [81]
 
 
 # == pipepool only: dead workers ==============================================================

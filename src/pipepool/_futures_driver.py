@@ -25,24 +25,24 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import CancelledError, Future
-from concurrent.futures._base import (  # the states behind Future's public methods
-    CANCELLED,
-    CANCELLED_AND_NOTIFIED,
-    FINISHED,
-    PENDING,
-    RUNNING,
-)
+from concurrent.futures import CancelledError
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Protocol
+from typing import Any
 
 from . import _signals
+from ._futures_item import Entry, Item
 from .errors import RemoteTraceback, TaskKilledError
 from .events import State
 from .executor import LocalExecutor
 
 IDLE_WAIT = 1.0  # s a token holder may sleep in the poll; the LocalExecutor shortens it
 # to its own next deadline (worker reaping, task timeouts), and wake() cuts it short.
+
+LINGER = 0.001  # s: while callers drive, the driver looks this often instead of being
+# woken by each submit. A submit then costs no thread wake-up (its caller usually waits
+# and drives at once); work nobody waits for is dispatched at most this late.
+LINGER_IDLE = 0.1  # s without a caller driving before the driver goes back to sleeping
+# until woken (no periodic look-ups in an idle pool)
 
 SUBMIT_KILL = "kill"
 
@@ -52,91 +52,6 @@ class Shared:
 
     live_drivers: set[Driver] = set()  # drivers with a live thread, for the exit hook
     global_shutdown = False  # the interpreter is finalizing
-
-
-class Item(Protocol):
-    """What the driver needs of a unit of work: a PoolFuture or a map's item."""
-
-    def start(self) -> bool: ...
-    def quiet_cancel(self) -> bool: ...
-    def settle(self, ok: bool, value: Any) -> bool: ...
-    def run_callbacks(self) -> None: ...
-    def cancel(self) -> bool: ...
-    def done(self) -> bool: ...
-
-
-Entry = tuple[int, Item, Callable[..., Any], tuple, dict, "float | None"]
-
-
-class PoolFuture(Future):
-    """A ``concurrent.futures.Future`` that shares its pool's lock and drives the pool.
-
-    Lighter than the stdlib's: no Condition of its own (the pool's one serves all of its
-    futures, so a batch of results is delivered under one lock with one notify), and
-    ``result()``/``exception()`` run the pool's loop in the waiting thread when the
-    token is free instead of sleeping until another thread has done it.
-    """
-
-    def __init__(self, driver: Driver, key: int) -> None:  # no super(): its Condition
-        self._condition = driver.cond
-        self._state = PENDING
-        self._result = None
-        self._exception: BaseException | None = None
-        self._waiters: list[Any] = []
-        self._done_callbacks: list[Callable[[Future], object]] = []
-        self._pipepool = (driver, key)  # for kill(), and the driver to wake
-
-    def result(self, timeout: float | None = None) -> Any:
-        if self._state != FINISHED:
-            self._pipepool[0].wait_for(self.done, timeout)
-            return super().result(0)  # raises CancelledError or TimeoutError, as due
-        return super().result()
-
-    def exception(self, timeout: float | None = None) -> BaseException | None:
-        if self._state != FINISHED:
-            self._pipepool[0].wait_for(self.done, timeout)
-            return super().exception(0)
-        return super().exception()
-
-    def cancel(self) -> bool:
-        cancelled = super().cancel()
-        if cancelled:  # a token holder may be waiting for it
-            self._pipepool[0].poke()
-        return cancelled
-
-    # -- for the driver, its lock held: the stdlib's set_* without a lock per future --
-
-    def quiet_cancel(self) -> bool:
-        """``cancel()`` without waking the token holder: the caller does, once."""
-        return super().cancel()
-
-    def start(self) -> bool:
-        """``set_running_or_notify_cancel``: False if it was cancelled while pending."""
-        if self._state == CANCELLED:
-            self._state = CANCELLED_AND_NOTIFIED
-            for waiter in self._waiters:
-                waiter.add_cancelled(self)
-            return False
-        self._state = RUNNING
-        return True
-
-    def settle(self, ok: bool, value: Any) -> bool:
-        """``set_result``/``set_exception`` but the notify and the callbacks, which the
-        driver does once per batch; True if callbacks are due."""
-        if ok:
-            self._result = value
-        else:
-            self._exception = value
-        self._state = FINISHED
-        for waiter in self._waiters:
-            if ok:
-                waiter.add_result(self)
-            else:
-                waiter.add_exception(self)
-        return bool(self._done_callbacks)
-
-    def run_callbacks(self) -> None:
-        self._invoke_callbacks()  # type: ignore[attr-defined]
 
 
 class Driver:
@@ -169,6 +84,8 @@ class Driver:
         self.driver_ident: int | None = None
         self.poller: int | None = None  # the thread holding the token
         self.want = 0  # callers blocked until the token is free
+        self.linger = False  # callers drive: the driver looks every LINGER, unwoken
+        self.caller_drove = 0.0  # monotonic time a caller last took the token
         self.callbacks_due: deque[Item] = deque()  # settled, callbacks not yet run
         self.running: dict[int, Item] = {}  # handed to the LocalExecutor, not finished
         self.kill_on_start: set[int] = set()  # kill requested before the task started
@@ -182,7 +99,9 @@ class Driver:
         self.pending.append(entry)
         if not (self.fresh or self.full):
             self.fresh = True
-            self.poke()
+            if self.poller is not None or not self.linger:
+                self.poke()
+            # else the driver looks within LINGER, if no caller has driven by then
 
     def poke(self) -> None:
         """Tell the token holder, or the thread due to take the token, to look again."""
@@ -226,9 +145,15 @@ class Driver:
             while True:
                 if done():
                     return True
-                nested = self.poller == me  # a done-callback of ours, waiting in turn
+                # A done-callback run by this thread's rounds, waiting in turn.
+                nested = self.poller == me and not self.loop_closed
                 if nested or (self.poller is None and not self.loop_closed and not self.terminate):
                     self.poller = me
+                    if not nested:
+                        self.caller_drove = time.monotonic()
+                        if not self.linger:
+                            self.linger = True
+                            self.driver_cond.notify()  # to wait with a timeout from now
                     break
                 remaining = None if end is None else end - time.monotonic()
                 if remaining is not None and remaining <= 0:
@@ -259,7 +184,7 @@ class Driver:
         """The token is free (lock held): to a waiting caller, else to the driver."""
         if self.poller is not None or self.loop_closed:
             return
-        if self.want:
+        if self.want and not self.terminate:  # (callers cannot take it to terminate)
             self.cond.notify_all()
         elif self._outstanding() or self.shutdown:
             self.driver_cond.notify()
@@ -433,7 +358,9 @@ class Driver:
                     while not self._driver_due():
                         if self.loop_closed:
                             return
-                        self.driver_cond.wait()
+                        if self.linger and time.monotonic() - self.caller_drove > LINGER_IDLE:
+                            self.linger = False  # submits wake it again from here on
+                        self.driver_cond.wait(LINGER if self.linger else None)
                     self.poller = me
                 if self._run_rounds():
                     return
@@ -489,8 +416,9 @@ class Driver:
         else:
             ex.end()
         self._deliver()
-        self._run_callbacks()
         self.pids = ()
+        # Every future settled before any callback runs: one that waits for another
+        # future must find it done, as nobody drives from here on.
         self._fail_running(BrokenProcessPool("the pool stopped before the task finished"))
 
     def _crash(self, exc: BaseException) -> None:

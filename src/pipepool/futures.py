@@ -69,7 +69,8 @@ from concurrent.futures import Executor, Future
 from typing import Any, Literal
 
 from . import _signals
-from ._futures_driver import SUBMIT_KILL, Driver, Entry, PoolFuture, Shared
+from ._futures_driver import SUBMIT_KILL, Driver, Shared
+from ._futures_item import Entry, PoolFuture
 from ._futures_map import MapItem, map_calls
 from .executor import LocalExecutor
 
