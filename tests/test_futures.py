@@ -526,7 +526,8 @@ def test_pool_future_sets_every_attribute_of_a_stdlib_future(make_pipepool):
     Python that adds a field there must fail here, not deep in wait() or asyncio."""
     pool = make_pipepool(1)
     f = pool.submit(ft.square, 2)
-    assert set(vars(cf.Future())) <= set(vars(f))
+    missing = [name for name in vars(cf.Future()) if not hasattr(f, name)]
+    assert not missing, f"PoolFuture does not set {missing}"
     assert f.result(timeout=WAIT) == 4
 
 
@@ -544,6 +545,32 @@ def test_a_done_callback_may_wait_for_another_future(make_pipepool):
     pool.submit(ft.square, 3).add_done_callback(callback)
     assert done.wait(WAIT)
     assert got == [81]
+
+
+def test_wait_and_as_completed_over_several_pools(make_pipepool):
+    """wait() and as_completed() drive the pool of the first future they see; futures of
+    another pool and of a thread pool still wake them when done."""
+    a, b = make_pipepool(1), make_pipepool(1)
+    with cf.ThreadPoolExecutor(1) as threads:
+        fs = [
+            a.submit(ft.sleep_return, 0.2, "a"),
+            b.submit(ft.sleep_return, 0.1, "b"),
+            threads.submit(ft.sleep_return, 0.3, "t"),
+        ]
+        done, not_done = cf.wait(fs, timeout=WAIT)
+        assert not not_done and {f.result() for f in done} == {"a", "b", "t"}
+        fs = [
+            b.submit(ft.sleep_return, 0.2, "b"),
+            threads.submit(ft.sleep_return, 0.1, "t"),
+            a.submit(ft.sleep_return, 0.3, "a"),
+            a.submit(ft.fail, 7),
+        ]
+        got = {f.exception() is None and f.result() for f in cf.as_completed(fs, timeout=WAIT)}
+        assert got == {"a", "b", "t", False}
+        first = [b.submit(ft.sleep_return, 30), a.submit(ft.square, 3)]
+        done, not_done = cf.wait(first, timeout=WAIT, return_when=cf.FIRST_COMPLETED)
+        assert done == {first[1]} and not_done == {first[0]}
+        assert b.kill(first[0])
 
 
 # == pipepool only: dead workers ==============================================================

@@ -175,7 +175,7 @@ class Driver:
             self._crash(exc)
         finally:
             if not nested:
-                self._release()
+                self._release(caller=True)
         return done()
 
     # -- the token holder ---------------------------------------------------------------
@@ -186,17 +186,21 @@ class Driver:
             return
         if self.want and not self.terminate:  # (callers cannot take it to terminate)
             self.cond.notify_all()
-        elif self._outstanding() or self.shutdown:
+        elif self.terminate or self.shutdown or (self._outstanding() and not self.linger):
             self.driver_cond.notify()
+        # else, callers driving: the driver looks within LINGER, and takes the token if
+        # none has held it since; a caller's next result() most often comes first
 
     def _outstanding(self) -> bool:
         return bool(
             self.pending or self.running or self.commands or self.callbacks_due or self.terminate
         )
 
-    def _release(self) -> None:
+    def _release(self, caller: bool = False) -> None:
         with self.lock:
             self.poller = None
+            if caller:
+                self.caller_drove = time.monotonic()
             self._hand_off()
 
     def _drive(self, done: Callable[[], bool], end: float | None) -> None:
@@ -282,18 +286,24 @@ class Driver:
         broken = ex.broken
         outcomes: list[tuple[Item, bool, Any]] = []
         breaking = None
+        running, kill_on_start, success = self.running, self.kill_on_start, State.SUCCESS
         for key, event in events.items():
-            if not event.state.terminal:
-                if event.state is State.RUNNING and key in self.kill_on_start:
-                    self.kill_on_start.discard(key)
+            state = event.state
+            if state is success:  # the common case first, in few steps
+                item = running.pop(key, None)  # type: ignore[call-overload]
+                if kill_on_start:
+                    kill_on_start.discard(key)
+                if item is not None:
+                    outcomes.append((item, True, event.result))
+                continue
+            if not state.terminal:
+                if state is State.RUNNING and key in kill_on_start:
+                    kill_on_start.discard(key)
                     ex.kill(key)
                 continue
-            self.kill_on_start.discard(key)
-            item = self.running.pop(key, None)  # type: ignore[call-overload]
+            kill_on_start.discard(key)
+            item = running.pop(key, None)  # type: ignore[call-overload]
             if item is None:
-                continue
-            if event.state is State.SUCCESS:
-                outcomes.append((item, True, event.result))
                 continue
             error = event.exception
             if error is not None and error is broken:
@@ -370,10 +380,15 @@ class Driver:
             Shared.live_drivers.discard(self)
 
     def _driver_due(self) -> bool:
-        """The token is free and no caller wants it, and there is work (lock held)."""
+        """The token is free and no caller wants it, and there is work that no caller
+        has been driving for LINGER (lock held)."""
         if self.poller is not None or self.loop_closed:
             return False
-        return self.terminate or (not self.want and (self._outstanding() or self.shutdown))
+        if self.terminate or (self.shutdown and not self.want):
+            return True
+        if self.want or not self._outstanding():
+            return False
+        return not self.linger or time.monotonic() - self.caller_drove >= LINGER
 
     def _run_rounds(self) -> bool:
         """Rounds until callers want the token or nothing is outstanding (False), or the
