@@ -95,7 +95,31 @@ class Driver:
     # -- any thread ---------------------------------------------------------------------
 
     def add(self, entry: Entry) -> None:
-        """Queue one submitted call (lock held): one wake-up per batch, not per call."""
+        """Queue one submitted call (lock held): one wake-up per batch, not per call.
+
+        With the token free (nobody in the LocalExecutor, and nobody can take it while
+        this holds the lock), nothing queued before it and room, the call goes straight
+        into the LocalExecutor: the caller's next result() runs the LocalExecutor's
+        round, without a feed step (and its Ctrl-C guard) of its own. A Ctrl-C in here
+        strands nothing: until submit() returns, nobody holds the future.
+        """
+        key, item, fn, args, kwargs, timeout = entry
+        if (
+            self.poller is None
+            and not self.pending
+            and not self.loop_closed
+            and len(self.running) < self._room()
+            and item.start()
+        ):
+            try:
+                self.executor.queue_call(key, fn, args, kwargs, timeout=timeout)
+            except Exception as exc:  # not callable: that item's error, as in _feed
+                item.settle(False, exc)
+                return
+            self.running[key] = item
+            if len(self.running) == 1 and not self.linger:
+                self._hand_off()  # the first outstanding work: someone must drive
+            return
         self.pending.append(entry)
         if not (self.fresh or self.full):
             self.fresh = True
@@ -191,6 +215,11 @@ class Driver:
         # else, callers driving: the driver looks within LINGER, and takes the token if
         # none has held it since; a caller's next result() most often comes first
 
+    def _room(self) -> int:
+        """Calls the LocalExecutor may hold: ``capacity`` at dispatch depth 1, and
+        ``depth - 1`` more per worker at a deeper adaptive depth."""
+        return self.capacity + self.workers * (self.executor.dispatch_depth - 1)
+
     def _outstanding(self) -> bool:
         return bool(
             self.pending or self.running or self.commands or self.callbacks_due or self.terminate
@@ -249,7 +278,7 @@ class Driver:
         failed: list[tuple[Item, BaseException]] = []
         with self.lock:
             self.fresh = False
-            room = self.capacity + self.workers * (ex.dispatch_depth - 1) - len(running)
+            room = self._room() - len(running)
             while pending and room > 0:
                 key, item, fn, args, kwargs, timeout = pending.popleft()
                 if not item.start():
