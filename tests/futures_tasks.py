@@ -163,3 +163,14 @@ def raise_cancelled():
     from concurrent.futures import CancelledError
 
     raise CancelledError("raised by the task itself")
+
+
+class Payload:
+    """A result object a test can hold a weak reference to (bytes and ints cannot)."""
+
+    def __init__(self, n):
+        self.n = n
+
+
+def make_payload(n):
+    return Payload(n)

@@ -23,6 +23,7 @@ import sys
 import textwrap
 import threading
 import time
+import weakref
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
@@ -438,6 +439,25 @@ def test_map_buffersize_reads_input_lazily(make_pool, flavor):
         pool.map(ft.square, range(3), buffersize=2.0)
 
 
+@pytest.mark.parametrize("chunksize, buffersize", [(1, None), (3, None), (1, 2), (4, 2)], ids=str)
+def test_map_frees_each_result_once_yielded(make_pool, flavor, chunksize, buffersize):
+    """A result the consumer has dropped is garbage at once: a long map of big results
+    holds one at a time, not all of them (issue 14)."""
+    if buffersize is not None and flavor == "stdlib" and sys.version_info < (3, 14):
+        pytest.skip("the stdlib has buffersize from Python 3.14")
+    pool = make_pool()
+    kwargs = {} if buffersize is None else {"buffersize": buffersize}
+    refs = []
+    for obj in pool.map(ft.make_payload, range(10), timeout=WAIT, chunksize=chunksize, **kwargs):
+        assert obj.n == len(refs)
+        refs.append(weakref.ref(obj))
+        del obj
+        gc.collect()
+        alive_now = [r().n for r in refs if r() is not None]
+        assert not alive_now, f"results still referenced after they were yielded: {alive_now}"
+    assert len(refs) == 10
+
+
 # == pickling failures: one future each ======================================================
 
 # (row id, how to submit it, shared with the stdlib, pipepool's error type, its .part)
@@ -496,6 +516,61 @@ def test_pickling_failures_fail_only_their_own_future(make_pool, flavor):
             assert error.part == part, f"{name}: part {error.part!r}, not {part!r}"
         results = [f.result(timeout=WAIT) for f in following]
         assert results == [i * i for i in range(100)], f"{name}: a following task failed"
+
+
+# == pipepool only: its lighter Future ======================================================
+
+
+def test_pool_future_sets_every_attribute_of_a_stdlib_future(make_pipepool):
+    """PoolFuture skips Future.__init__ (whose Condition it shares with its pool): a
+    Python that adds a field there must fail here, not deep in wait() or asyncio."""
+    pool = make_pipepool(1)
+    f = pool.submit(ft.square, 2)
+    missing = [name for name in vars(cf.Future()) if not hasattr(f, name)]
+    assert not missing, f"PoolFuture does not set {missing}"
+    assert f.result(timeout=WAIT) == 4
+
+
+def test_a_done_callback_may_wait_for_another_future(make_pipepool):
+    """A callback runs in the thread that drives the pool's loop; waiting there for
+    another future drives the loop in turn (the stdlib's manager thread would hang)."""
+    pool = make_pipepool(2)
+    got: list[int] = []
+    done = threading.Event()
+
+    def callback(f: cf.Future) -> None:
+        got.append(pool.submit(ft.square, f.result()).result(timeout=WAIT))
+        done.set()
+
+    pool.submit(ft.square, 3).add_done_callback(callback)
+    assert done.wait(WAIT)
+    assert got == [81]
+
+
+def test_wait_and_as_completed_over_several_pools(make_pipepool):
+    """wait() and as_completed() drive the pool of the first future they see; futures of
+    another pool and of a thread pool still wake them when done."""
+    a, b = make_pipepool(1), make_pipepool(1)
+    with cf.ThreadPoolExecutor(1) as threads:
+        fs = [
+            a.submit(ft.sleep_return, 0.2, "a"),
+            b.submit(ft.sleep_return, 0.1, "b"),
+            threads.submit(ft.sleep_return, 0.3, "t"),
+        ]
+        done, not_done = cf.wait(fs, timeout=WAIT)
+        assert not not_done and {f.result() for f in done} == {"a", "b", "t"}
+        fs = [
+            b.submit(ft.sleep_return, 0.2, "b"),
+            threads.submit(ft.sleep_return, 0.1, "t"),
+            a.submit(ft.sleep_return, 0.3, "a"),
+            a.submit(ft.fail, 7),
+        ]
+        got = {f.exception() is None and f.result() for f in cf.as_completed(fs, timeout=WAIT)}
+        assert got == {"a", "b", "t", False}
+        first = [b.submit(ft.sleep_return, 30), a.submit(ft.square, 3)]
+        done, not_done = cf.wait(first, timeout=WAIT, return_when=cf.FIRST_COMPLETED)
+        assert done == {first[1]} and not_done == {first[0]}
+        assert b.kill(first[0])
 
 
 # == pipepool only: dead workers ==============================================================

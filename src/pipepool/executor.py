@@ -284,18 +284,20 @@ class LocalExecutor(SchedulerAPI):
         task = _Task(next(self._tids), key, fn, tuple(args), kwargs or {}, timeout)
         self._queue.append(task)  # one atomic append: queued, or (if interrupted) not at all
 
-    def sync(self, timeout: float = 0.0) -> None:
+    def sync(self, timeout: float = 0.0, ready: Callable[[], bool] | None = None) -> None:
         """One round: collect results, reap and start workers, dispatch what fits.
 
         Never blocks on a pipe. With ``timeout`` > 0, a round that produced no event
         waits up to that long for something to happen (a result, room in a pipe, a
         worker exit) and runs once more: work queued just before is dispatched first,
-        not after the wait.
+        not after the wait. ``ready`` (for a caller woken by other threads) is asked after
+        the first round, which drained the wake-up pipe: true skips the wait. A thread
+        that changes what ``ready`` reads and then calls ``wake()`` is never missed.
         """
         self._require_started()
         published = self._published
         self._round()
-        if timeout > 0 and self._published == published:
+        if timeout > 0 and self._published == published and not (ready and ready()):
             self._loop.wait(min(timeout, self._wait_bound()))
             self._round()
 
