@@ -24,7 +24,7 @@ from typing import Any
 from .errors import RemoteTraceback, TaskUnpicklingError
 
 
-def load_result(key: Hashable, data: bytes, where: str) -> tuple[bool, Any]:
+def load_result(key: Hashable, data: bytes | memoryview, where: str) -> tuple[bool, Any]:
     """``(True, result)``, or ``(False, TaskUnpicklingError)`` with what unpickling raised
     as its ``__cause__``. ``where`` says where this runs ("in the parent", "here")."""
     try:

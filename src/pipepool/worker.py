@@ -78,8 +78,9 @@ def _write_all(fd: int, buffers: list[bytes]) -> None:
         written = os.write(fd, data)
         if written == len(data):
             return
-        buffers = [memoryview(data)[written:]]
-    views = [memoryview(b) for b in buffers if b]
+        views = [memoryview(data)[written:]]
+    else:
+        views = [memoryview(b) for b in buffers if b]
     while views:
         written = os.writev(fd, views[:64])
         while written:
