@@ -729,14 +729,15 @@ SCRIPT = textwrap.dedent("""
     from pipepool import ProcessPoolExecutor
 
     def announce_waiting(path):
-        # Write ``path`` once the main thread waits inside Future.result().
+        # Write ``path`` once the main thread waits inside Future.result(): on a
+        # Condition, or driving the pool's loop itself (LocalExecutor.sync).
         main = threading.main_thread().ident
         while True:
             frame, names = sys._current_frames().get(main), set()
             while frame is not None:
                 names.add(frame.f_code.co_name)
                 frame = frame.f_back
-            if {"result", "wait"} <= names:
+            if "result" in names and names & {"wait", "sync"}:
                 open(path, "w").close()
                 return
             time.sleep(0.001)
