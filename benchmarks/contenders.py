@@ -30,6 +30,7 @@ from typing import Any
 import pipepool
 
 from .peers.airflow_style import AirflowStylePool
+from .peers.raw_pipe import RawPipe
 from .tasks import sleep_s
 
 PIPEPOOL = "pipepool"
@@ -435,6 +436,8 @@ SPECS: dict[str, Spec] = {
             "airflow",
             lambda p, m: AirflowAdapter(p, m),
         ),
+        # Not a pool: one child writing into a plain pipe, the ceiling for big results.
+        Spec("raw-pipe", "raw pipe between two processes", "raw pipe", RawPipe),
     ]
 }
 
@@ -444,6 +447,7 @@ PEER_COLUMNS = {
     "mp-imap1": "mp.Pool imap",
     "loky-submit": "loky",
     "airflow": "Airflow-style",
+    "raw-pipe": "raw pipe",
 }
 
 
