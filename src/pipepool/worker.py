@@ -192,6 +192,35 @@ def _safe_repr(obj: object) -> str:
         return f"<{type(obj).__qualname__} with a failing repr>"
 
 
+class _ResultPickler:
+    """``pickle.dumps`` for results, as the pieces of the pickle: a bytes object of 64 KiB
+    or more inside the result is one of the pieces itself, not copied into the pickle.
+
+    The C pickler hands such payloads straight to its file's ``write`` instead of copying
+    them into its buffer; the pieces go out behind the frame header in one ``writev``. A
+    1 MiB result is then not first copied into a fresh 1 MiB pickle (measured: most of
+    the worker's CPU per 1 MiB result). One pickler is reused, which for small results
+    costs no more than ``dumps``; the bytes on the wire are exactly ``dumps``'s."""
+
+    def __init__(self) -> None:
+        self.parts: list = []
+        self.write = self.parts.append  # the pickler's file: must exist before the pickler
+        self.pickler = pickle.Pickler(self, PICKLE_PROTOCOL)
+
+    def dump(self, obj: object) -> list[bytes]:
+        try:
+            self.pickler.dump(obj)
+            # A bytearray (or buffer) piece is still the result's own mutable memory:
+            # copied, as dumps would, so what is sent is the result as it was returned.
+            return [p if type(p) is bytes else bytes(p) for p in self.parts]
+        finally:
+            self.parts.clear()
+            self.pickler.clear_memo()  # the memo holds the result: let it go now
+
+
+_result_pickler: _ResultPickler | None = None
+
+
 def _outcome(ident: int, payload: bytes) -> list[bytes]:
     """Unpickle and run one task; return the frame that reports how it ended."""
     try:
@@ -211,17 +240,20 @@ def _outcome(ident: int, payload: bytes) -> list[bytes]:
         return _failure_frame(Kind.RAISED, ident, exc)
     finally:
         del fn, args, kwargs
+    global _result_pickler
     try:
-        data = pickle.dumps(result, PICKLE_PROTOCOL)
-        header = encode_header(Kind.DONE, ident, len(data))
+        _result_pickler = _result_pickler or _ResultPickler()
+        data = _result_pickler.dump(result)
+        header = encode_header(Kind.DONE, ident, sum(map(len, data)))
     except BaseException as exc:
+        _result_pickler = None  # a dump that failed part way: the next result gets a new one
         error = TaskPicklingError(
             f"the task returned {type(result).__qualname__}, which could not be sent back "
             f"({type(exc).__name__}: {exc})",
             part="result",
         )
         return _failure_frame(Kind.RAISED, ident, error)
-    return [header, data]
+    return [header, *data]
 
 
 def serve(
