@@ -192,33 +192,49 @@ def _safe_repr(obj: object) -> str:
         return f"<{type(obj).__qualname__} with a failing repr>"
 
 
-class _ResultPickler:
-    """``pickle.dumps`` for results, as the pieces of the pickle: a bytes object of 64 KiB
-    or more inside the result is one of the pieces itself, not copied into the pickle.
-
-    The C pickler hands such payloads straight to its file's ``write`` instead of copying
-    them into its buffer; the pieces go out behind the frame header in one ``writev``. A
-    1 MiB result is then not first copied into a fresh 1 MiB pickle (measured: most of
-    the worker's CPU per 1 MiB result). One pickler is reused, which for small results
-    costs no more than ``dumps``; the bytes on the wire are exactly ``dumps``'s."""
-
-    def __init__(self) -> None:
-        self.parts: list = []
-        self.write = self.parts.append  # the pickler's file: must exist before the pickler
-        self.pickler = pickle.Pickler(self, PICKLE_PROTOCOL)
-
-    def dump(self, obj: object) -> list[bytes]:
-        try:
-            self.pickler.dump(obj)
-            # A bytearray (or buffer) piece is still the result's own mutable memory:
-            # copied, as dumps would, so what is sent is the result as it was returned.
-            return [p if type(p) is bytes else bytes(p) for p in self.parts]
-        finally:
-            self.parts.clear()
-            self.pickler.clear_memo()  # the memo holds the result: let it go now
+_result_parts: list = []
 
 
-_result_pickler: _ResultPickler | None = None
+class _ResultSink:
+    """The result pickler's file: it keeps what the pickler writes, as written."""
+
+    write = staticmethod(_result_parts.append)
+
+
+# Results are pickled by this one pickler, not by ``pickle.dumps``, so that a bytes object
+# of 64 KiB or more inside a result is a piece of its own: the C pickler hands such a
+# payload straight to its file's write() instead of copying it into its buffer, and the
+# pieces go out behind the frame header in the worker's one writev. A 1 MiB result is
+# then not first copied into a fresh 1 MiB pickle (that copy was most of the worker's CPU
+# per 1 MiB result). The bytes on the wire are dumps's; a small result is one piece and
+# costs what dumps costs. dump() starts from an empty buffer, also after one that failed.
+_result_pickler = pickle.Pickler(_ResultSink, PICKLE_PROTOCOL)
+
+
+_SCALARS = frozenset({int, float, bool, complex, type(None)})  # hold no buffer: dumps is cheaper
+
+
+def _done_frame(ident: int, result: object) -> list[bytes]:
+    """Header and pieces of the DONE frame carrying ``pickle(result)``."""
+    if type(result) in _SCALARS:
+        data = pickle.dumps(result, PICKLE_PROTOCOL)
+        return [encode_header(Kind.DONE, ident, len(data)), data]
+    parts = _result_parts
+    try:
+        _result_pickler.dump(result)
+    except BaseException:
+        parts.clear()
+        raise
+    finally:
+        _result_pickler.clear_memo()  # the memo holds the result: let it go now
+    if len(parts) == 1:
+        data = parts.pop()
+        return [encode_header(Kind.DONE, ident, len(data)), data]
+    # A bytearray (or buffer) piece is still the result's own mutable memory: copied, as
+    # dumps would, so what is sent is the result as it was returned.
+    pieces = [p if type(p) is bytes else bytes(p) for p in parts]
+    parts.clear()
+    return [encode_header(Kind.DONE, ident, sum(map(len, pieces))), *pieces]
 
 
 def _outcome(ident: int, payload: bytes) -> list[bytes]:
@@ -240,20 +256,15 @@ def _outcome(ident: int, payload: bytes) -> list[bytes]:
         return _failure_frame(Kind.RAISED, ident, exc)
     finally:
         del fn, args, kwargs
-    global _result_pickler
     try:
-        _result_pickler = _result_pickler or _ResultPickler()
-        data = _result_pickler.dump(result)
-        header = encode_header(Kind.DONE, ident, sum(map(len, data)))
+        return _done_frame(ident, result)
     except BaseException as exc:
-        _result_pickler = None  # a dump that failed part way: the next result gets a new one
         error = TaskPicklingError(
             f"the task returned {type(result).__qualname__}, which could not be sent back "
             f"({type(exc).__name__}: {exc})",
             part="result",
         )
         return _failure_frame(Kind.RAISED, ident, error)
-    return [header, *data]
 
 
 def serve(
