@@ -65,7 +65,7 @@ BIG_TRUST = 1 << 22
 _IN = select.POLLIN
 _OUT = select.POLLOUT
 
-Frame = tuple[int, int, int, bytes]  # (channel, kind, ident, payload: bytearray if big)
+Frame = tuple[int, int, int, bytes | bytearray]  # (channel, kind, ident, payload)
 Closed = tuple[int, BaseException | None]  # (channel, None for EOF or the error)
 
 

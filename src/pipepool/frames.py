@@ -13,9 +13,10 @@ The payload, where a kind has one, is a pickle (protocol 5). ``kind`` and ``iden
 in the header so that the hot path (STARTED, dispatch bookkeeping) never unpickles.
 
 A decoder trusts nothing: a bad magic, non-zero flags or a length above the reader's
-limit is a ``FrameError`` at once, and a reader never allocates more than the bytes that
-actually arrived, so a garbage length can neither hang the parent on a huge allocation
-nor make it wait for data that will never come (the channel's EOF ends it).
+limit is a ``FrameError`` at once, and a reader allocates for the bytes that actually
+arrived (the PipeLoop trusts a big frame's length for 4 MiB ahead of them, no more), so
+a garbage length can neither hang the parent on a huge allocation nor make it wait for
+data that will never come (the channel's EOF ends it).
 """
 
 from __future__ import annotations
