@@ -20,8 +20,8 @@
 #                      what is left of the timeout
 #   pump()             [syscall] flush writable channels, read readable ones, split frames;
 #                      a big frame's rest is read straight into the bytearray it is
-#                      delivered as (see BIG_FRAME). Runs no Python code at all: not even a finalizer, as it pauses the
-#                      cyclic GC. So it is atomic from Python's view (no signal handler, no
+#                      delivered as (see BIG_FRAME). Runs no Python code at all: not
+#                      even a finalizer, as it pauses the cyclic GC. So it is atomic from Python's view (no signal handler, no
 #                      other thread in the middle of it), which the executor relies on.
 #   poll(timeout=0.0)  wait + pump
 #   wake()             [syscall] one byte into the wake-up pipe; from any thread
@@ -91,7 +91,8 @@ cdef class _Channel:
     cdef unsigned char *inbuf
     cdef Py_ssize_t in_len, in_cap
     # read end, a big frame in progress: the bytearray it will be delivered as, read into
-    # at big_filled (its size is its capacity: min(big_size, BIG_TRUST), then doubling)
+    # at big_filled; its size is its capacity: min(big_size, BIG_TRUST) (or what arrived
+    # with the header, if more), doubled when full, never past big_size
     cdef object big        # bytearray, or None
     cdef Py_ssize_t big_filled  # payload bytes in it so far
     cdef Py_ssize_t big_size    # the payload length its header announced
@@ -108,7 +109,8 @@ cdef class _Channel:
     cdef void drop_in(self) noexcept  # [buffers] free inbuf, drop a big frame
     cdef Py_ssize_t start_big(self, const unsigned char *header, const unsigned char *data,
                               Py_ssize_t size, list frames) except -1
-        # [buffers] a big frame's buffer, what arrived of it copied in; the bytes taken
+        # [buffers] make a big frame's buffer and copy in what arrived of it (whole: the
+        # frame goes to `frames`, else it is the channel's `big`); returns the bytes taken
     cdef int grow_big(self) except -1  # [buffers] double a full big buffer (up to big_size)
 
 
