@@ -21,8 +21,9 @@
 #   pump()             [syscall] flush writable channels, read readable ones, split frames;
 #                      a big frame's rest is read straight into the bytearray it is
 #                      delivered as (see BIG_FRAME). Runs no Python code at all: not
-#                      even a finalizer, as it pauses the cyclic GC. So it is atomic from Python's view (no signal handler, no
-#                      other thread in the middle of it), which the executor relies on.
+#                      even a finalizer, as it pauses the cyclic GC. So it is atomic
+#                      from Python's view (no signal handler, no other thread in the
+#                      middle of it), which the executor relies on.
 #   poll(timeout=0.0)  wait + pump
 #   wake()             [syscall] one byte into the wake-up pipe; from any thread
 #   close()            remove every channel, close the wake-up pipe
