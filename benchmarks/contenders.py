@@ -25,11 +25,12 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import pipepool
 
 from .peers.airflow_style import AirflowStylePool
+from .peers.raw_pipe import RawPipe
 from .tasks import sleep_s
 
 PIPEPOOL = "pipepool"
@@ -460,6 +461,13 @@ SPECS: dict[str, Spec] = {
             "airflow",
             lambda p, m: AirflowAdapter(p, m),
         ),
+        # Not a pool: one child writing into a plain pipe, the ceiling for big results.
+        Spec(
+            "raw-pipe",
+            "raw pipe between two processes",
+            "raw pipe",
+            lambda p, m: cast(Adapter, RawPipe(p, m)),  # duck-typed: it has the methods
+        ),
     ]
 }
 
@@ -469,6 +477,7 @@ PEER_COLUMNS = {
     "mp-imap1": "mp.Pool imap",
     "loky-submit": "loky",
     "airflow": "Airflow-style",
+    "raw-pipe": "raw pipe",
 }
 
 

@@ -441,7 +441,7 @@ class Suite:
         self.interleave(
             "mib",
             self.cfg.parallelism,
-            self.specs(*self.PAYLOAD_KEYS),
+            self.specs(*self.PAYLOAD_KEYS, "raw-pipe"),
             self.cfg.rounds,
             lambda s, p: throughput_sample(
                 s,
@@ -673,6 +673,7 @@ def evaluate_targets(data: dict[str, Any], cfg: Config) -> list[dict[str, Any]]:
         )
     for p in ps:
         add(f"1 MiB results, p={p}", "mib", p, "ppe-submit", "std-submit", ">=", 2)
+        add(f"1 MiB results vs a raw pipe, p={p}", "mib", p, "ppe-submit", "raw-pipe", ">=", 0.6)
     for method in ("fork", "spawn"):
         if method in cfg.methods:
             for p in ps:

@@ -119,3 +119,28 @@ cdef class _Channel:
         PyMem_Free(self.inbuf)
         self.inbuf = NULL
         self.in_len = self.in_cap = 0
+        self.big = None
+
+    cdef Py_ssize_t start_big(self, const unsigned char *header, const unsigned char *data,
+                              Py_ssize_t size, list frames) except -1:
+        # The header has passed the limit check; of what it announces only BIG_TRUST (or
+        # what already arrived) is allocated before the bytes are there.
+        cdef Py_ssize_t length = <Py_ssize_t>le32(header + 4)
+        cdef Py_ssize_t have = min(length, size)
+        cdef object big = PyByteArray_FromStringAndSize(
+            NULL, max(have, min(length, <Py_ssize_t>BIG_TRUST)))
+        memcpy(PyByteArray_AS_STRING(big), data, have)
+        if have == length:
+            frames.append(frame_tuple(self.channel, True, header, big))
+        else:
+            memcpy(self.big_header, header, HEADER_SIZE)
+            self.big = big
+            self.big_filled = have
+            self.big_size = length
+        return have
+
+    cdef int grow_big(self) except -1:
+        cdef Py_ssize_t cap = PyByteArray_GET_SIZE(self.big)
+        if PyByteArray_Resize(self.big, min(self.big_size, 2 * cap)) < 0:
+            raise MemoryError()
+        return 0

@@ -18,10 +18,12 @@
 #   wait(timeout)      [syscall] poll() with the GIL released; on EINTR PyErr_CheckSignals
 #                      (a KeyboardInterrupt raises here, nothing changed) and retry with
 #                      what is left of the timeout
-#   pump()             [syscall] flush writable channels, read readable ones, split frames.
-#                      Runs no Python code at all: not even a finalizer, as it pauses the
-#                      cyclic GC. So it is atomic from Python's view (no signal handler, no
-#                      other thread in the middle of it), which the executor relies on.
+#   pump()             [syscall] flush writable channels, read readable ones, split frames;
+#                      a big frame's rest is read straight into the bytearray it is
+#                      delivered as (see BIG_FRAME). Runs no Python code at all: not
+#                      even a finalizer, as it pauses the cyclic GC. So it is atomic
+#                      from Python's view (no signal handler, no other thread in the
+#                      middle of it), which the executor relies on.
 #   poll(timeout=0.0)  wait + pump
 #   wake()             [syscall] one byte into the wake-up pipe; from any thread
 #   close()            remove every channel, close the wake-up pipe
@@ -54,6 +56,11 @@ cdef enum:
     # Reading, identical to _pyloop: the chunk size and the per-pump budget of a channel.
     READ_SIZE = 1 << 18    # bytes per read(): big enough for large results
     READ_BUDGET = 1 << 24  # bytes per channel per pump: one chatty worker cannot starve the rest
+    # Big frames, identical to _pyloop (which says why): a payload of BIG_FRAME bytes or
+    # more is a bytearray read in place; its header is trusted for BIG_TRUST bytes of
+    # buffer before they arrive, then the buffer doubles only when full.
+    BIG_FRAME = 1 << 16
+    BIG_TRUST = 1 << 22
 
 
 ctypedef struct OutFrame:
@@ -79,10 +86,18 @@ cdef class _Channel:
     cdef Py_ssize_t head, count, capacity  # capacity is a power of two
     cdef Py_ssize_t offset   # bytes of out[head] (header first) already written
     cdef Py_ssize_t pending  # bytes queued and not yet written
-    # read end: the one incomplete frame carried between reads (complete ones are split
-    # straight out of the loop's read chunk); never bigger than what arrived plus a chunk
+    # read end: the one incomplete small frame (or header) carried between reads
+    # (complete ones are split straight out of the loop's read chunk); never bigger than
+    # what arrived plus a chunk
     cdef unsigned char *inbuf
     cdef Py_ssize_t in_len, in_cap
+    # read end, a big frame in progress: the bytearray it will be delivered as, read into
+    # at big_filled; its size is its capacity: min(big_size, BIG_TRUST) (or what arrived
+    # with the header, if more), doubled when full, never past big_size
+    cdef object big        # bytearray, or None
+    cdef Py_ssize_t big_filled  # payload bytes in it so far
+    cdef Py_ssize_t big_size    # the payload length its header announced
+    cdef unsigned char big_header[HEADER_SIZE]
     cdef bint closed       # reported closed by pump; nothing more is read
     cdef bint write_dead   # EPIPE (or closed): nothing more is written
     cdef bint polling_out  # write_fd is in the poll set for POLLOUT
@@ -92,7 +107,12 @@ cdef class _Channel:
     cdef list take_unsent(self)  # [buffers] empty the ring into (kind, ident, payload)s
     cdef int keep_in(self, const unsigned char *data, Py_ssize_t size,
                      Py_ssize_t frame_size) except -1  # [buffers] grow inbuf by what arrived
-    cdef void drop_in(self) noexcept  # [buffers] free inbuf
+    cdef void drop_in(self) noexcept  # [buffers] free inbuf, drop a big frame
+    cdef Py_ssize_t start_big(self, const unsigned char *header, const unsigned char *data,
+                              Py_ssize_t size, list frames) except -1
+        # [buffers] make a big frame's buffer and copy in what arrived of it (whole: the
+        # frame goes to `frames`, else it is the channel's `big`); returns the bytes taken
+    cdef int grow_big(self) except -1  # [buffers] double a full big buffer (up to big_size)
 
 
 cdef class PipeLoop:
@@ -121,7 +141,8 @@ cdef class PipeLoop:
     cdef int _flush(self, _Channel ch) except -1  # [syscall] writev until EAGAIN or empty
     cdef int _poll_now(self) except -1  # [syscall] poll(0) with the GIL held, into ready
     cdef int _keep_ready(self, pollfd *pfds, Py_ssize_t n, int rc) except -1  # [buffers]
-    cdef int _read(self, _Channel ch, list frames, list closed) except -1  # [syscall] read
+    cdef int _read(self, _Channel ch, list frames, list closed) except -1
+        # [syscall] read: chunks into `chunk`, a big frame's rest into its own buffer
     cdef int _take(self, _Channel ch, const unsigned char *data, Py_ssize_t size,
                    list frames) except -1  # [buffers] split frames out of what arrived
     cdef int _close_channel(self, _Channel ch) except -1  # [buffers] stop polling it

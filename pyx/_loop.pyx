@@ -7,7 +7,8 @@ and carries the docstrings, ``pyx/_loop.pxd`` declares the state. What changes i
 the work happens: frames are queued as C records that point into the caller's bytes
 (the unsent tail of a partial write is an offset, never a copy), written with
 ``writev``, read into one reusable chunk and split in C (one copy per payload, into its
-bytes object), and ``wait`` polls with the GIL released. Python's ``select.poll`` is
+bytes object; a big frame's rest is read straight into its bytearray), and ``wait``
+polls with the GIL released. Python's ``select.poll`` is
 replaced by a C array kept in the same (registration) order, so both twins visit ready
 pipes in the same order.
 """
@@ -15,6 +16,12 @@ pipes in the same order.
 import math
 import os
 
+from cpython.bytearray cimport (
+    PyByteArray_AS_STRING,
+    PyByteArray_FromStringAndSize,
+    PyByteArray_GET_SIZE,
+    PyByteArray_Resize,
+)
 from cpython.bytes cimport (
     PyBytes_AS_STRING,
     PyBytes_CheckExact,
@@ -391,12 +398,38 @@ cdef class PipeLoop:
 
     cdef int _read(self, _Channel ch, list frames, list closed) except -1:
         cdef Py_ssize_t budget = READ_BUDGET
+        cdef Py_ssize_t want
         cdef ssize_t n
         cdef int err
         cdef bint eof = False
         cdef object error = None
         cdef object frame_error = None
         while budget > 0:
+            if ch.big is not None:
+                # The rest of a big frame: straight into its buffer, never past its end
+                # (the next frame's header goes through the chunk, as usual).
+                if ch.big_filled == PyByteArray_GET_SIZE(ch.big):
+                    ch.grow_big()
+                want = PyByteArray_GET_SIZE(ch.big) - ch.big_filled
+                n = c_read(ch.read_fd, PyByteArray_AS_STRING(ch.big) + ch.big_filled, want)
+                if n < 0:
+                    err = errno
+                    if err == EINTR:
+                        continue
+                    if not would_block(err):
+                        error = os_error(err)
+                    break
+                if n == 0:
+                    eof = True
+                    break
+                budget -= n
+                ch.big_filled += n
+                if ch.big_filled == ch.big_size:
+                    frames.append(frame_tuple(ch.channel, True, ch.big_header, ch.big))
+                    ch.big = None
+                if n < want:
+                    break  # drained
+                continue
             n = c_read(ch.read_fd, self.chunk, READ_SIZE)
             if n < 0:
                 err = errno
@@ -418,10 +451,11 @@ cdef class PipeLoop:
                 break  # drained; an EOF behind it shows up on the next poll
         if frame_error is not None:
             error = frame_error
-        elif error is None and eof and ch.in_len:
+        elif error is None and eof and (ch.in_len or ch.big is not None):
             error = FrameError(
                 f"channel {ch.channel}: EOF in the middle of a frame "
-                f"({ch.in_len} bytes of an incomplete frame)"
+                f"({ch.in_len if ch.big is None else HEADER_SIZE + ch.big_filled} bytes "
+                "of an incomplete frame)"
             )
         if eof or error is not None:
             self._close_channel(ch)
@@ -442,25 +476,34 @@ cdef class PipeLoop:
                 if not header_ok(ch.inbuf, self.max_len):
                     raise header_error(ch.inbuf, self._max_payload)
             frame_size = HEADER_SIZE + <Py_ssize_t>le32(ch.inbuf + 4)
-            take = min(frame_size - ch.in_len, size)
-            ch.keep_in(data, take, frame_size)
-            data += take
-            size -= take
-            if ch.in_len < frame_size:
-                return 0
-            frames.append(frame_tuple(ch.channel, True, ch.inbuf, PyBytes_FromStringAndSize(
-                <const char *>ch.inbuf + HEADER_SIZE, frame_size - HEADER_SIZE)))
-            ch.in_len = 0
-            if ch.in_cap > READ_SIZE:
-                ch.drop_in()  # a big frame's memory goes back at once
+            if frame_size - HEADER_SIZE >= BIG_FRAME:  # only its header was carried
+                take = ch.start_big(ch.inbuf, data, size, frames)
+                data += take
+                size -= take
+                ch.in_len = 0
+            else:
+                take = min(frame_size - ch.in_len, size)
+                ch.keep_in(data, take, frame_size)
+                data += take
+                size -= take
+                if ch.in_len < frame_size:
+                    return 0
+                frames.append(frame_tuple(ch.channel, True, ch.inbuf, PyBytes_FromStringAndSize(
+                    <const char *>ch.inbuf + HEADER_SIZE, frame_size - HEADER_SIZE)))
+                ch.in_len = 0
+                if ch.in_cap > READ_SIZE:
+                    ch.drop_in()  # a big carried frame's memory goes back at once
         if size:  # the common case: whole frames straight out of the read chunk
             split_frames(data, size, frames, ch.channel, True, self.max_len,
-                         self._max_payload, &consumed)
+                         self._max_payload, &consumed, BIG_FRAME)
             if consumed < size:
-                frame_size = 0
-                if size - consumed >= HEADER_SIZE:
-                    frame_size = HEADER_SIZE + <Py_ssize_t>le32(data + consumed + 4)
-                ch.keep_in(data + consumed, size - consumed, frame_size)
+                data += consumed
+                size -= consumed
+                if size >= HEADER_SIZE and le32(data + 4) >= BIG_FRAME:
+                    ch.start_big(data, data + HEADER_SIZE, size - HEADER_SIZE, frames)
+                else:
+                    frame_size = HEADER_SIZE + <Py_ssize_t>le32(data + 4) if size >= HEADER_SIZE else 0
+                    ch.keep_in(data, size, frame_size)
         return 0
 
     cdef int _close_channel(self, _Channel ch) except -1:

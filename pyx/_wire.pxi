@@ -29,7 +29,8 @@ cdef inline bint header_ok(const unsigned char *h, long long max_len) noexcept n
 cdef inline tuple frame_tuple(object tag, bint tagged, const unsigned char *h, object payload):
     """``(tag, kind, ident, payload)`` or ``(kind, ident, payload)``, untracked by the GC.
 
-    It holds only ints and bytes (and the caller's channel id when that is an int), so no
+    It holds only ints and bytes or a bytearray (and the caller's channel id when that is
+    an int), so no
     reference cycle can pass through it; CPython would untrack it itself, but only at its
     next collection, after scanning it in every young one until then."""
     cdef tuple t
@@ -66,12 +67,14 @@ cdef long long limit_of(object max_payload) except? -2:
 
 cdef int split_frames(const unsigned char *data, Py_ssize_t size, list out, object tag,
                       bint tagged, long long max_len, object max_payload,
-                      Py_ssize_t *consumed) except -1:
+                      Py_ssize_t *consumed, long long big=-1) except -1:
     """frames.split_frames over a C buffer: append every whole frame at the front of
     ``data`` to ``out`` and set ``consumed`` to the bytes they took. On a header that cannot
     be trusted, ``consumed`` is where it starts, and FrameError is raised (the frames
-    before it are already in ``out``). One copy per payload (into its bytes object), no
-    slice objects, and no allocation a header asks for: only what has arrived is copied."""
+    before it are already in ``out``). One copy per payload (into its bytes object, or a
+    bytearray when ``big`` >= 0 and the payload is at least that long), no slice objects,
+    and no allocation a header asks for: only what has arrived is copied. Stops before a
+    big frame that is not whole (the PipeLoop reads the rest of it in place)."""
     cdef Py_ssize_t start = 0
     cdef Py_ssize_t stop
     cdef const unsigned char *h
@@ -86,7 +89,10 @@ cdef int split_frames(const unsigned char *data, Py_ssize_t size, list out, obje
         stop = start + HEADER_SIZE + <Py_ssize_t>length
         if stop > size:
             break
-        payload = PyBytes_FromStringAndSize(<const char *>h + HEADER_SIZE, length)
+        if 0 <= big <= length:
+            payload = PyByteArray_FromStringAndSize(<const char *>h + HEADER_SIZE, length)
+        else:
+            payload = PyBytes_FromStringAndSize(<const char *>h + HEADER_SIZE, length)
         out.append(frame_tuple(tag, tagged, h, payload))
         start = stop
     consumed[0] = start

@@ -238,3 +238,26 @@ def hog_gil(log: str, key, limit: float = 60.0) -> None:
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         pass
+
+
+BIG_SHARED = bytes(range(256)) * 1024  # 256 KiB: big enough to be a piece of its own pickle
+
+
+def big_shared(_=None) -> bytes:
+    """The same big object as every earlier call: no result may refer to an earlier one."""
+    return BIG_SHARED
+
+
+def big_twice(seed: int) -> tuple:
+    """One big object twice in one result: the second is a reference to the first."""
+    data = bytes([seed % 256]) * (1 << 17)
+    return data, data
+
+
+def big_bytearray(seed: int) -> bytearray:
+    return bytearray([seed % 256]) * (1 << 17)
+
+
+def big_then_unpicklable(_=None) -> list:
+    """A result whose pickling fails after its big piece was handed over."""
+    return [BIG_SHARED, lambda: None]

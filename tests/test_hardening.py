@@ -1042,8 +1042,9 @@ BIG = textwrap.dedent("""
 @pytest.mark.parametrize("start_method", ["fork", "spawn"])
 def test_100_mib_argument_and_result(impl, start_method):
     """Delivered intact; the parent's peak RSS above what it held before the call (the
-    argument itself included) stays within 3.5x the payload: the pickled call (1x), the
-    incoming frame (1x) and the result (1x), plus one transient copy in the pure loop.
+    argument itself included) stays within 2.5x the payload: the pickled call (1x, gone
+    once written), then the incoming frame, read in place (1x), and the result (1x). Both
+    loops; a pure loop that copied the frame out of its read buffer measured 3x.
     Measured in a fresh interpreter so the test process's own history cannot hide it."""
     size = 100 * MiB
     script = BIG.format(path=[HERE, *sys.path], size=size, method=start_method, impl=impl)
@@ -1058,7 +1059,7 @@ def test_100_mib_argument_and_result(impl, start_method):
         f"{impl} {start_method}: parent peak {int(peak) / MiB:.0f} MiB, "
         f"{extra:.2f}x the payload above its {int(base) / MiB:.0f} MiB before the call"
     )
-    assert extra <= 3.5, f"parent peak grew {extra:.2f}x the payload"
+    assert extra <= 2.5, f"parent peak grew {extra:.2f}x the payload"
 
 
 # -- stats() ---------------------------------------------------------------------------

@@ -223,3 +223,100 @@ def test_batched_send_leaves_on_flush_or_next_pump(loop):
     assert loop.pending(1) == 0
     assert peer.recv_frames(1) == [(Kind.TASK, 9, b"late")]
     peer.close()
+
+
+# -- big frames: read in place, allocated as the bytes arrive --------------------------------
+
+
+def _write_in_thread(peer: Peer, data: bytes, close: bool = False) -> threading.Thread:
+    """Write ``data`` (blocking: the pipe is small), then close the write end if asked."""
+    fd = peer.write_fd
+    if close:
+        peer.write_fd = -1
+
+    def write() -> None:
+        os.write(fd, data)
+        if close:
+            os.close(fd)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    return writer
+
+
+def _pump_traced(loop, until, writer: threading.Thread | None = None, timeout: float = 30.0):
+    """Poll at least once and until ``until(frames, closed)`` (and ``writer`` finished);
+    return the frames, the closed reports and the peak of traced memory meanwhile."""
+    import tracemalloc
+
+    frames: list = []
+    closed: list = []
+    deadline = time.monotonic() + timeout
+    tracemalloc.start()
+    try:
+        while True:
+            f, c = loop.poll(0.05)
+            frames += f
+            closed += c
+            if until(frames, closed) and (writer is None or not writer.is_alive()):
+                break
+            assert time.monotonic() < deadline, "gave up waiting"
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return frames, closed, peak
+
+
+def test_a_big_frame_is_read_into_the_buffer_it_is_delivered_as(loop_module):
+    """A 3 MiB result through a 64 KiB pipe costs the parent one buffer of 3 MiB: the
+    bytearray it is handed over as, which pickle.loads reads. (Reading it through the
+    read chunk into a carry-over buffer, then copying that into bytes, held two.)"""
+    import pickle
+
+    from pipepool._pyloop import BIG_FRAME, BIG_TRUST
+
+    result = os.urandom(3 << 20)
+    payload = pickle.dumps(result, 5)
+    assert BIG_FRAME <= len(payload) < BIG_TRUST
+    small = pickle.dumps("small", 5)
+    loop = loop_module.PipeLoop()
+    peer = Peer(loop, 1)
+    try:
+        stream = encode_header(Kind.DONE, 1, len(payload)) + payload
+        stream += encode_header(Kind.DONE, 2, len(small)) + small
+        writer = _write_in_thread(peer, stream)
+        frames, closed, peak = _pump_traced(loop, lambda f, c: len(f) == 2, writer)
+        writer.join()
+        assert closed == []
+        assert [(c, k, i) for c, k, i, _ in frames] == [(1, Kind.DONE, 1), (1, Kind.DONE, 2)]
+        assert type(frames[0][3]) is bytearray and type(frames[1][3]) is bytes
+        assert pickle.loads(frames[0][3]) == result and pickle.loads(frames[1][3]) == "small"
+        assert peak < len(payload) + (1 << 20), f"peak {peak} for a {len(payload)}-byte frame"
+    finally:
+        peer.close()
+        loop.close()
+
+
+def test_a_lying_length_costs_what_arrives_not_what_it_says(loop_module):
+    """4 GiB announced (legal at the default limit): BIG_TRUST is allocated up front, the
+    buffer then doubles only as bytes fill it, and the EOF is a FrameError."""
+    from pipepool._pyloop import BIG_TRUST
+
+    loop = loop_module.PipeLoop()
+    peer = Peer(loop, 1)
+    try:
+        header = encode_header(Kind.DONE, 1, 0)[:4] + (2**32 - 16).to_bytes(4, "little")
+        os.write(peer.write_fd, header + bytes(8) + b"ten bytes!")
+        frames, closed, peak = _pump_traced(loop, lambda f, c: True)
+        assert (frames, closed) == ([], [])
+        assert peak < BIG_TRUST + (1 << 20), f"{peak} bytes for 10 that arrived"
+        more = 3 * BIG_TRUST // 2  # the buffer doubles once, to 2 x BIG_TRUST, then EOF
+        writer = _write_in_thread(peer, bytes(more), close=True)
+        frames, closed, peak = _pump_traced(loop, lambda f, c: bool(c), writer)
+        assert peak < 4 * BIG_TRUST, f"{peak} bytes for {more} that arrived"
+        assert frames == [] and closed[0][0] == 1 and isinstance(closed[0][1], FrameError)
+        held = HEADER_SIZE + 10 + more
+        assert f"EOF in the middle of a frame ({held} bytes" in str(closed[0][1])
+    finally:
+        peer.close()
+        loop.close()

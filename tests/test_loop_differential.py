@@ -2,15 +2,17 @@
 transcript.
 
 Each example drives both twins with the same scripted peer over real pipes: random frame
-sizes (0 bytes to 1 MiB), random pipe capacities (F_SETPIPE_SZ where it exists), random
+sizes (0 bytes to 1 MiB, now and then past the up-front allocation of a big frame, so
+its buffer grows), random pipe capacities (F_SETPIPE_SZ where it exists), random
 read and write chunking on the peer's side, untrusted bytes, and the peer dying part way
-(its write end closed mid-frame, its read end closed under a partial write). Everything
+(its write end closed mid-frame, a big frame's included; its read end closed under a
+partial write), and headers that lie (4 GiB announced, a few bytes sent). Everything
 runs in one thread with the peer's ends non-blocking and the loop polled with a zero
 timeout, so nothing can block and every step is deterministic: what a pipe accepts or
 returns depends only on the sequence of calls made on it. That is why the transcripts
-(every pump's frames and closed reports, pending() and unsent_frames() after every step,
-every byte the peer received, what remove() handed back, every exception raised) must be
-identical, not just equivalent.
+(every pump's frames, their payload types and closed reports, pending() and
+unsent_frames() after every step, every byte the peer received, what remove() handed
+back, every exception raised) must be identical, not just equivalent.
 """
 
 from __future__ import annotations
@@ -30,13 +32,14 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from pipepool import FrameError, _impl
+from pipepool._pyloop import BIG_FRAME, BIG_TRUST
 from pipepool.frames import MAGIC, MAX_PAYLOAD, encode_header, split_frames
 
 pytestmark = pytest.mark.timeout(120)
 
 PIPE_SIZES = [4096, 16384, 65536, 1 << 20]
 READ_CHUNKS = [1, 7, 16, 17, 100, 4096, 65536, 1 << 20]
-LIMIT = 1 << 21  # the loop's max_payload in most examples: every generated frame fits
+LIMIT = 1 << 24  # the loop's max_payload in most examples: every generated frame fits
 DRAIN_ROUNDS = 50_000  # a bound, never reached: 1 MiB frames through 4 KiB pipes take ~300
 
 
@@ -50,10 +53,17 @@ def twins():
 # -- the scenario -------------------------------------------------------------------------
 
 frame_size = st.one_of(  # 0 bytes to 1 MiB, small ones (the common case) more often
-    st.integers(0, 40), st.integers(0, 70_000), st.integers(0, 1 << 20), st.just(1 << 20)
+    st.integers(0, 40),
+    st.integers(0, 70_000),
+    st.integers(0, 1 << 20),
+    st.sampled_from([1 << 20, BIG_FRAME - 1, BIG_FRAME]),  # where the payload type changes
+)
+# Results also, rarely, past BIG_TRUST: the in-place buffer has to grow (twice, at most).
+result_size = st.integers(0, 24).flatmap(
+    lambda r: st.integers(BIG_TRUST + 1, 2 * BIG_TRUST + 100) if r == 0 else frame_size
 )
 out_frame = st.tuples(st.integers(0, 255), st.integers(0, 2**64 - 1), frame_size)
-in_frame = st.tuples(st.integers(0, 255), st.integers(0, 2**64 - 1), frame_size)
+in_frame = st.tuples(st.integers(0, 255), st.integers(0, 2**64 - 1), result_size)
 
 
 @dataclass
@@ -239,7 +249,8 @@ def pumped(result, delivered: dict[int, list]) -> tuple:
     frames, closed = result
     for c, kind, ident, payload in frames:
         delivered[c].append((kind, ident, payload))
-    return ("frames", frames, "closed", [(c, outcome(e)) for c, e in closed])
+    types = [type(f[3]).__name__ for f in frames]  # == cannot tell bytes from a bytearray
+    return ("frames", frames, types, "closed", [(c, outcome(e)) for c, e in closed])
 
 
 def attempt(fn, *args):
@@ -350,6 +361,10 @@ def check_against_the_wire(scenario: Scenario, result: Run) -> None:
             split_frames(bytearray(spec.stream), expected, scenario.max_payload)
         got = result.delivered[c]
         assert got == expected[: len(got)]
+        # Big payloads were read in place, into the bytearray they are handed over as.
+        assert [type(p) for _, _, p in got] == [
+            bytearray if len(p) >= BIG_FRAME else bytes for _, _, p in got
+        ]
         wire = b"".join(wire_bytes(k, i, p) for k, i, p in spec.out[: result.sent[c]])
         received = next(e[2] for e in result.transcript if e[:2] == ("peer received", c))
         assert wire.startswith(received)
@@ -387,6 +402,42 @@ STRADDLED = Scenario(
     ],
 )
 """A bad header that arrives across reads is judged once whole, with the same message."""
+BIG = 2 * BIG_TRUST + 3  # grows twice: BIG_TRUST, 2 x BIG_TRUST, then its length
+GROWN = Scenario(
+    LIMIT,
+    [
+        ChannelSpec(
+            4096,
+            65536,
+            [],
+            encode_header(3, 1, BIG) + payload_of(BIG, 1) + encode_header(3, 2, 5) + b"after",
+            False,
+        )
+    ],
+    [("write", 0, 7), ("pump",), ("write", 0, 65536), ("pump",), ("write", 0, 100)]
+    + [("write", 0, 65536), ("poll",)] * 20,
+)
+"""A big frame in odd chunks, its header split, its buffer grown, and a frame behind it."""
+LIAR = Scenario(
+    MAX_PAYLOAD,
+    [ChannelSpec(4096, 4096, [], bad_header("length") + b"ten bytes!", False)],
+    [("write", 0, 20), ("pump",), ("write", 0, 100), ("pump",), ("close_write", 0), ("pump",)],
+)
+"""4 GiB announced (a legal length at MAX_PAYLOAD), 10 bytes sent, then EOF."""
+DIES_MID_BIG = Scenario(
+    LIMIT,
+    [
+        ChannelSpec(
+            4096,
+            1 << 20,
+            [],
+            (encode_header(3, 7, 1 << 20) + payload_of(1 << 20, 7))[:300_000],
+            False,
+        )
+    ],
+    [("write", 0, 1 << 20), ("pump",), ("write", 0, 1 << 20), ("pump",), ("close_write", 0)],
+)
+"""The peer dies 300 kB into a 1 MiB frame: EOF mid-frame, with the bytes it held."""
 
 
 @settings(
@@ -397,6 +448,9 @@ STRADDLED = Scenario(
 @given(scenario=scenarios())
 @example(scenario=BATCHES)
 @example(scenario=STRADDLED)
+@example(scenario=GROWN)
+@example(scenario=LIAR)
+@example(scenario=DIES_MID_BIG)
 def test_twins_agree_on_a_scripted_peer(scenario):
     pure, compiled = twins()
     expected = run(pure, scenario)

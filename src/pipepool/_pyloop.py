@@ -14,7 +14,11 @@ end with a buffer of incoming bytes. Nothing here ever blocks except ``wait``:
   parent keeps reading results while its writes wait, so a worker blocked writing a
   result always gets unblocked.
 * ``pump`` flushes writable channels, reads readable ones until they would block, and
-  returns whole frames plus the channels that closed. A channel is reported closed once,
+  returns whole frames plus the channels that closed. A big frame (a payload of
+  ``BIG_FRAME`` bytes or more) is read in place: once its header is in, the rest of it
+  is read straight into the ``bytearray`` it is delivered as, so a 1 MiB result is
+  copied once on its way from the pipe to ``pickle.loads`` (by the kernel), not three
+  times. Smaller payloads are ``bytes``. A channel is reported closed once,
   when its read end reaches EOF (the worker exited; frames it wrote before exiting come
   first, in the same call) or carries a frame that cannot be trusted. A write end whose
   reader is gone (EPIPE) only stops being written: its EOF follows.
@@ -32,23 +36,45 @@ import select
 from collections import deque
 
 from .errors import FrameError
-from .frames import HEADER_SIZE, MAX_PAYLOAD, FrameReader, encode_header, split_frames
+from .frames import (
+    HEADER,
+    HEADER_SIZE,
+    MAGIC,
+    MAX_PAYLOAD,
+    FrameReader,
+    check_header,
+    encode_header,
+)
 
 __all__ = ["FrameReader", "PipeLoop"]  # the twins export exactly these
 
 READ_SIZE = 1 << 18  # bytes per read(): big enough for large results, one page is wasteful
 READ_BUDGET = 1 << 24  # bytes per channel per pump: one chatty worker cannot starve the rest
 WRITE_IOV = 64  # frames gathered into one writev(): under every platform's IOV_MAX
+# A payload this long or longer is read in place, into its own bytearray: above a default
+# pipe's capacity (64 KiB) a frame always spans reads, and copying it out of the read
+# chunk, into the carry-over buffer and out again is what this saves. Below it, one read
+# chunk holds many frames, and reading a frame's tail on its own costs a system call.
+BIG_FRAME = 1 << 16
+# The most a big frame's header is trusted for before its bytes arrive: its buffer starts
+# at min(length, BIG_TRUST) and doubles only once full (never past the length), so a lying
+# header (4 GiB announced, 10 bytes sent) costs 4 MiB, and any channel holds at most
+# max(BIG_TRUST, 2 x what actually arrived). Honest frames up to 4 MiB never grow.
+BIG_TRUST = 1 << 22
 
 _IN = select.POLLIN
 _OUT = select.POLLOUT
 
-Frame = tuple[int, int, int, bytes]  # (channel, kind, ident, payload)
+Frame = tuple[int, int, int, bytes | bytearray]  # (channel, kind, ident, payload)
 Closed = tuple[int, BaseException | None]  # (channel, None for EOF or the error)
 
 
 class _Channel:
     __slots__ = (
+        "big",
+        "big_filled",
+        "big_header",
+        "big_size",
         "channel",
         "closed",
         "inbuf",
@@ -69,7 +95,13 @@ class _Channel:
         self.out: deque[tuple[int, int, bytes, bytes, bytes | memoryview]] = deque()
         self.offset = 0  # bytes of out[0] already written
         self.pending = 0  # bytes queued and not yet written
-        self.inbuf = bytearray()
+        self.inbuf = bytearray()  # an incomplete small frame (or header), carried over
+        # A big frame being read in place: its buffer (capacity = len(big)), the payload
+        # bytes in it so far, its header's (kind, ident) and the length that header said.
+        self.big: bytearray | None = None
+        self.big_filled = 0
+        self.big_header = (0, 0)
+        self.big_size = 0
         self.closed = False  # reported closed by pump; nothing more is read
         self.write_dead = False  # EPIPE seen: the reader is gone
         self.polling_out = False
@@ -282,11 +314,36 @@ class PipeLoop:
 
     def _read(self, ch: _Channel, frames: list[Frame], closed: list[Closed]) -> None:
         fd = ch.read_fd
-        buf = ch.inbuf
         budget = READ_BUDGET
         eof = False
         error: BaseException | None = None
+        frame_error: FrameError | None = None
         while budget > 0:
+            big = ch.big
+            if big is not None:
+                # The rest of a big frame: straight into its buffer, never past its end
+                # (the next frame's header goes through the chunk, as usual).
+                if ch.big_filled == len(big):
+                    big += bytes(min(ch.big_size, 2 * len(big)) - len(big))
+                want = len(big) - ch.big_filled
+                try:
+                    n = os.readv(fd, [memoryview(big)[ch.big_filled :]])
+                except BlockingIOError:
+                    break
+                except OSError as exc:
+                    error = exc
+                    break
+                if not n:
+                    eof = True
+                    break
+                budget -= n
+                ch.big_filled += n
+                if ch.big_filled == ch.big_size:
+                    frames.append((ch.channel, *ch.big_header, big))
+                    ch.big = None
+                if n < want:
+                    break  # drained
+                continue
             try:
                 data = os.read(fd, READ_SIZE)
             except BlockingIOError:
@@ -297,28 +354,72 @@ class PipeLoop:
             if not data:
                 eof = True
                 break
-            buf += data
             budget -= len(data)
+            if frame_error is None:  # after a bad header the stream means nothing
+                try:
+                    self._take(ch, data, frames)
+                except FrameError as exc:
+                    frame_error = exc
             if len(data) < READ_SIZE:
                 break  # drained; an EOF behind it shows up on the next poll
-        if buf:
-            try:
-                split_frames(buf, frames, self.max_payload, ch.channel)
-            except FrameError as exc:
-                error = exc
-        if error is None and eof and buf:
+        if frame_error is not None:
+            error = frame_error
+        elif error is None and eof and (ch.inbuf or ch.big is not None):
+            held = len(ch.inbuf) if ch.big is None else HEADER_SIZE + ch.big_filled
             error = FrameError(
                 f"channel {ch.channel}: EOF in the middle of a frame "
-                f"({len(buf)} bytes of an incomplete frame)"
+                f"({held} bytes of an incomplete frame)"
             )
         if eof or error is not None:
             self._close_channel(ch)
             closed.append((ch.channel, error))
 
+    def _take(self, ch: _Channel, data: bytes, frames: list[Frame]) -> None:
+        """Split the frames out of what arrived: whole ones into ``frames``, a big one's
+        start into its own buffer (``ch.big``), an incomplete small one into ``ch.inbuf``.
+        Raises FrameError at a header that cannot be trusted."""
+        buf: bytes | bytearray = data
+        if ch.inbuf:  # an incomplete small frame (or header) from earlier reads comes first
+            ch.inbuf += data
+            buf = ch.inbuf
+        start = 0
+        end = len(buf)
+        unpack = HEADER.unpack_from
+        with memoryview(buf) as view:
+            while end - start >= HEADER_SIZE:
+                magic, kind, flags, length, ident = unpack(buf, start)
+                if magic != MAGIC or flags or length > self.max_payload:
+                    check_header(magic, flags, length, self.max_payload)
+                begin = start + HEADER_SIZE
+                stop = begin + length
+                if length >= BIG_FRAME:
+                    if stop <= end:  # whole already: one copy, as a small one
+                        frames.append((ch.channel, kind, ident, bytearray(view[begin:stop])))
+                        start = stop
+                        continue
+                    # What arrived of it is copied once, the rest read into it. Only what
+                    # arrived or BIG_TRUST is allocated: the header may be lying.
+                    have = end - begin
+                    big = bytearray(max(have, min(length, BIG_TRUST)))
+                    big[:have] = view[begin:end]
+                    ch.big, ch.big_filled = big, have
+                    ch.big_header, ch.big_size = (kind, ident), length
+                    start = end
+                    break
+                if stop > end:
+                    break
+                frames.append((ch.channel, kind, ident, bytes(view[begin:stop])))
+                start = stop
+            if buf is data and start < end:
+                ch.inbuf += view[start:]
+        if buf is not data:
+            del ch.inbuf[:start]
+
     def _close_channel(self, ch: _Channel) -> None:
         """Stop polling a channel that reached EOF or went bad; ``remove`` closes its fds."""
         ch.closed = True
         ch.inbuf.clear()
+        ch.big = None
         self._poller.unregister(ch.read_fd)
         self._want_out(ch, False)
         ch.write_dead = True

@@ -15,9 +15,10 @@ There is no frame for "a task started": the worker stores a start mark in memory
 shares with the parent instead (``_marks``; docs/design.md, "Start marks").
 
 A decoder trusts nothing: a bad magic, non-zero flags or a length above the reader's
-limit is a ``FrameError`` at once, and a reader never allocates more than the bytes that
-actually arrived, so a garbage length can neither hang the parent on a huge allocation
-nor make it wait for data that will never come (the channel's EOF ends it).
+limit is a ``FrameError`` at once, and a reader allocates for the bytes that actually
+arrived (the PipeLoop trusts a big frame's length for 4 MiB ahead of them, no more), so
+a garbage length can neither hang the parent on a huge allocation nor make it wait for
+data that will never come (the channel's EOF ends it).
 """
 
 from __future__ import annotations

@@ -209,6 +209,52 @@ def _safe_repr(obj: object) -> str:
         return f"<{type(obj).__qualname__} with a failing repr>"
 
 
+_result_parts: list = []
+
+
+class _ResultSink:
+    """The result pickler's file: it keeps what the pickler writes, as written."""
+
+    write = staticmethod(_result_parts.append)
+
+
+# Results are pickled by this one pickler, not by ``pickle.dumps``, so that a bytes object
+# of 64 KiB or more inside a result is a piece of its own: the C pickler hands such a
+# payload straight to its file's write() instead of copying it into its buffer, and the
+# pieces go out behind the frame header in the worker's one writev. A 1 MiB result is
+# then not first copied into a fresh 1 MiB pickle (that copy was most of the worker's CPU
+# per 1 MiB result). The bytes on the wire are dumps's; a small result is one piece and
+# costs what dumps costs. dump() starts from an empty buffer, also after one that failed.
+_result_pickler = pickle.Pickler(_ResultSink, PICKLE_PROTOCOL)
+
+
+_SCALARS = frozenset({int, float, bool, complex, type(None)})  # hold no buffer: dumps is cheaper
+
+
+def _done_frame(ident: int, elapsed: bytes, result: object) -> list[bytes]:
+    """Header and pieces of the DONE frame carrying ``elapsed`` and ``pickle(result)``."""
+    if type(result) in _SCALARS:
+        data = pickle.dumps(result, PICKLE_PROTOCOL)
+        return [encode_header(Kind.DONE, ident, len(elapsed) + len(data)), elapsed, data]
+    parts = _result_parts
+    try:
+        _result_pickler.dump(result)
+    except BaseException:
+        parts.clear()
+        raise
+    finally:
+        _result_pickler.clear_memo()  # the memo holds the result: let it go now
+    if len(parts) == 1:
+        data = parts.pop()
+        return [encode_header(Kind.DONE, ident, len(elapsed) + len(data)), elapsed, data]
+    # A bytearray (or buffer) piece is still the result's own mutable memory: copied, as
+    # dumps would, so what is sent is the result as it was returned.
+    pieces = [p if type(p) is bytes else bytes(p) for p in parts]
+    parts.clear()
+    size = len(elapsed) + sum(map(len, pieces))
+    return [encode_header(Kind.DONE, ident, size), elapsed, *pieces]
+
+
 def _outcome(ident: int, payload: bytes) -> list[bytes]:
     """Unpickle and run one task sent alone; return the frame that reports how it ended."""
     try:
@@ -236,8 +282,7 @@ def _run(ident: int, fn: Callable[..., Any], args: tuple, kwargs: dict) -> list[
         del fn, args, kwargs
     elapsed = ELAPSED.pack(perf_counter() - began)
     try:
-        data = pickle.dumps(result, PICKLE_PROTOCOL)
-        header = encode_header(Kind.DONE, ident, len(elapsed) + len(data))
+        return _done_frame(ident, elapsed, result)
     except BaseException as exc:
         error = TaskPicklingError(
             f"the task returned {type(result).__qualname__}, which could not be sent back "
@@ -245,7 +290,6 @@ def _run(ident: int, fn: Callable[..., Any], args: tuple, kwargs: dict) -> list[
             part="result",
         )
         return _failure_frame(Kind.RAISED, ident, error)
-    return [header, elapsed, data]
 
 
 def _unpickle_batch(payload: bytes, count: int) -> list | None:
