@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import sys
 from typing import NoReturn
 
@@ -18,8 +19,11 @@ input:
   pipepool run -a jobs.txt              the same, from a file
   pipepool run 'gzip {}' ::: *.log      one job per argument ({} is replaced)
   pipepool run 'cmd {1} {2}' ::: a b ::: 1 2   every combination (a 1, a 2, b 1, b 2)
+  pipepool run 'cmd {1} {2}' ::: a b :::+ 1 2  linked pairs (a 1, b 2); --link wraps
   ls *.csv | pipepool run wc -l {}      a command, and arguments from stdin
-replacement strings: {} {.} {/} {//} {/.} {#} {N} (quoted for the shell)
+replacement strings: {} {.} {/} {//} {/.} {#} {%} {N} (quoted for the shell)
+GNU parallel options pipepool cannot honour are refused with what to use instead;
+the full list of what matches GNU parallel and what differs: docs/run.md
 
 exit status: 0 if every job succeeded, else the number of failed jobs (at most 101);
 130 after Ctrl-C, 143 after SIGTERM, 255 if the run could not start.
@@ -53,19 +57,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "-j",
+        "-P",
         "--jobs",
-        type=_positive_int,
+        "--max-procs",
         default=None,
         metavar="N",
-        help="jobs at a time (default: the number of cores)",
+        help="jobs at a time: N, +N or -N (cores plus or minus N), N%% of the cores "
+        "(default: the number of cores)",
     )
     run.add_argument(
         "-a",
         "--arg-file",
+        action="append",
         metavar="FILE",
-        help="read jobs (or, with a command, its arguments) one per line from "
-        "FILE ('-' for stdin) instead of stdin",
+        help="an input source: read jobs (or, with a command, its arguments) one per "
+        "line from FILE ('-' for stdin) instead of stdin; repeat for more sources",
     )
+    _add_gnu_options(run)
     run.add_argument(
         "--no-shell",
         action="store_true",
@@ -149,6 +157,29 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="print a JSON summary as the last line of stdout"
     )
     run.add_argument(
+        "--pin",
+        dest="cpus_per_job",
+        action="store_const",
+        const=1,
+        help="give each job slot its own core (from the cores this process may use) "
+        "and pin every job in it, its children included; -j at most the cores",
+    )
+    run.add_argument(
+        "--cpus-per-job",
+        dest="cpus_per_job",
+        type=_positive_int,
+        metavar="K",
+        help="as --pin, with K cores per job slot; -j at most cores/K",
+    )
+    run.add_argument(
+        "--repeat",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="run every job N times, the repetitions interleaved (all jobs, then all "
+        "again); the summary gives each job's median and spread of wall time",
+    )
+    run.add_argument(
         "--cluster",
         metavar="ADDRESS",
         help="run the jobs on a Dask cluster: its scheduler's address "
@@ -202,59 +233,88 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def _run(
-    args: argparse.Namespace, groups: list[tuple[str, list[str]]], parser: argparse.ArgumentParser
-) -> int:
-    from .run._inputs import (
-        InputError,
-        arg_rows_from_groups,
-        build_jobs,
-        resolve_groups,
-    )
+def _run(args: argparse.Namespace, groups: list, parser: argparse.ArgumentParser) -> int:
+    from .run._compat import parse_delimiter, parse_jobs, parse_load
+    from .run._gate import GateError
+    from .run._inputs import InputError, Source, group_rows, rows_from_sources
     from .run._runner import Runner, RunOptions
+    from .run._template import Template, build_jobs
 
     if args.resume and not args.joblog:
         parser.error("--resume and --resume-failed need --joblog FILE")
-    template = args.cmd
-    if template and template[0] == "--":
-        template = template[1:]
+    if args.ungroup and (args.line_buffer or args.keep_order or args.results):
+        parser.error("--ungroup writes straight to stdout: not with -k, --line-buffer or --results")
+    cores = default_jobs()
     try:
-        if groups and args.arg_file:
-            raise InputError("give arguments either after ::: or with -a FILE, not both")
-        if groups:
-            rows: list | None = arg_rows_from_groups(resolve_groups(groups))
-            lines = None
-        else:
-            lines = _read_input(args.arg_file)
-            rows = [(line,) for line in lines] if template else None
-        jobs = build_jobs(template, rows, lines, shell=not args.no_shell)
+        jobs_at_once = parse_jobs(args.jobs, cores) if args.jobs is not None else None
+        load = parse_load(args.load, cores) if args.load is not None else None
+        delimiter = b"\0" if args.null else None
+        if args.delimiter is not None:
+            delimiter = parse_delimiter(args.delimiter)
+    except ValueError as exc:
+        parser.error(str(exc))
+    template_words = args.cmd
+    if template_words and template_words[0] == "--":
+        template_words = template_words[1:]
+    template = Template(
+        tuple(template_words),
+        shell=not args.no_shell,
+        quote=args.quote,
+        tagstring=args.tagstring,
+        append=args.max_args != 0,
+    )
+    try:
+        # -a FILE is GNU parallel's :::: FILE, before the ::: sources; stdin is the
+        # source only when there is no other
+        sources = [Source("::::", [name]) for name in args.arg_file or ()] + list(groups)
+        if not sources:
+            _check_stdin()
+            sources = [Source("::::", ["-"])]
+        rows = rows_from_sources(sources, delimiter=delimiter, colsep=args.colsep, link=args.link)
+        rows = group_rows(rows, args.max_args)
+        if args.shuf:
+            random.shuffle(rows)  # before numbering: {#} counts in run order, as GNU's
+        jobs = build_jobs(template, rows, repeat=args.repeat)
     except InputError as exc:
         print(f"pipepool run: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    at_once = jobs_at_once or (cores if args.cluster in (None, "local") else 0)
+    if args.dry_run:  # print the commands, run nothing (slots as if run in order)
+        for i, job in enumerate(jobs):
+            print(job.bind_slot(i % max(at_once, 1) + 1).command)
+        return 0
     if args.results:
         os.makedirs(args.results, exist_ok=True)
-    at_once = args.jobs or (default_jobs() if args.cluster in (None, "local") else 0)
     options = RunOptions(
         jobs=at_once,
         cluster=args.cluster,
         timeout=args.timeout,
         retries=args.retries,
         keep_order=args.keep_order,
-        tag=args.tag,
+        tag=args.tag or args.tagstring is not None,
         results=args.results,
         joblog=args.joblog,
         resume=args.resume,
         joblog_fsync=args.joblog_fsync,
-        progress=args.progress,
+        progress=True if args.eta else args.progress,
         summary=args.summary,
         json=args.json,
+        slots=template.uses_slot,
+        cpus_per_job=args.cpus_per_job,
+        delay=args.delay or 0.0,
+        load=load,
+        memfree=args.memfree,
+        line_buffer=args.line_buffer,
+        ungroup=args.ungroup,
+        repeat=args.repeat,
     )
     if args.halt is not None:
         options.halt = args.halt
     try:
         summary = Runner(jobs, options).run()
-    except (OSError, ImportError) as exc:  # an unwritable joblog, no scheduler at
-        # --cluster ADDRESS, or --cluster without Dask installed (the message says how)
+    except (OSError, ImportError, GateError) as exc:  # an unwritable joblog, no scheduler
+        # at --cluster ADDRESS, --cluster without Dask installed (the message says how),
+        # more -j than --pin has cores for
         print(f"pipepool run: {exc}", file=sys.stderr)
         return EXIT_ERROR
     try:
@@ -267,23 +327,101 @@ def _run(
     return summary.exit_status()
 
 
-def _read_input(name: str | None) -> list[str]:
-    from .run._inputs import InputError, read_lines
+def _check_stdin() -> None:
+    from .run._inputs import InputError
 
-    if name is None or name == "-":
-        if name is None and sys.stdin is not None and sys.stdin.isatty():
-            raise InputError(
-                "no jobs: pipe them in one per line, use -a FILE, or give "
-                "arguments after ::: (see pipepool run --help)"
-            )
-        if sys.stdin is None:
-            return []
-        return read_lines(sys.stdin.buffer)
-    try:
-        with open(name, "rb") as f:
-            return read_lines(f)
-    except OSError as exc:
-        raise InputError(f"cannot read {name}: {exc.strerror}") from exc
+    if sys.stdin is not None and sys.stdin.isatty():
+        raise InputError(
+            "no jobs: pipe them in one per line, use -a FILE, or give "
+            "arguments after ::: (see pipepool run --help)"
+        )
+
+
+def _add_gnu_options(run: argparse.ArgumentParser) -> None:
+    """GNU parallel's options that pipepool run honours as its documentation says (see
+    docs/run.md), and the refused ones (``_compat.REJECTED``)."""
+    from .run._compat import add_rejected
+
+    run.add_argument(
+        "--colsep",
+        "-C",
+        metavar="REGEX",
+        help="split each input line into columns {1} {2} ... at REGEX (blanks around "
+        "each column trimmed)",
+    )
+    run.add_argument(
+        "-N",
+        "-n",
+        "--max-args",
+        "--max-replace-args",
+        dest="max_args",
+        type=_non_negative_int,
+        metavar="N",
+        help="N arguments per job: {} is all of them, {1}..{N} each (0: read one, insert none)",
+    )
+    run.add_argument(
+        "--link",
+        "--xapply",
+        action="store_true",
+        help="link the input sources instead of combining them (shorter ones wrap)",
+    )
+    run.add_argument(
+        "--tagstring",
+        metavar="STR",
+        help="prefix each output line with STR (replacement strings work) and a tab",
+    )
+    run.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    run.add_argument(
+        "-0", "--null", action="store_true", help="input items end with NUL, not newline"
+    )
+    run.add_argument(
+        "-d", "--delimiter", metavar="DELIM", help="input items end with DELIM (\\n, \\0, ...)"
+    )
+    run.add_argument(
+        "-q",
+        "--quote",
+        action="store_true",
+        help="quote the command's words too: each stays one word for the shell",
+    )
+    run.add_argument("--shuf", action="store_true", help="run the jobs in random order")
+    run.add_argument(
+        "--delay",
+        type=_duration,
+        metavar="SECS",
+        help="start no job within SECS of the previous one (30, 1m30s)",
+    )
+    output = run.add_mutually_exclusive_group()
+    output.add_argument(
+        "--line-buffer",
+        "--lb",
+        action="store_true",
+        help="print each line as soon as it is complete (lines of jobs may mix)",
+    )
+    output.add_argument(
+        "-u",
+        "--ungroup",
+        action="store_true",
+        help="jobs write straight to stdout and stderr (output may mix mid-line)",
+    )
+    output.add_argument("--group", action="store_true", help="whole output per job (the default)")
+    run.add_argument(
+        "--eta", action="store_true", help="show the progress bar with its ETA on stderr"
+    )
+    run.add_argument(
+        "--load",
+        metavar="MAX",
+        help="start no job while MAX or more processes are running (N, N%%, +N, -N)",
+    )
+    run.add_argument(
+        "--memfree",
+        type=_size,
+        metavar="SIZE",
+        help="start no job while less than SIZE memory is free (500M, 2G); below "
+        "half of it kill the youngest job and run it again later",
+    )
+    for flag in ("--will-cite", "--no-notice", "--silent"):  # nothing to do: no notice
+        run.add_argument(flag, action="store_true", help=argparse.SUPPRESS)
+    add_rejected(run)
 
 
 def _positive_int(text: str) -> int:
@@ -305,6 +443,24 @@ def _positive_float(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
     return value
+
+
+def _duration(text: str) -> float:
+    from .run._compat import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _size(text: str) -> int:
+    from .run._compat import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _halt(text: str):
