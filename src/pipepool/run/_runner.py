@@ -24,36 +24,35 @@ printed and nothing is left running. Jobs killed by the runner get no joblog row
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
-import signal
 import sys
 import time
 from collections import deque
 from concurrent.futures import CancelledError
-from dataclasses import dataclass, field
 from typing import BinaryIO, TextIO
 
 from ..errors import TaskKilledError
 from ..events import Event, State
 from ..executor import LocalExecutor
 from ._gate import Gate
-from ._halt import Halt
 from ._job import KILL_GRACE, JobResult, JobSpec, run_job, run_job_on_cluster
-from ._joblog import HOST, Joblog, JoblogRow, read_joblog
+from ._joblog import HOST, Joblog, JoblogRow, select_jobs
+from ._options import RunOptions
 from ._output import OutputWriter
 from ._progress import Progress
 from ._summary import Outcome, Summary
 from ._support import (
     binary,
     file_size,
+    install_signal_handlers,
     isatty,
     land_output,
     lost_outcome,
     make_executor,
     make_tmpdir,
     restore_signal_handlers,
+    write_record,
 )
 from ._template import Job
 
@@ -63,34 +62,6 @@ FEED_AHEAD = 1  # jobs queued per worker beyond the running one, so that a worke
 # reports a result gets its next job in the same round; more only delays cancelling
 BACKSTOP_SLACK = 5.0  # s past --timeout (and its kill grace) after which the executor
 # kills the worker itself: only if the worker-side timeout could not end the job
-
-
-@dataclass(slots=True)
-class RunOptions:
-    jobs: int
-    timeout: float | None = None
-    retries: int = 0
-    halt: Halt = field(default_factory=Halt)
-    keep_order: bool = False
-    tag: bool = False
-    results: str | None = None
-    joblog: str | None = None
-    resume: str | None = None  # None, "all" (--resume) or "failed" (--resume-failed)
-    joblog_fsync: bool = False
-    progress: bool | None = None  # None: on when stderr is a terminal
-    summary: bool = True
-    json: bool = False
-    cluster: str | None = None  # --cluster: a Dask scheduler's address, or "local"
-    slots: bool = False  # track job slots ({%} in the command or the tag string)
-    cpus_per_job: int | None = None  # --pin (1) or --cpus-per-job K
-    delay: float = 0.0
-    load: float | None = None
-    memfree: int | None = None  # bytes
-    line_buffer: bool = False
-    ungroup: bool = False
-    repeat: int = 1
-    proc_stat: str = "/proc/stat"  # where --load and --memfree look (tests point them
-    meminfo: str = "/proc/meminfo"  # at files they control)
 
 
 class Runner:
@@ -134,7 +105,7 @@ class Runner:
     def run(self) -> Summary:
         options = self.options
         ex = make_executor(options)  # first: without Dask, --cluster fails before any file
-        to_run = self._select_jobs()
+        to_run = select_jobs(self.jobs, options.joblog, options.resume)
         summary = self.summary = Summary(
             total=len(self.jobs),
             jobs=options.jobs,
@@ -223,16 +194,6 @@ class Runner:
             self._draw(ex)
 
     # -- steps -------------------------------------------------------------------------
-
-    def _select_jobs(self) -> list[Job]:
-        """All jobs, less those the joblog says are done (``--resume``) or succeeded
-        (``--resume-failed``)."""
-        if self.options.resume is None or not self.options.joblog:
-            return list(self.jobs)
-        rows = read_joblog(self.options.joblog)
-        if self.options.resume == "failed":
-            return [j for j in self.jobs if not (j.seq in rows and rows[j.seq].ok)]
-        return [j for j in self.jobs if j.seq not in rows]
 
     def _feed(self, ex: LocalExecutor) -> bool:
         """Queue jobs until every worker has FEED_AHEAD waiting; True if any was queued."""
@@ -355,7 +316,7 @@ class Runner:
                 remove=self.options.results is None,
             )
         if self.options.results is not None:
-            _write_record(self.options.results, outcome)
+            write_record(self.options.results, outcome)
         self.summary.outcomes.append(outcome)
         self._runtime_sum += outcome.runtime
         if outcome.status == "failed":
@@ -475,18 +436,4 @@ class Runner:
         def on_terminate(signum: int, frame: object) -> None:
             self._terminated = True
 
-        previous = {}
-        for signum, handler in ((signal.SIGINT, on_interrupt), (signal.SIGTERM, on_terminate)):
-            with contextlib.suppress(ValueError):  # not the main thread: the caller's job
-                previous[signum] = signal.signal(signum, handler)
-        return previous
-
-
-def _write_record(results: str, outcome: Outcome) -> None:
-    """``--results DIR/<seq>/job.json``: the job's outcome and resource use."""
-    path = os.path.join(results, str(outcome.seq), "job.json")
-    with contextlib.suppress(OSError):
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w") as f:
-            json.dump(outcome.as_dict(), f)
-            f.write("\n")
+        return install_signal_handlers(on_interrupt, on_terminate)

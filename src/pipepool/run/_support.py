@@ -4,6 +4,7 @@ what a lost attempt means, and the run's temporary directory."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -102,6 +103,15 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def install_signal_handlers(on_interrupt, on_terminate) -> dict[int, object]:
+    """SIGINT and SIGTERM to the runner's handlers; the previous ones, to restore."""
+    previous = {}
+    for signum, handler in ((signal.SIGINT, on_interrupt), (signal.SIGTERM, on_terminate)):
+        with contextlib.suppress(ValueError):  # not the main thread: the caller's job
+            previous[signum] = signal.signal(signum, handler)
+    return previous
+
+
 def restore_signal_handlers(previous: dict[int, object]) -> None:
     for signum, handler in previous.items():
         signal.signal(signum, handler)  # type: ignore[arg-type]
@@ -125,3 +135,13 @@ def file_size(path: str) -> int:
         return os.stat(path).st_size
     except OSError:
         return 0
+
+
+def write_record(results: str, outcome: Outcome) -> None:
+    """``--results DIR/<seq>/job.json``: the job's outcome and resource use."""
+    path = os.path.join(results, str(outcome.seq), "job.json")
+    with contextlib.suppress(OSError):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(outcome.as_dict(), f)
+            f.write("\n")
