@@ -606,15 +606,23 @@ def test_bench_still_works() -> None:
 # -- found while building the runner ------------------------------------------------------
 
 
-def test_terminate_is_prompt_when_the_parent_has_a_sigterm_handler() -> None:
+def test_terminate_is_prompt_when_the_parent_has_a_sigterm_handler(tmp_path: Path) -> None:
     """A forked worker used to inherit the parent's Python SIGTERM handler: SIGTERM from
     terminate() then ran that handler in the worker (the parent's clean-up code, in the
-    wrong process) instead of ending it, and terminate() waited TERM_GRACE before SIGKILL."""
+    wrong process) instead of ending it, and terminate() waited TERM_GRACE before SIGKILL.
+
+    The handler writes its process id to a file: a forked worker that ran it would
+    leave its own pid there, which a list in the parent's memory could never show."""
     from pipepool import LocalExecutor, State
     from pipepool.executor import TERM_GRACE
 
-    ran_in = []
-    previous = signal.signal(signal.SIGTERM, lambda *_: ran_in.append(os.getpid()))
+    record = tmp_path / "handler-ran-in"
+    fd = os.open(record, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def handler(signum: int, frame: object) -> None:
+        os.write(fd, f"{os.getpid()}\n".encode())
+
+    previous = signal.signal(signal.SIGTERM, handler)
     try:
         ex = LocalExecutor(1, start_method="fork")
         ex.start()
@@ -623,12 +631,15 @@ def test_terminate_is_prompt_when_the_parent_has_a_sigterm_handler() -> None:
         while "nap" not in ex.running or not ex.worker_pids():
             assert time.monotonic() < deadline
             ex.sync(timeout=0.05)
+        worker = ex.worker_pids()[0]
         time.sleep(0.2)  # past the worker's start-up: it is inside the task now
         started = time.monotonic()
         ex.terminate()
         elapsed = time.monotonic() - started
     finally:
         signal.signal(signal.SIGTERM, previous)
+        os.close(fd)
+    ran_in = record.read_text().split()
+    assert ran_in == [], f"the parent's SIGTERM handler ran in {ran_in} (worker {worker})"
     assert elapsed < TERM_GRACE * 0.8, elapsed
     assert ex.get_event_buffer()["nap"].state is State.FAILED
-    assert ran_in == []
