@@ -52,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     from .run._inputs import split_groups
 
     head, groups = split_groups(argv)  # argparse cannot parse ":::"; it sees the head only
+    if head[:1] == ["run"]:
+        from .run._compat import join_negative_values
+
+        head = join_negative_values(head)
     parser = build_parser()
     args = parser.parse_args(head)
     if args.command == "bench":

@@ -314,7 +314,9 @@ def _add_gnu_options(run: argparse.ArgumentParser) -> None:
         metavar="STR",
         help="prefix each output line with STR (replacement strings work) and a tab",
     )
-    run.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    run.add_argument(
+        "--dry-run", "--dryrun", action="store_true", help="print the commands, run nothing"
+    )
     run.add_argument(
         "-0", "--null", action="store_true", help="input items end with NUL, not newline"
     )
@@ -337,6 +339,7 @@ def _add_gnu_options(run: argparse.ArgumentParser) -> None:
     output = run.add_mutually_exclusive_group()
     output.add_argument(
         "--line-buffer",
+        "--linebuffer",
         "--lb",
         action="store_true",
         help="print each line as soon as it is complete (lines of jobs may mix)",
@@ -383,6 +386,10 @@ def _non_negative_int(text: str) -> int:
 
 
 def _positive_float(text: str) -> float:
+    if text.strip().endswith("%"):  # GNU parallel's --timeout N% of the median runtime
+        raise argparse.ArgumentTypeError(
+            f"{text}: a share of the median runtime is not supported; give seconds"
+        )
     value = float(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be above 0, not {text}")

@@ -85,7 +85,17 @@ REJECTED: dict[str, str] = {
     "--limit": "use --load MAX or --memfree SIZE",
     "--shellquote": "use -q, or quote the values yourself",
     "--shell-quote": "use -q, or quote the values yourself",
-    "--keep-order-line-buffer": "use -k --line-buffer",
+    "--noswap": "use --memfree SIZE (start no job below SIZE free)",
+    "--arg-sep": "::: is the only argument separator; quote a literal ::: in the command",
+    "--argsep": "::: is the only argument separator; quote a literal ::: in the command",
+    "--arg-file-sep": ":::: is the only file separator",
+    "--argfilesep": ":::: is the only file separator",
+    "-E": "cut the input first (sed '/^stop$/q')",
+    "--eof": "cut the input first (sed '/^stop$/q')",
+    "--use-cpus-instead-of-cores": "give -j a number",
+    "--ctagstring": "use --tagstring (without colour)",
+    "--slotreplace": "use {%}",
+    "--seqreplace": "use {#}",
 }
 
 
@@ -106,6 +116,28 @@ class _Refuse(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[override]
         name = option_string or self.option_strings[0]
         parser.error(f"{name} (GNU parallel) is not supported by pipepool run: {_HINTS[name]}")
+
+
+_NUMBER_OPTIONS = ("-j", "-P", "--jobs", "--max-procs", "--load")
+
+
+def join_negative_values(head: list[str]) -> list[str]:
+    """``-j -1`` as ``-j=-1``: with ``-0`` among its options argparse takes ``-1`` for
+    an option, while GNU parallel reads it as "one less than the cores"."""
+    out: list[str] = []
+    words = iter(head)
+    for word in words:
+        if word in _NUMBER_OPTIONS:
+            value = next(words, None)
+            if value is not None and re.fullmatch(r"-\d+(\.\d+)?%?", value):
+                out.append(f"{word}={value}")
+                continue
+            out.append(word)
+            if value is not None:
+                out.append(value)
+            continue
+        out.append(word)
+    return out
 
 
 def parse_jobs(text: str, cores: int) -> int:

@@ -130,15 +130,22 @@ class Gate:
         return True
 
     def started(self, now: float) -> None:
-        """A job was sent: the next waits ``--delay``, and counts this one in the load."""
+        """A job was sent: the next waits ``--delay`` (counted from when this one is seen
+        running, ``running``), and counts this one in the load."""
         if self.delay:
-            self._next_start = now + self.delay
+            self._next_start = float("inf")
         if self.load is not None or self.memfree is not None:
             self._next_sample = now + SAMPLE_INTERVAL  # let the job show up in /proc first
 
+    def running(self, now: float) -> None:
+        """The job sent last has started (or already ended): ``--delay`` counts from now,
+        so a worker's start-up does not eat into the delay."""
+        if self.delay and self._next_start == float("inf"):
+            self._next_start = now + self.delay
+
     def wait_for(self, now: float) -> float | None:
         """Seconds until ``ready`` may change, or None if only a finished job can."""
-        times = [t for t in (self._next_start, self._next_sample) if t > now]
+        times = [t for t in (self._next_start, self._next_sample) if now < t < float("inf")]
         if self.load is not None or self.memfree is not None:
             times.append(now + SAMPLE_INTERVAL)
         return min(times) - now if times else None

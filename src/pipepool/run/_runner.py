@@ -186,7 +186,8 @@ class Runner:
                 if event.state.terminal:
                     self._finish(ex, event)
                 else:
-                    self._running_since[event.key] = time.monotonic()
+                    self._running_since[event.key] = now = time.monotonic()
+                    self.gate.running(now)
             if self.options.line_buffer:
                 self.output.poll()
             if self.options.memfree is not None:
@@ -241,7 +242,8 @@ class Runner:
     def _finish(self, ex: LocalExecutor, event: Event) -> None:
         """A job's attempt ended: retry it, or log it, print its output and count it."""
         job, spec, queued_at = self._inflight.pop(event.key)
-        self._running_since.pop(event.key, None)
+        if self._running_since.pop(event.key, None) is None:
+            self.gate.running(time.monotonic())  # started and ended within one round
         self.gate.release(spec.slot)
         host = HOST
         if event.state is State.SUCCESS:
