@@ -188,6 +188,22 @@ def run_command(args: argparse.Namespace, groups: list, parser: argparse.Argumen
         parser.error("--resume and --resume-failed need --joblog FILE")
     if args.ungroup and (args.line_buffer or args.keep_order or args.results):
         parser.error("--ungroup writes straight to stdout: not with -k, --line-buffer or --results")
+    if args.cluster is not None:
+        local_only = [
+            name
+            for name, given in (
+                ("--pin", args.cpus_per_job),
+                ("--ungroup", args.ungroup),
+                ("--load", args.load),
+                ("--memfree", args.memfree),
+            )
+            if given
+        ]
+        if local_only:
+            parser.error(
+                f"{', '.join(local_only)} act on this machine, not on the cluster's "
+                "workers: run without --cluster, or without them"
+            )
     cores = default_jobs()
     try:
         jobs_at_once = parse_jobs(args.jobs, cores) if args.jobs is not None else None

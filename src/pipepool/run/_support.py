@@ -105,7 +105,7 @@ def _alive(pid: int) -> bool:
 
 def install_signal_handlers(on_interrupt, on_terminate) -> dict[int, object]:
     """SIGINT and SIGTERM to the runner's handlers; the previous ones, to restore."""
-    previous = {}
+    previous: dict[int, object] = {}
     for signum, handler in ((signal.SIGINT, on_interrupt), (signal.SIGTERM, on_terminate)):
         with contextlib.suppress(ValueError):  # not the main thread: the caller's job
             previous[signum] = signal.signal(signum, handler)
