@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import sys
 
 from ..cli import EXIT_ERROR, default_jobs
@@ -233,6 +232,8 @@ def run_command(args: argparse.Namespace, groups: list, parser: argparse.Argumen
         rows = rows_from_sources(sources, delimiter=delimiter, colsep=args.colsep, link=args.link)
         rows = group_rows(rows, args.max_args)
         if args.shuf:
+            import random
+
             random.shuffle(rows)  # before numbering: {#} counts in run order, as GNU's
         jobs = build_jobs(template, rows, repeat=args.repeat)
     except InputError as exc:

@@ -127,9 +127,11 @@ def run_job(spec: JobSpec) -> JobResult:
     tell_guardian(pgid)
     usage = Usage()
     timed_out = False
-    status = None
+    status = rusage = None
     try:
-        if not _exited(pid, spec.timeout):
+        if spec.timeout is None:  # wait4 blocks until the exit, and reaps
+            _, status, rusage = os.wait4(pid, 0)
+        elif not _exited(pid, spec.timeout):
             timed_out = True
             sent = signal.SIGTERM
             killpg(pgid, signal.SIGTERM)
@@ -140,9 +142,10 @@ def run_job(spec: JobSpec) -> JobResult:
         # Whatever the command left running in its group (background jobs, a pipeline's
         # other half) ends with it: a batch job is its whole process tree.
         killpg(pgid, signal.SIGKILL)
-        # wait4, not Popen.wait: the kernel's account of what the job (and every
-        # descendant it reaped) used comes with the exit status, and only there.
-        _, status, rusage = os.wait4(pid, 0)
+        if status is None:
+            # wait4, not Popen.wait: the kernel's account of what the job (and every
+            # descendant it reaped) used comes with the exit status, and only there.
+            _, status, rusage = os.wait4(pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)  # Popen must not reap it
         usage.add(rusage)
         tell_guardian(0)  # the group is gone: nothing for the guardian to kill any more

@@ -8,7 +8,6 @@ because its jobs did not all run; 255 means the run could not start at all.
 from __future__ import annotations
 
 import signal as _signal
-import statistics
 from dataclasses import dataclass, field
 
 MAX_EXIT = 101  # GNU parallel: "101: more than 100 jobs failed"
@@ -114,6 +113,8 @@ class Summary:
 
     def repetitions(self) -> list[dict[str, object]]:
         """``--repeat``: per job, the median and spread of its wall times."""
+        import statistics  # only with --repeat: it costs a run's start-up ~10 ms
+
         times: dict[int, list[Outcome]] = {}
         for o in self.outcomes:
             if o.status != "aborted":
