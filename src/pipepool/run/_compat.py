@@ -100,22 +100,18 @@ REJECTED: dict[str, str] = {
 
 
 def add_rejected(parser: argparse.ArgumentParser) -> None:
-    """Register every refused option on ``parser``: seeing one stops parsing with its
-    message (argparse then exits 255 through the parser's ``error``)."""
-    for name, hint in REJECTED.items():
-        parser.add_argument(
-            name, action=_Refuse, nargs=0, default=argparse.SUPPRESS, help=argparse.SUPPRESS
-        )
-        _HINTS[name] = hint
-
-
-_HINTS: dict[str, str] = {}
+    """Register every refused option on ``parser`` (as one argument: argparse's cost is
+    per argument): seeing one stops parsing with its message (argparse then exits 255
+    through the parser's ``error``)."""
+    parser.add_argument(
+        *REJECTED, action=_Refuse, nargs=0, default=argparse.SUPPRESS, help=argparse.SUPPRESS
+    )
 
 
 class _Refuse(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[override]
         name = option_string or self.option_strings[0]
-        parser.error(f"{name} (GNU parallel) is not supported by pipepool run: {_HINTS[name]}")
+        parser.error(f"{name} (GNU parallel) is not supported by pipepool run: {REJECTED[name]}")
 
 
 _NUMBER_OPTIONS = ("-j", "-P", "--jobs", "--max-procs", "--load")
