@@ -106,8 +106,6 @@ def build_jobs(
     """The jobs, numbered from 1. ``repeat``: every row ``repeat`` times, the
     repetitions one after the other (rows 1..n, then 1..n again), each its own job."""
     late = template.uses_slot
-    if late and not template.words:
-        raise InputError("{%} needs a command template (it is replaced in the command)")
     jobs: list[Job] = []
     seq = 0
     for rep in range(1, repeat + 1):
