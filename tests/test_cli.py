@@ -15,7 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import joblog_rows, marked, run_cli, start_cli, survivors, wait_for
+from cli_helpers import (
+    ENV,  # noqa: F401  (test_cluster.py imports it from here)
+    joblog_rows,
+    marked,
+    marker,  # noqa: F401  (test_cluster.py imports it from here)
+    run_cli,
+    start_cli,
+    survivors,
+    wait_for,
+)
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc (Linux)")
 
