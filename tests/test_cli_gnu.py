@@ -70,6 +70,12 @@ def test_linked_sources(tmp_path: Path) -> None:
     # DOC tutorial: parallel echo :::: abc-file ::: G H I ::::+ def-file
     out = lines("-k", "echo", "::::", str(abc), ":::", "G", "H", "I", "::::+", str(def_))
     assert out == ["A G D", "A H E", "A I F", "B G D", "B H E", "B I F", "C G D", "C H E", "C I F"]
+    # DOC man ":::: argfiles": "Another way to write --arg-file argfile1 --arg-file
+    # argfile2"; -a sources come before the ::: ones
+    out = lines("-k", "-a", str(abc), "-a", str(def_), "echo")
+    assert out == lines("-k", "echo", "::::", str(abc), "::::", str(def_))
+    assert out[:3] == ["A D", "A E", "A F"] and len(out) == 9
+    assert lines("-k", "-a", str(abc), "echo", ":::", "1") == ["A 1", "B 1", "C 1"]
     # DOC tutorial: "If one of the input sources is too short when using :::+ or ::::+,
     # the rest will be ignored": parallel echo ::: A B C D E :::+ F G
     assert lines("-k", "echo", ":::", *"ABCDE", ":::+", "F", "G") == ["A F", "B G"]
