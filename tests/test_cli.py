@@ -1,14 +1,9 @@
-"""``pipepool run`` and ``pipepool bench``, through the real CLI in a subprocess.
-
-Every job that could outlive a test carries a unique marker in its command line (a
-``sleep`` duration such as ``1000.4711``); ``survivors(marker)`` finds any process still
-carrying it via /proc, so "nothing is left running" is checked, not assumed.
-"""
+"""``pipepool run`` and ``pipepool bench``, through the real CLI in a subprocess: the
+runner's core (failures, timeouts, resume, Ctrl-C, process-tree cleanup). GNU parallel's
+options are in test_cli_gnu.py, isolation and measurement in test_cli_measure.py."""
 
 from __future__ import annotations
 
-import contextlib
-import itertools
 import json
 import os
 import select
@@ -22,72 +17,18 @@ from pathlib import Path
 
 import pytest
 
+from cli_helpers import (
+    ENV,
+    joblog_rows,
+    marked,
+    marker,  # noqa: F401  (test_cluster.py imports it from here)
+    run_cli,
+    start_cli,
+    survivors,
+    wait_for,
+)
+
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc (Linux)")
-
-# Run against whatever `import pipepool` finds here: the installed package in CI, the
-# source tree when the tests run with PYTHONPATH=src.
-ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-ENV.pop("PIPEPOOL_PROGRESS", None)
-_markers = itertools.count(1)
-
-
-def marker() -> str:
-    """Digits unique to this test run, usable as the fraction of a sleep duration."""
-    return f"{os.getpid() % 10000:04d}{next(_markers):03d}"
-
-
-def run_cli(
-    *args: str, input: str | None = None, timeout: float = 60, cwd: Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pipepool", *args],
-        input=input,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=ENV,
-        cwd=cwd,
-    )
-
-
-def start_cli(*args: str, cwd: Path | None = None, **kw) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "pipepool", *args], env=ENV, cwd=cwd, text=True, **kw
-    )
-
-
-def survivors(mark: str, *, jobs_only: bool = False) -> list[int]:
-    """Live (non-zombie) processes whose command line contains ``mark``: the jobs, and
-    the runner, its workers and their guardians when the marker is one of its arguments
-    (forked processes keep their parent's command line). ``jobs_only``: just the jobs."""
-    python = sys.executable.encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmdline = f.read()
-            with open(f"/proc/{entry}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if (
-            mark.encode() in cmdline
-            and state != "Z"
-            and not (jobs_only and cmdline.startswith(python))
-        ):
-            found.append(int(entry))
-    return found
-
-
-def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
 
 
 def read_until(stream, text: str, limit: float = 20.0) -> str:
@@ -105,37 +46,9 @@ def read_until(stream, text: str, limit: float = 20.0) -> str:
     return seen.decode()
 
 
-def kill_survivors(mark: str) -> None:
-    for pid in survivors(mark):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-
-
-def joblog_rows(path: Path) -> list[list[str]]:
-    lines = path.read_text().splitlines()
-    assert lines[0].split("\t") == [
-        "Seq",
-        "Host",
-        "Starttime",
-        "JobRuntime",
-        "Send",
-        "Receive",
-        "Exitval",
-        "Signal",
-        "Command",
-    ]
-    return [line.split("\t") for line in lines[1:]]
-
-
 @pytest.fixture
 def mark():
-    m = marker()
-    yield m
-    # A worker killed by the runner exits a moment later, and its guardian after it.
-    wait_for(lambda: not survivors(m), timeout=3)
-    left = survivors(m)
-    kill_survivors(m)
-    assert not left, f"processes left running: {left}"
+    yield from marked()
 
 
 # -- the five things the issue asks to show -------------------------------------------------
@@ -666,30 +579,41 @@ def test_bench_full_never_runs_a_suite_from_the_current_directory(tmp_path: Path
 # -- found while building the runner ------------------------------------------------------
 
 
-def test_terminate_is_prompt_when_the_parent_has_a_sigterm_handler() -> None:
+def test_terminate_is_prompt_when_the_parent_has_a_sigterm_handler(tmp_path: Path) -> None:
     """A forked worker used to inherit the parent's Python SIGTERM handler: SIGTERM from
     terminate() then ran that handler in the worker (the parent's clean-up code, in the
-    wrong process) instead of ending it, and terminate() waited TERM_GRACE before SIGKILL."""
+    wrong process) instead of ending it, and terminate() waited TERM_GRACE before SIGKILL.
+
+    The handler writes its process id to a file: a forked worker that ran it would
+    leave its own pid there, which a list in the parent's memory could never show."""
     from pipepool import LocalExecutor, State
     from pipepool.executor import TERM_GRACE
 
-    ran_in = []
-    previous = signal.signal(signal.SIGTERM, lambda *_: ran_in.append(os.getpid()))
+    record = tmp_path / "handler-ran-in"
+    fd = os.open(record, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def handler(signum: int, frame: object) -> None:
+        os.write(fd, f"{os.getpid()}\n".encode())
+
+    previous = signal.signal(signal.SIGTERM, handler)
     try:
         ex = LocalExecutor(1, start_method="fork")
         ex.start()
         ex.queue("nap", time.sleep, 30)
         deadline = time.monotonic() + 10
-        # Its RUNNING event: the worker sent STARTED, so it is past its start-up (where
-        # it resets SIGTERM) and inside the task.
+        # Its RUNNING event: the worker stored its start mark, so it is past its start-up
+        # (where it resets SIGTERM) and inside the task.
         while "nap" not in ex.get_event_buffer():
             assert time.monotonic() < deadline
             ex.sync(timeout=0.05)
+        worker = ex.worker_pids()[0]
         started = time.monotonic()
         ex.terminate()
         elapsed = time.monotonic() - started
     finally:
         signal.signal(signal.SIGTERM, previous)
+        os.close(fd)
+    ran_in = record.read_text().split()
+    assert ran_in == [], f"the parent's SIGTERM handler ran in {ran_in} (worker {worker})"
     assert elapsed < TERM_GRACE * 0.8, elapsed
     assert ex.get_event_buffer()["nap"].state is State.FAILED
-    assert ran_in == []

@@ -1,15 +1,15 @@
-"""Turn the command line into the list of jobs, the way GNU parallel users expect.
+"""Input sources: what the arguments of each job are, the way GNU parallel reads them.
 
-* No command: each input line *is* a job (``pipepool run < jobs.txt``).
-* A command and input lines, or a command and ``::: a b c`` (several ``:::`` groups
-  combine as a cartesian product, the first varying slowest; ``:::: FILE`` reads a
-  group from a file): each input fills the command's replacement strings.
+* ``::: a b c`` is a source of words, ``:::: FILE`` (and ``-a FILE``) a source of the
+  file's items; several sources combine as a cartesian product, the first varying
+  slowest. ``:::+``/``::::+`` link a source to the previous one instead (the shortest
+  decides the length); ``--link`` links them all (shorter ones wrap around).
+* Items end with a newline, or with ``-0``/``-d DELIM`` with that delimiter.
+* ``--colsep REGEX`` splits every item into columns (trimmed of surrounding blanks), so
+  a source yields several of ``{1}``, ``{2}``, ...; ``-N N`` puts N items per job.
 
-Replacement strings: ``{}`` the argument(s), ``{.}`` without extension, ``{/}``
-basename, ``{//}`` dirname, ``{/.}`` basename without extension, ``{#}`` the job's
-sequence number, ``{N}`` and ``{N.}`` ``{N/}`` ``{N//}`` ``{N/.}`` the N-th group's
-argument. A command without any gets `` {}`` appended. In shell mode arguments are
-shell-quoted where they are substituted, so ``::: 'a b'`` stays one word.
+A *row* is the tuple of values one job gets: ``{1}``..``{n}`` index it, ``{}`` is all
+of it. Turning rows and a template into commands is ``_template``'s job.
 """
 
 from __future__ import annotations
@@ -17,42 +17,63 @@ from __future__ import annotations
 import itertools
 import os
 import re
-import shlex
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-SHELL = "/bin/sh"
-_REPLACEMENT = re.compile(r"\{(#|\d*)(\.|/|//|/\.)?\}")
-
-
-@dataclass(frozen=True, slots=True)
-class Job:
-    """One job: ``argv`` is what runs, ``command`` how it is shown and logged, ``tag``
-    what ``--tag`` prefixes to its output lines."""
-
-    seq: int
-    argv: tuple[str, ...]
-    command: str
-    tag: str
+SOURCE_SEPARATORS = (":::", "::::", ":::+", "::::+")
 
 
 class InputError(ValueError):
     """The job list cannot be built (a message for the user, no traceback)."""
 
 
-def split_groups(argv: Sequence[str]) -> tuple[list[str], list[tuple[str, list[str]]]]:
-    """Split ``argv`` at ``:::``/``::::`` into the part before and the ``(sep, words)``
-    groups after it."""
+@dataclass(frozen=True, slots=True)
+class Source:
+    """One input source: ``sep`` is how it was given (``:::``, ``::::+``...)."""
+
+    sep: str
+    words: list[str]
+
+    @property
+    def linked(self) -> bool:  # :::+ and ::::+ link to the previous source
+        return self.sep.endswith("+")
+
+    @property
+    def from_files(self) -> bool:
+        return self.sep.startswith("::::")
+
+
+def split_groups(argv: Sequence[str]) -> tuple[list[str], list[Source]]:
+    """Split ``argv`` at ``:::``/``::::``/``:::+``/``::::+`` into the part before and
+    the sources after it."""
     head: list[str] = []
-    groups: list[tuple[str, list[str]]] = []
+    groups: list[Source] = []
     for word in argv:
-        if word in (":::", "::::"):
-            groups.append((word, []))
+        if word in SOURCE_SEPARATORS:
+            groups.append(Source(word, []))
         elif groups:
-            groups[-1][1].append(word)
+            groups[-1].words.append(word)
         else:
             head.append(word)
     return head, groups
+
+
+def read_items(data: bytes, delimiter: bytes | None = None) -> list[str]:
+    """Split input into items. Newline-ended lines by default (blank ones skipped, a
+    trailing ``\\r`` dropped); with a delimiter (``-0``: NUL) every item as it is, only
+    an empty last one (after the final delimiter) dropped."""
+    if delimiter is not None:
+        items = data.split(delimiter)
+        if items and items[-1] == b"":
+            items.pop()
+        return [os.fsdecode(item) for item in items]
+    lines = []
+    for raw in data.split(b"\n"):
+        line = os.fsdecode(raw).rstrip("\r")
+        if line.strip():
+            lines.append(line)
+    return lines
 
 
 def read_lines(stream: Iterable[bytes | str]) -> list[str]:
@@ -66,114 +87,68 @@ def read_lines(stream: Iterable[bytes | str]) -> list[str]:
     return lines
 
 
-def resolve_groups(groups: list[tuple[str, list[str]]]) -> list[list[str]]:
-    """``::: words`` as they are, ``:::: FILES`` as the lines of those files."""
-    resolved = []
-    for sep, words in groups:
-        if sep == ":::":
-            resolved.append(words)
-            continue
-        lines: list[str] = []
-        for name in words:
-            try:
-                with open(name, "rb") as f:
-                    lines += read_lines(f)
-            except OSError as exc:
-                raise InputError(f"cannot read {name}: {exc.strerror}") from exc
-        resolved.append(lines)
-    return resolved
-
-
-def build_jobs(
-    template: Sequence[str],
-    arg_rows: Iterable[Sequence[str]] | None,
-    lines: Sequence[str] | None,
-    *,
-    shell: bool = True,
-) -> list[Job]:
-    """The jobs, numbered from 1.
-
-    ``template``: the command words (may be empty). ``arg_rows``: one tuple of arguments
-    per job (from ``:::`` groups or input lines). ``lines``: whole commands, used when
-    there is no template.
-    """
-    jobs: list[Job] = []
-    if not template:
-        if arg_rows is not None:
-            # `pipepool run ::: 'cmd1' 'cmd2'`: each argument is a whole command
-            lines = [" ".join(row) for row in arg_rows]
-        for seq, line in enumerate(lines or (), 1):
-            argv = (SHELL, "-c", line) if shell else tuple(_split(line))
-            jobs.append(Job(seq, argv, line, line))
-        return jobs
-    if shell:
-        text = " ".join(template)
-        if not _REPLACEMENT.search(text):
-            text += " {}"
-    else:
-        words = list(template)
-        if not any(_REPLACEMENT.search(w) for w in words):
-            words.append("{}")
-    for seq, row in enumerate(arg_rows or (), 1):
-        row = tuple(row)
-        tag = " ".join(row)
-        if shell:
-            line = _substitute(text, row, seq, quote=True)
-            argv = (SHELL, "-c", line)
-        else:
-            argv = tuple(_substitute(w, row, seq, quote=False) for w in words)
-            line = shlex.join(argv)
-        jobs.append(Job(seq, argv, line, tag))
-    return jobs
-
-
-def arg_rows_from_groups(groups: list[list[str]]) -> list[tuple[str, ...]]:
-    return list(itertools.product(*groups)) if groups else []
-
-
-def _split(line: str) -> list[str]:
+def read_source_file(name: str, delimiter: bytes | None) -> list[str]:
+    """The items of FILE (``-`` is stdin)."""
     try:
-        words = shlex.split(line)
-    except ValueError as exc:
-        raise InputError(f"cannot split {line!r} into words: {exc}") from exc
-    if not words:
-        raise InputError(f"empty command: {line!r}")
-    return words
+        if name == "-":
+            return read_items(sys.stdin.buffer.read() if sys.stdin else b"", delimiter)
+        with open(name, "rb") as f:
+            return read_items(f.read(), delimiter)
+    except OSError as exc:
+        raise InputError(f"cannot read {name}: {exc.strerror}") from exc
 
 
-def _substitute(text: str, row: tuple[str, ...], seq: int, *, quote: bool) -> str:
-    def one(arg: str) -> str:
-        return shlex.quote(arg) if quote else arg
+def rows_from_sources(
+    sources: list[Source],
+    *,
+    delimiter: bytes | None = None,
+    colsep: str | None = None,
+    link: bool = False,
+) -> list[tuple[str, ...]]:
+    """Every job's row, in GNU parallel's order."""
+    split = _column_splitter(colsep)
+    values: list[list[tuple[str, ...]]] = []
+    for source in sources:
+        items = source.words
+        if source.from_files:
+            items = [i for name in source.words for i in read_source_file(name, delimiter)]
+        values.append([split(item) for item in items])
+    if not values:
+        return []
+    if link:  # --link: one row per item of the longest source; shorter ones wrap
+        longest = max(len(v) for v in values)
+        if any(not v for v in values):
+            return []
+        return [_flat(v[i % len(v)] for v in values) for i in range(longest)]
+    blocks: list[list[tuple[str, ...]]] = []
+    for source, vals in zip(sources, values, strict=True):
+        if source.linked and blocks:  # :::+ : zip with the previous, the shortest wins
+            blocks[-1] = [a + b for a, b in zip(blocks[-1], vals, strict=False)]
+        else:
+            blocks.append(vals)
+    return [_flat(combo) for combo in itertools.product(*blocks)]
 
-    def replace(match: re.Match[str]) -> str:
-        which, form = match.group(1), match.group(2) or ""
-        if which == "#":
-            return str(seq)
-        if which:
-            index = int(which)
-            if not 1 <= index <= len(row):
-                raise InputError(
-                    f"{match.group(0)} needs {index} input sources, there are {len(row)}"
-                )
-            return one(_transform(row[index - 1], form))
-        return " ".join(one(_transform(arg, form)) for arg in row)
 
-    return _REPLACEMENT.sub(replace, text)
+def group_rows(rows: list[tuple[str, ...]], per_job: int | None) -> list[tuple[str, ...]]:
+    """``-N N``: N rows per job, flattened (the last job may get fewer); ``-N 0``: one
+    row per job, none of it inserted."""
+    if per_job is None:
+        return rows
+    if per_job == 0:
+        return [() for _ in rows]
+    return [_flat(rows[i : i + per_job]) for i in range(0, len(rows), per_job)]
 
 
-def _transform(arg: str, form: str) -> str:
-    if form == ".":
-        return _strip_ext(arg)
-    if form == "/":
-        return os.path.basename(arg)
-    if form == "//":
-        return os.path.dirname(arg) or "."
-    if form == "/.":
-        return _strip_ext(os.path.basename(arg))
-    return arg
+def _column_splitter(colsep: str | None):
+    if colsep is None:
+        return lambda item: (item,)
+    try:
+        pattern = re.compile(colsep)
+    except re.error as exc:
+        raise InputError(f"--colsep {colsep!r} is not a regular expression: {exc}") from None
+    # --colsep implies GNU parallel's --trim rl: blanks around each column go
+    return lambda item: tuple(col.strip(" \t") for col in pattern.split(item))
 
 
-def _strip_ext(arg: str) -> str:
-    head, tail = os.path.split(arg)
-    stem, dot, _ext = tail.rpartition(".")
-    return os.path.join(head, stem) if dot and stem else arg
+def _flat(parts: Iterable[tuple[str, ...]]) -> tuple[str, ...]:
+    return tuple(value for part in parts for value in part)

@@ -5,23 +5,15 @@ spawn-safe). Each command runs in its own session, so its process group holds th
 command and everything it starts: the terminal's Ctrl-C does not reach it (the runner
 decides), and one ``killpg`` takes down the command with its grandchildren.
 
-No descendant outlives its job, whichever way the job ends:
+No descendant outlives its job, whichever way the job ends: when the command exits (or
+runs past its timeout, then gets SIGTERM and, after ``KILL_GRACE``, SIGKILL) the worker
+SIGKILLs what is left of the group and ``_reaper.sweep_orphans`` kills and reaps every
+descendant that left the group; when the worker dies, its guardian (``_reaper``) kills
+the job's group.
 
-* **The command exits** (or runs past its timeout, then gets SIGTERM and, after
-  ``KILL_GRACE``, SIGKILL): the worker SIGKILLs what is left of the group. On Linux the
-  worker is a child subreaper, so a descendant that left the group (``setsid``, a
-  daemon's double fork) is reparented to the worker instead of init; the worker kills
-  and reaps every such child before returning.
-* **The worker dies** (the runner killed it on a second Ctrl-C, ``--halt now``, the
-  executor's backstop timeout, or the runner itself was SIGKILLed and the worker followed
-  through its lifeline): a *guardian* process, forked once per worker, blocks reading a
-  pipe whose only writer is the worker and that the worker never writes. The worker
-  keeps the running job's process group in a word of memory it shares with the
-  guardian (no system call, no wake-up per job); at EOF (the worker is gone, however it
-  died) the guardian SIGKILLs the group found there. It ignores SIGINT, SIGTERM and
-  SIGHUP, so a signal sent to the runner's whole process group takes the worker down
-  first and the guardian still does its job; and it leads a process group of its own,
-  so the pool's kill of the worker's group (``pipepool._tree``) spares it.
+What the job used (user and system CPU seconds, peak RSS) comes from the kernel's
+accounting of its whole process tree: ``wait4`` of the job's process (covering every
+descendant it reaped) plus each orphan the sweep reaps.
 
 Limits: a descendant that left the job's process group survives the *worker's* death
 (the subreaper died with it), and a job killed in the microseconds between its fork and
@@ -33,25 +25,20 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
-import mmap
 import os
 import select
 import shutil
 import signal
-import struct
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass
 
+from ._reaper import Usage, killpg, setup_worker, sweep_orphans, tell_guardian
+
 KILL_GRACE = 0.5  # s between SIGTERM and SIGKILL of a timed-out job: long enough for a
 # well-behaved command to clean up, short enough that a timeout ends promptly
-SWEEP_ROUNDS = 50  # bound on kill-and-reap rounds over reparented descendants; each round
-# goes one generation deeper, so only a fork bomb outlasts it
-
-_PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +52,9 @@ class JobSpec:
     stderr_path: str
     timeout: float | None = None
     drop_empty: bool = False  # unlink an output file the job left empty (temporary ones)
+    slot: int = 0  # the job slot ({%}, $PARALLEL_JOBSLOT) when the runner tracks slots
+    cpus: tuple[int, ...] | None = None  # --pin: the cores this job's whole tree may use
+    inherit_output: bool = False  # --ungroup: write to the runner's stdout/stderr
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,28 +75,30 @@ class JobResult:
     pid: int
     host: str = ":"  # the joblog's Host: GNU parallel's ":" here, a Dask worker's address
     output: tuple[bytes, bytes] | None = None  # (stdout, stderr) from a Dask worker
+    user: float = 0.0  # CPU seconds of the job's whole process tree, in user mode
+    sys: float = 0.0  # ... and in the kernel
+    maxrss: int = 0  # bytes: the largest peak resident set of a process in the tree
 
     @property
     def ok(self) -> bool:
         return self.exitval == 0 and self.signal == 0 and not self.timed_out
 
 
-# Per-worker state, created by the first job a worker runs (and again after a fork).
-_owner_pid = 0
-_guardian_pid = 0
-_guardian_fd = -1
-_slot: mmap.mmap | None = None  # shared with the guardian: the running job's pgid, or 0
-_SLOT = struct.Struct("q")
-
-
 def run_job(spec: JobSpec) -> JobResult:
     """Run ``spec.argv`` in a new session with output to files; never leave a descendant."""
-    _setup_worker()
-    out_fd = _open_output(spec.stdout_path)
-    err_fd = _open_output(spec.stderr_path)
+    setup_worker()
+    if spec.cpus is not None:  # --pin: this worker, hence the job and all it starts
+        os.sched_setaffinity(0, spec.cpus)
+    if spec.inherit_output:  # --ungroup: straight to the runner's stdout and stderr
+        out_fd, err_fd = None, None
+    else:
+        out_fd = _open_output(spec.stdout_path)
+        err_fd = _open_output(spec.stderr_path)
     # Set in this worker's own environment, which the child inherits: a copy of the
     # environment per job costs more than the fork does.
     os.environ["PIPEPOOL_SEQ"] = os.environ["PARALLEL_SEQ"] = str(spec.seq)
+    if spec.slot:
+        os.environ["PARALLEL_JOBSLOT"] = str(spec.slot)
     start = time.time()
     t0 = time.monotonic()
     try:
@@ -119,45 +111,46 @@ def run_job(spec: JobSpec) -> JobResult:
             close_fds=True,
         )
     except OSError as exc:  # no such program, not executable: report it as a shell would
-        os.write(err_fd, f"pipepool: {spec.argv[0]}: {exc.strerror}\n".encode())
+        os.write(err_fd or 2, f"pipepool: {spec.argv[0]}: {exc.strerror}\n".encode())
         code = 127 if exc.errno == errno.ENOENT else 126
+        sizes = (0, 0) if out_fd is None or err_fd is None else (_size(out_fd), _size(err_fd))
         return JobResult(
-            spec.seq,
-            spec.attempt,
-            start,
-            time.monotonic() - t0,
-            code,
-            0,
-            False,
-            _size(out_fd),
-            _size(err_fd),
-            0,
+            spec.seq, spec.attempt, start, time.monotonic() - t0, code, 0, False, *sizes, 0
         )
     finally:
         # The child holds its copies; ours would only keep the files open (and leak
         # one pair per job if Popen raised something else, a NUL in an argument say).
-        os.close(out_fd)
-        os.close(err_fd)
-    pgid = proc.pid  # a session leader's pid is its process group id
-    _tell_guardian(pgid)
+        for fd in (out_fd, err_fd):
+            if fd is not None:
+                os.close(fd)
+    pgid = pid = proc.pid  # a session leader's pid is its process group id
+    tell_guardian(pgid)
+    usage = Usage()
     timed_out = False
+    status = rusage = None
     try:
-        if not _wait(proc, spec.timeout):
+        if spec.timeout is None:  # wait4 blocks until the exit, and reaps
+            _, status, rusage = os.wait4(pid, 0)
+        elif not _exited(pid, spec.timeout):
             timed_out = True
             sent = signal.SIGTERM
-            _killpg(pgid, signal.SIGTERM)
-            if not _wait(proc, KILL_GRACE):
+            killpg(pgid, signal.SIGTERM)
+            if not _exited(pid, KILL_GRACE):
                 sent = signal.SIGKILL
-                _killpg(pgid, signal.SIGKILL)
-                proc.wait()
+                killpg(pgid, signal.SIGKILL)
     finally:
         # Whatever the command left running in its group (background jobs, a pipeline's
         # other half) ends with it: a batch job is its whole process tree.
-        _killpg(pgid, signal.SIGKILL)
-        if proc.returncode is None:
-            proc.wait()
-        _tell_guardian(0)  # the group is gone: nothing for the guardian to kill any more
-        _sweep_orphans()
+        killpg(pgid, signal.SIGKILL)
+        if status is None:
+            # wait4, not Popen.wait: the kernel's account of what the job (and every
+            # descendant it reaped) used comes with the exit status, and only there.
+            _, status, rusage = os.wait4(pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)  # Popen must not reap it
+        if rusage is not None:
+            usage.add(rusage)
+        tell_guardian(0)  # the group is gone: nothing for the guardian to kill any more
+        sweep_orphans(usage)
     runtime = time.monotonic() - t0
     code = proc.returncode
     if timed_out:
@@ -166,14 +159,27 @@ def run_job(spec: JobSpec) -> JobResult:
         exitval, sig = 0, -code
     else:
         exitval, sig = code, 0
-    sizes = _file_size(spec.stdout_path), _file_size(spec.stderr_path)
+    sizes = (0, 0)
+    if not spec.inherit_output:
+        sizes = _file_size(spec.stdout_path), _file_size(spec.stderr_path)
     if spec.drop_empty:  # most jobs print little: spare the runner opening empty files
         for path, size in zip((spec.stdout_path, spec.stderr_path), sizes, strict=True):
             if size == 0:
                 with contextlib.suppress(OSError):
                     os.unlink(path)
     return JobResult(
-        spec.seq, spec.attempt, start, runtime, exitval, sig, timed_out, *sizes, proc.pid
+        spec.seq,
+        spec.attempt,
+        start,
+        runtime,
+        exitval,
+        sig,
+        timed_out,
+        *sizes,
+        pid,
+        user=usage.user,
+        sys=usage.sys,
+        maxrss=usage.maxrss,
     )
 
 
@@ -236,22 +242,24 @@ def _file_size(path: str) -> int:
         return 0
 
 
-def _wait(proc: subprocess.Popen, timeout: float | None) -> bool:
-    """Wait for ``proc`` up to ``timeout`` s; True if it exited (and is reaped).
+def _exited(pid: int, timeout: float | None) -> bool:
+    """Wait up to ``timeout`` s (None: for ever) for ``pid`` to exit, without reaping
+    it (its rusage comes with the reaping); True if it exited.
 
-    Popen.wait(timeout) polls with sleeps of up to 50 ms; a pidfd (Linux 5.3+) wakes
-    exactly when the process exits, so a short job's result is not held back.
+    A pidfd (Linux 5.3+) wakes exactly when the process exits, so a short job's result
+    is not held back; elsewhere waitid(WNOWAIT) is polled.
     """
     if timeout is None:
-        proc.wait()
+        _waitid(pid, 0)
         return True
     try:
-        pidfd = os.pidfd_open(proc.pid)
+        pidfd = os.pidfd_open(pid)
     except (AttributeError, OSError):
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return False
+        deadline = time.monotonic() + timeout
+        while not _waitid(pid, os.WNOHANG):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
         return True
     try:
         poller = select.poll()
@@ -263,157 +271,12 @@ def _wait(proc: subprocess.Popen, timeout: float | None) -> bool:
                 break
     finally:
         os.close(pidfd)
-    return proc.poll() is not None
+    return _waitid(pid, os.WNOHANG)
 
 
-def _killpg(pgid: int, sig: int) -> None:
-    # ESRCH: the group is already empty; EPERM: only a zombie is left in it
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-# -- per-worker set-up: subreaper and guardian ----------------------------------------------
-
-
-def _setup_worker() -> None:
-    global _owner_pid
-    if _owner_pid == os.getpid():
-        return
-    _owner_pid = os.getpid()
-    # A runner that installed its own SIGTERM handler passed it on to its forked workers;
-    # a worker must die of SIGTERM (LocalExecutor.terminate relies on it, and so does the
-    # guardian, which takes over at the worker's death). A Dask worker runs jobs in a
-    # thread, where signal() raises; it inherited no runner's handler anyway.
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    _become_subreaper()
-    _start_guardian()
-    # A worker that exits normally (the pool ends) stops its guardian and waits for it,
-    # so that once the pool has joined its workers nothing of the run is left; one that
-    # is killed skips this, and its guardian sees EOF instead.
-    from multiprocessing import util
-
-    util.Finalize(None, _stop_guardian, exitpriority=10)
-
-
-def _become_subreaper() -> None:
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass  # no prctl: descendants that leave the job's group go to init instead
-
-
-def _start_guardian() -> None:
-    global _guardian_pid, _guardian_fd, _slot
-    if _slot is None:
-        _slot = mmap.mmap(-1, _SLOT.size)  # anonymous and MAP_SHARED: survives the fork
-    if _guardian_fd >= 0:  # a dead guardian's pipe, or one inherited through a fork
-        with contextlib.suppress(OSError):
-            os.close(_guardian_fd)
-    read_fd, write_fd = os.pipe()  # both close-on-exec: no job inherits the write end
-    pid = os.fork()
-    if pid == 0:  # the guardian: only os-level calls, and it never returns
+def _waitid(pid: int, flags: int) -> bool:
+    while True:
         try:
-            _guard(read_fd, _slot)
-        finally:
-            os._exit(0)
-    os.close(read_fd)
-    with contextlib.suppress(OSError):  # as the guardian does: whichever of us runs first
-        os.setpgid(pid, pid)
-    _guardian_pid, _guardian_fd = pid, write_fd
-
-
-def _guard(read_fd: int, slot: mmap.mmap) -> None:
-    """Body of the guardian: wait for the worker's death, then SIGKILL its job's group."""
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_IGN)
-    # Out of the worker's process group, which the pool kills whole with the worker:
-    # the guardian must outlive the worker to do its job.
-    with contextlib.suppress(OSError):
-        os.setpgid(0, 0)
-    # Hold nothing of the worker's: not its pool pipes (the runner must see the worker's
-    # EOF the moment it dies) and not the runner's stdout (a reader waits for its EOF).
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(null, fd)
-    os.closerange(3, read_fd)
-    os.closerange(read_fd + 1, max(read_fd + 2, os.sysconf("SC_OPEN_MAX")))
-    while True:  # nobody ever writes: EOF comes when the worker is gone, however it died
-        try:
-            if not os.read(read_fd, 1):
-                break
+            return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | flags) is not None
         except InterruptedError:
             continue
-    (pgid,) = _SLOT.unpack_from(slot)
-    if pgid > 0:
-        _killpg(pgid, signal.SIGKILL)
-
-
-def _stop_guardian() -> None:
-    global _guardian_fd, _guardian_pid
-    if _guardian_fd >= 0:
-        with contextlib.suppress(OSError):
-            os.close(_guardian_fd)
-        _guardian_fd = -1
-    if _guardian_pid:
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(_guardian_pid, 0)
-        _guardian_pid = 0
-
-
-def _tell_guardian(pgid: int) -> None:
-    """Record the running job's process group (0: none) where the guardian will look."""
-    if _slot is not None:
-        _SLOT.pack_into(_slot, 0, pgid)
-
-
-def _children() -> set[int]:
-    """This worker's children, from /proc (empty where it has no such file).
-
-    Linux lists a child under the thread that forked it, and an orphan reparented to a
-    subreaper under the subreaper's first live thread: the main one. So two small reads,
-    this thread's and the main thread's, instead of a listing of every thread.
-    """
-    pid = os.getpid()
-    pids: set[int] = set()
-    for tid in {pid, threading.get_native_id()}:
-        try:
-            fd = os.open(f"/proc/{pid}/task/{tid}/children", os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            pids.update(int(p) for p in os.read(fd, 65536).split())
-        finally:
-            os.close(fd)
-    return pids
-
-
-def _sweep_orphans() -> None:
-    """Kill and reap every child but the guardian: descendants of the finished job that
-    were reparented to this worker (it is their subreaper). A no-op off Linux."""
-    global _guardian_pid
-    for _ in range(SWEEP_ROUNDS):
-        while True:  # reap zombies first (a killed group's members, reparented here)
-            try:
-                pid, _status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                pid = 0
-            if pid == 0:
-                break
-            if pid == _guardian_pid:
-                _guardian_pid = 0
-                _start_guardian()
-        strays = _children() - {_guardian_pid}
-        if not strays:
-            return
-        for pid in strays:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        for pid in strays:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, 0)

@@ -131,6 +131,17 @@ def read_joblog(path: str) -> dict[int, JoblogRow]:
     return rows
 
 
+def select_jobs(jobs: list, joblog: str | None, resume: str | None) -> list:
+    """All jobs, less those the joblog says are done (``--resume``, ``resume="all"``)
+    or succeeded (``--resume-failed``, ``resume="failed"``)."""
+    if resume is None or not joblog:
+        return list(jobs)
+    rows = read_joblog(joblog)
+    if resume == "failed":
+        return [j for j in jobs if not (j.seq in rows and rows[j.seq].ok)]
+    return [j for j in jobs if j.seq not in rows]
+
+
 def _cut_torn_tail(fd: int) -> None:
     size = os.fstat(fd).st_size
     if size == 0 or os.pread(fd, 1, size - 1) == b"\n":

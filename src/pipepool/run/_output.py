@@ -5,11 +5,16 @@ so nothing is lost when a job is killed and the parent never holds a job's pipe.
 job is final, the runner copies its files to its own stdout and stderr in one go,
 optionally prefixing each line with the job's tag, and optionally in input order
 (``--keep-order`` holds a finished job back until every earlier one is out).
+
+``--line-buffer``: the runner also calls ``poll`` every round, which prints the whole
+lines each running job has written so far (lines of different jobs mix, never half a
+line); with ``--keep-order`` only the job whose turn it is streams, the others wait.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import shutil
 from collections.abc import Callable
@@ -26,6 +31,7 @@ class OutputWriter:
         *,
         tag: bool,
         keep_order: bool,
+        line_buffer: bool = False,
         order: list[int],
         before_write: Callable[[], None],
     ) -> None:
@@ -35,22 +41,41 @@ class OutputWriter:
         self.keep_order = keep_order
         self._order = order  # seqs in input order (only those this run will report)
         self._next = 0  # index into _order of the next job to print
-        self._held: dict[int, tuple[str, str, str, bool]] = {}
+        self._held: dict[int, tuple[str, str, str, bool, int]] = {}
         self._before_write = before_write  # erases the progress bar
         self._broken = False  # our stdout's reader went away (`| head`)
+        self.line_buffer = line_buffer
+        self._followed: dict[int, list] = {}  # seq -> [tag, out, err, out_pos, err_pos]
+
+    def follow(self, seq: int, tag: str, out_path: str, err_path: str) -> None:
+        """``--line-buffer``: ``seq`` was sent; print its lines as they come."""
+        self._followed[seq] = [tag, out_path, err_path, 0, 0]
+
+    def poll(self) -> None:
+        """``--line-buffer``: print the whole lines written since the last poll."""
+        if self.keep_order:
+            head = self._order[self._next] if self._next < len(self._order) else None
+            seqs = [head] if head in self._followed else []
+        else:
+            seqs = list(self._followed)
+        for seq in seqs:
+            state = self._followed[seq]
+            for i, stream in ((3, self.stdout), (4, self.stderr)):
+                state[i] = self._copy_lines(state[i - 2], state[i], stream, state[0])
 
     def finished(self, seq: int, tag: str, out_path: str, err_path: str, *, remove: bool) -> None:
         """A job is final: print its output now, or hold it until its turn."""
         if not self.keep_order:
-            self._emit(tag, out_path, err_path, remove)
+            self._emit(tag, out_path, err_path, remove, seq)
             return
-        self._held[seq] = (tag, out_path, err_path, remove)
+        self._held[seq] = (tag, out_path, err_path, remove, seq)
         self._release()
 
     def skip(self, seq: int) -> None:
         """``seq`` will print nothing (never started): do not wait for it."""
+        self._followed.pop(seq, None)
         if self.keep_order:
-            self._held.setdefault(seq, ("", "", "", False))
+            self._held.setdefault(seq, ("", "", "", False, seq))
             self._release()
 
     def flush_all(self) -> None:
@@ -64,11 +89,12 @@ class OutputWriter:
             self._emit(*held.pop(order[self._next]))
             self._next += 1
 
-    def _emit(self, tag: str, out_path: str, err_path: str, remove: bool) -> None:
+    def _emit(self, tag: str, out_path: str, err_path: str, remove: bool, seq: int = 0) -> None:
         if not out_path:
             return
         wrote = False
-        for path, stream in ((out_path, self.stdout), (err_path, self.stderr)):
+        followed = self._followed.pop(seq, None) if seq else None
+        for i, (path, stream) in enumerate(((out_path, self.stdout), (err_path, self.stderr))):
             try:
                 size = os.stat(path).st_size
             except OSError:
@@ -78,9 +104,25 @@ class OutputWriter:
                     self._before_write()
                     wrote = True
                 with open(path, "rb") as f:
+                    if followed:  # --line-buffer: what poll() printed already
+                        f.seek(followed[3 + i])
                     self._copy(f, stream, tag)
             if remove:
                 _unlink(path)
+
+    def _copy_lines(self, path: str, pos: int, stream: BinaryIO, tag: str) -> int:
+        """Print the whole lines of ``path`` after ``pos``; the new position."""
+        try:
+            with open(path, "rb") as f:
+                f.seek(pos)
+                data = f.read()
+        except OSError:
+            return pos  # not created yet, or removed empty
+        end = data.rfind(b"\n") + 1
+        if end:
+            self._before_write()
+            self._copy(io.BytesIO(data[:end]), stream, tag)
+        return pos + end
 
     def _copy(self, f: BinaryIO, stream: BinaryIO, tag: str) -> None:
         if self._broken and stream is self.stdout:

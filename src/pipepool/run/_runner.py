@@ -11,6 +11,9 @@ happen there, so a timed-out job does not cost a worker). The runner feeds the e
 only a few jobs ahead of the free workers: stopping early then means cancelling a
 handful of queued tasks, not a million.
 
+With ``{%}``, ``--pin``, ``--delay``, ``--load`` or ``--memfree`` the ``Gate`` decides
+instead: a job is sent only when a slot is free and the gate is open (``_gate``).
+
 Ctrl-C: the first starts no new job and lets the running ones finish; the second (or
 SIGTERM, or ``--halt now``) kills them: ``LocalExecutor.kill`` SIGKILLs their workers and
 each worker's guardian SIGKILLs its job's process group. Either way the summary is
@@ -23,25 +26,35 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import sys
-import tempfile
 import time
 from collections import deque
 from concurrent.futures import CancelledError
-from dataclasses import dataclass, field
 from typing import BinaryIO, TextIO, cast
 
-from ..errors import TaskKilledError, TaskTimeoutError, WorkerLostError
+from ..errors import TaskKilledError
 from ..events import Event, State
 from ..executor import LocalExecutor
-from ._halt import Halt
-from ._inputs import Job
+from ._gate import Gate
 from ._job import KILL_GRACE, JobResult, JobSpec, run_job, run_job_on_cluster
-from ._joblog import HOST, Joblog, JoblogRow, read_joblog
+from ._joblog import HOST, Joblog, JoblogRow, select_jobs
+from ._options import RunOptions
 from ._output import OutputWriter
 from ._progress import Progress
 from ._summary import Outcome, Summary
+from ._support import (
+    binary,
+    file_size,
+    install_signal_handlers,
+    isatty,
+    land_output,
+    lost_outcome,
+    make_executor,
+    make_tmpdir,
+    restore_signal_handlers,
+    write_record,
+)
+from ._template import Job
 
 TICK = 0.1  # s the loop waits when nothing happens: bounds how late a Ctrl-C is noticed
 # and a progress redraw is due; a finished job wakes it at once
@@ -49,24 +62,6 @@ FEED_AHEAD = 1  # jobs queued per worker beyond the running one, so that a worke
 # reports a result gets its next job in the same round; more only delays cancelling
 BACKSTOP_SLACK = 5.0  # s past --timeout (and its kill grace) after which the executor
 # kills the worker itself: only if the worker-side timeout could not end the job
-
-
-@dataclass(slots=True)
-class RunOptions:
-    jobs: int
-    timeout: float | None = None
-    retries: int = 0
-    halt: Halt = field(default_factory=Halt)
-    keep_order: bool = False
-    tag: bool = False
-    results: str | None = None
-    joblog: str | None = None
-    resume: str | None = None  # None, "all" (--resume) or "failed" (--resume-failed)
-    joblog_fsync: bool = False
-    progress: bool | None = None  # None: on when stderr is a terminal
-    summary: bool = True
-    json: bool = False
-    cluster: str | None = None  # --cluster: a Dask scheduler's address, or "local"
 
 
 class Runner:
@@ -91,25 +86,42 @@ class Runner:
         self._failed = 0
         self._running_since: dict[int, float] = {}  # seq -> when its worker started it
         self._runtime_sum = 0.0  # of finished jobs, for the progress bar's ETA
+        self._memkilled: set[int] = set()  # seqs killed by --memfree, to be run again
+        self._noted_wait = False
+        o = options
+        self.gate = Gate(
+            o.jobs or 1,
+            slots=o.slots,
+            cpus_per_job=o.cpus_per_job,
+            delay=o.delay,
+            load=o.load,
+            memfree=o.memfree,
+            proc_stat=o.proc_stat,
+            meminfo=o.meminfo,
+        )  # first: a -j the cores cannot pin fails before anything starts
 
     # -- the run ------------------------------------------------------------------------
 
     def run(self) -> Summary:
         options = self.options
-        ex = _make_executor(options)  # first: without Dask, --cluster fails before any file
-        to_run = self._select_jobs()
+        ex = make_executor(options)  # first: without Dask, --cluster fails before any file
+        to_run = select_jobs(self.jobs, options.joblog, options.resume)
         summary = self.summary = Summary(
-            total=len(self.jobs), jobs=options.jobs, skipped=len(self.jobs) - len(to_run)
+            total=len(self.jobs),
+            jobs=options.jobs,
+            skipped=len(self.jobs) - len(to_run),
+            repeat=options.repeat,
         )
         self._pending.extend((job, 1) for job in to_run)
         progress_on = options.progress
         if progress_on is None:
-            progress_on = _isatty(self.stderr)
+            progress_on = isatty(self.stderr)
         self.progress = Progress(len(to_run), self.stderr, enabled=progress_on)
         self.output = OutputWriter(
             self.stdout,
-            _binary(self.stderr),
-            tag=options.tag,
+            binary(self.stderr),
+            tag=options.tag and not options.ungroup,
+            line_buffer=options.line_buffer,
             keep_order=options.keep_order,
             order=[j.seq for j in to_run],
             before_write=self._before_output,
@@ -119,7 +131,7 @@ class Runner:
             if options.joblog
             else None
         )
-        self.tmpdir = _make_tmpdir()
+        self.tmpdir = make_tmpdir()
         started = time.monotonic()
         previous = self._install_signal_handlers()
         clean = False
@@ -142,7 +154,7 @@ class Runner:
                 else:
                     ex.terminate()
             finally:
-                _restore_signal_handlers(previous)
+                restore_signal_handlers(previous)
                 self.progress.clear()
                 if self.joblog is not None:
                     self.joblog.close()
@@ -164,32 +176,43 @@ class Runner:
             # Otherwise the jobs queued ahead were dispatched in the round that collected
             # the results, and the loop can wait for the next one.
             idle = fed and len(self._inflight) - len(ex.queued) < self.options.jobs
-            ex.sync(timeout=0.0 if idle else TICK)
+            timeout = 0.0 if idle else TICK
+            if self.gate.exclusive and self._pending and not self._stopping:
+                until = self.gate.wait_for(time.monotonic())
+                if until is not None:
+                    timeout = min(timeout, until)
+            ex.sync(timeout=timeout)
             for event in ex.get_event_buffer().values():
                 if event.state.terminal:
                     self._finish(ex, event)
                 else:
-                    self._running_since[cast(int, event.key)] = time.monotonic()
+                    self._running_since[cast(int, event.key)] = now = time.monotonic()
+                    self.gate.running(now)
+            if self.options.line_buffer:
+                self.output.poll()
+            if self.options.memfree is not None:
+                self._relieve_memory(ex)
             self._draw(ex)
 
     # -- steps -------------------------------------------------------------------------
 
-    def _select_jobs(self) -> list[Job]:
-        """All jobs, less those the joblog says are done (``--resume``) or succeeded
-        (``--resume-failed``)."""
-        if self.options.resume is None or not self.options.joblog:
-            return list(self.jobs)
-        rows = read_joblog(self.options.joblog)
-        if self.options.resume == "failed":
-            return [j for j in self.jobs if not (j.seq in rows and rows[j.seq].ok)]
-        return [j for j in self.jobs if j.seq not in rows]
-
     def _feed(self, ex: LocalExecutor) -> bool:
         """Queue jobs until every worker has FEED_AHEAD waiting; True if any was queued."""
-        limit = self.options.jobs * (1 + FEED_AHEAD)
+        gate = self.gate
+        limit = self.options.jobs * (1 if gate.exclusive else 1 + FEED_AHEAD)
         fed = False
         while self._pending and not self._stopping and len(self._inflight) < limit:
+            if gate.exclusive:
+                now = time.monotonic()
+                if not gate.has_slot():
+                    break
+                if not gate.ready(now):
+                    self._note_wait()
+                    break
+                gate.started(now)
             job, attempt = self._pending.popleft()
+            slot, cpus = gate.take()
+            job = job.bind_slot(slot)
             spec = JobSpec(
                 job.seq,
                 attempt,
@@ -197,7 +220,12 @@ class Runner:
                 *self._output_paths(job.seq, attempt),
                 timeout=self.options.timeout,
                 drop_empty=self.options.results is None,
+                slot=slot,
+                cpus=cpus,
+                inherit_output=self.options.ungroup,
             )
+            if self.options.line_buffer:
+                self.output.follow(job.seq, job.tag, spec.stdout_path, spec.stderr_path)
             backstop = None
             if self.options.timeout is not None:
                 backstop = self.options.timeout + KILL_GRACE + BACKSTOP_SLACK
@@ -215,13 +243,15 @@ class Runner:
         """A job's attempt ended: retry it, or log it, print its output and count it."""
         seq = cast(int, event.key)  # each job is queued under its sequence number
         job, spec, queued_at = self._inflight.pop(seq)
-        self._running_since.pop(seq, None)
+        if self._running_since.pop(seq, None) is None:
+            self.gate.running(time.monotonic())  # started and ended within one round
+        self.gate.release(spec.slot)
         host = HOST
         if event.state is State.SUCCESS:
             result: JobResult = event.result
             host = result.host
             if result.output is not None:  # run on a Dask worker: its output came back
-                _land_output(spec, result.output)
+                land_output(spec, result.output)
             outcome = Outcome(
                 job.seq,
                 job.command,
@@ -231,6 +261,9 @@ class Runner:
                 result.timed_out,
                 result.runtime,
                 spec.attempt,
+                user=result.user,
+                sys=result.sys,
+                maxrss=result.maxrss,
             )
             start, receive = result.start, result.stdout_size
         else:
@@ -238,9 +271,18 @@ class Runner:
             if isinstance(exc, CancelledError):  # cancelled while queued: it never ran
                 self.output.skip(job.seq)
                 return
-            start, receive = queued_at, _file_size(spec.stdout_path)
+            start, receive = queued_at, file_size(spec.stdout_path)
             host = getattr(exc, "address", None) or HOST  # a lost Dask worker's
-            outcome = _lost_outcome(job, spec, exc, time.time() - queued_at)
+            outcome = lost_outcome(job, spec, exc, time.time() - queued_at)
+            if job.seq in self._memkilled and isinstance(exc, TaskKilledError):
+                self._memkilled.discard(job.seq)
+                if spec.attempt <= self.options.retries and not self._stopping:
+                    self._discard_output(spec)
+                    self._pending.append((job, spec.attempt + 1))  # "to be run later"
+                    return
+                outcome.status = "failed"
+                outcome.error = "killed: free memory below half of --memfree"
+        outcome.origin, outcome.rep, outcome.start = job.origin, job.rep, start
         if (
             outcome.status == "failed"
             and spec.attempt <= self.options.retries
@@ -276,6 +318,8 @@ class Runner:
                 spec.stderr_path,
                 remove=self.options.results is None,
             )
+        if self.options.results is not None:
+            write_record(self.options.results, outcome)
         self.summary.outcomes.append(outcome)
         self._runtime_sum += outcome.runtime
         if outcome.status == "failed":
@@ -323,6 +367,23 @@ class Runner:
         for job, _attempt in self._pending:
             self.output.skip(job.seq)
         self._pending.clear()
+
+    def _relieve_memory(self, ex: LocalExecutor) -> None:
+        """``--memfree``: below half of SIZE free, kill the youngest running job (it goes
+        back on the queue); one at a time, the next only once that one is gone."""
+        if self._memkilled or self._aborting or not self._running_since:
+            return
+        if not self.gate.memory_low():
+            return
+        youngest = max(self._running_since, key=self._running_since.__getitem__)
+        self._memkilled.add(youngest)
+        self._note(f"--memfree: free memory below half; killing job {youngest} to run it later")
+        ex.kill(youngest)
+
+    def _note_wait(self) -> None:
+        if not self._noted_wait and self.gate.waiting:
+            self._noted_wait = True  # once: the reason is the same until jobs finish
+            self._note(f"waiting to start jobs: {self.gate.waiting}")
 
     def _abort(self, ex: LocalExecutor) -> None:
         self._aborting = True
@@ -378,118 +439,4 @@ class Runner:
         def on_terminate(signum: int, frame: object) -> None:
             self._terminated = True
 
-        previous: dict[int, object] = {}
-        for signum, handler in ((signal.SIGINT, on_interrupt), (signal.SIGTERM, on_terminate)):
-            with contextlib.suppress(ValueError):  # not the main thread: the caller's job
-                previous[signum] = signal.signal(signum, handler)
-        return previous
-
-
-def _make_executor(options: RunOptions):
-    """A LocalExecutor, or with ``--cluster`` a ClusterExecutor: both drive the same loop."""
-    if options.cluster is None:
-        return LocalExecutor(options.jobs, prefetch=1)
-    import logging
-
-    from ..cluster import ClusterExecutor
-
-    # As many jobs handed to Dask as run at once (LocalExecutor's prefetch=1): the ones
-    # fed ahead stay queued here, where stopping early can still cancel them.
-    if options.cluster == "local":
-        return ClusterExecutor(
-            None,
-            n_workers=options.jobs,
-            threads_per_worker=1,
-            max_in_flight=options.jobs,
-            silence_logs=logging.CRITICAL,
-        )
-    return ClusterExecutor(options.cluster, max_in_flight=options.jobs or None)
-
-
-def _land_output(spec: JobSpec, output: tuple[bytes, bytes]) -> None:
-    """Write a cluster job's output where a local worker would have (the runner's
-    temporary directory, or ``--results``), for the OutputWriter to pick up."""
-    for path, data in zip((spec.stdout_path, spec.stderr_path), output, strict=True):
-        if data or not spec.drop_empty:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "wb") as f:
-                f.write(data)
-
-
-def _lost_outcome(job: Job, spec: JobSpec, exc: BaseException | None, runtime: float) -> Outcome:
-    """The outcome of an attempt whose worker did not report back."""
-    if isinstance(exc, TaskKilledError):
-        return Outcome(
-            job.seq, job.command, "aborted", -1, signal.SIGKILL, False, runtime, spec.attempt
-        )
-    if isinstance(exc, TaskTimeoutError):
-        return Outcome(
-            job.seq, job.command, "failed", -1, signal.SIGKILL, True, runtime, spec.attempt
-        )
-    sig = 0
-    if isinstance(exc, WorkerLostError) and exc.exitcode is not None and exc.exitcode < 0:
-        sig = -exc.exitcode
-    reason = f"{type(exc).__name__}: {exc}" if exc is not None else "lost"
-    return Outcome(
-        job.seq,
-        job.command,
-        "failed",
-        -1,
-        sig,
-        False,
-        runtime,
-        spec.attempt,
-        error=reason.splitlines()[0][:200],
-    )
-
-
-TMP_PREFIX = "pipepool-run-"
-
-
-def _make_tmpdir() -> str:
-    """The run's directory for job output, named after this process, so that a later
-    run can remove what a SIGKILLed one left behind (its pid no longer exists)."""
-    base = tempfile.gettempdir()
-    with contextlib.suppress(OSError):
-        for name in os.listdir(base):
-            if not name.startswith(TMP_PREFIX):
-                continue
-            pid = name[len(TMP_PREFIX) :].split("-", 1)[0]
-            if pid.isdigit() and not _alive(int(pid)):
-                shutil.rmtree(os.path.join(base, name), ignore_errors=True)
-    return tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-", dir=base)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process (and likely someone else's directory)
-    return True
-
-
-def _restore_signal_handlers(previous: dict[int, object]) -> None:
-    for signum, handler in previous.items():
-        signal.signal(signum, handler)  # type: ignore[arg-type]
-
-
-def _isatty(stream: object) -> bool:
-    try:
-        return bool(stream.isatty())  # type: ignore[attr-defined]
-    except (AttributeError, ValueError):
-        return False
-
-
-def _binary(stream: TextIO) -> BinaryIO:
-    """The byte stream under a text stream (flushed first, so order is kept)."""
-    stream.flush()
-    return cast(BinaryIO, getattr(stream, "buffer", stream))
-
-
-def _file_size(path: str) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return 0
+        return install_signal_handlers(on_interrupt, on_terminate)

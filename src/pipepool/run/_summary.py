@@ -28,6 +28,12 @@ class Outcome:
     runtime: float = 0.0
     attempts: int = 1
     error: str = ""  # the pool's own words when the job did not end by itself
+    user: float = 0.0  # CPU seconds of the job's whole process tree (its last attempt)
+    sys: float = 0.0
+    maxrss: int = 0  # bytes: the largest peak RSS of a process in the tree
+    origin: int = 0  # the job's number within one repetition (--repeat)
+    rep: int = 1
+    start: float = 0.0  # epoch seconds
 
     def describe(self) -> str:
         if self.status == "aborted":
@@ -52,7 +58,16 @@ class Outcome:
             "runtime": round(self.runtime, 6),
             "attempts": self.attempts,
             "error": self.error or None,
+            "start": round(self.start, 6),
+            "user": round(self.user, 6),
+            "sys": round(self.sys, 6),
+            "maxrss": self.maxrss,
+            "job": self.origin or self.seq,
+            "rep": self.rep,
         }
+
+    def usage(self) -> str:
+        return f"user {self.user:.2f} s, sys {self.sys:.2f} s, max RSS {_mib(self.maxrss)}"
 
 
 @dataclass(slots=True)
@@ -63,6 +78,7 @@ class Summary:
     jobs: int = 0  # -j
     stopped: str = ""  # why no further job started: "interrupted", "halt: ...", "terminated"
     outcomes: list[Outcome] = field(default_factory=list)
+    repeat: int = 1  # --repeat N: each job ran N times
 
     @property
     def succeeded(self) -> list[Outcome]:
@@ -91,6 +107,37 @@ class Summary:
         ran = [o for o in self.outcomes if o.status != "aborted"]
         return sorted(ran, key=lambda o: -o.runtime)[:n]
 
+    def hungriest(self, n: int = SHOWN_SLOWEST) -> list[Outcome]:
+        ran = [o for o in self.outcomes if o.status != "aborted" and o.maxrss]
+        return sorted(ran, key=lambda o: -o.maxrss)[:n]
+
+    def repetitions(self) -> list[dict[str, object]]:
+        """``--repeat``: per job, the median and spread of its wall times."""
+        import statistics  # only with --repeat: it costs a run's start-up ~10 ms
+
+        times: dict[int, list[Outcome]] = {}
+        for o in self.outcomes:
+            if o.status != "aborted":
+                times.setdefault(o.origin or o.seq, []).append(o)
+        stats = []
+        for job, runs in sorted(times.items()):
+            walls = sorted(o.runtime for o in runs)
+            median = statistics.median(walls)
+            stats.append(
+                {
+                    "job": job,
+                    "command": runs[0].command,
+                    "runs": len(walls),
+                    "median": round(median, 6),
+                    "min": round(walls[0], 6),
+                    "max": round(walls[-1], 6),
+                    "spread": round((walls[-1] - walls[0]) / median, 6) if median else 0.0,
+                    "user_median": round(statistics.median(o.user for o in runs), 6),
+                    "maxrss_max": max(o.maxrss for o in runs),
+                }
+            )
+        return stats
+
     def text(self) -> str:
         ran = len(self.outcomes)
         rate = ran / self.elapsed if self.elapsed > 0 else 0.0
@@ -117,7 +164,21 @@ class Summary:
         slowest = self.slowest()
         if len(self.outcomes) > 1 and slowest:
             lines.append("slowest:")
-            lines += _listing(slowest, lambda o: f"{o.runtime:.3f} s")
+            lines += _listing(slowest, lambda o: f"{o.runtime:.3f} s ({o.usage()})")
+        hungriest = self.hungriest()
+        if len(self.outcomes) > 1 and hungriest:
+            lines.append("most memory:")
+            lines += _listing(hungriest, lambda o: f"{_mib(o.maxrss)} max RSS")
+        if self.repeat > 1:
+            lines.append(f"per job over {self.repeat} runs: median wall time (min-max, spread)")
+            stats = self.repetitions()
+            for st in stats[:SHOWN_FAILURES]:
+                lines.append(
+                    f"  job {st['job']:<5} {st['median']:.3f} s ({st['min']:.3f}-"
+                    f"{st['max']:.3f} s, {st['spread']:.0%})  {_short(str(st['command']))}"
+                )
+            if len(stats) > SHOWN_FAILURES:
+                lines.append(f"  ... and {len(stats) - SHOWN_FAILURES} more (see --json)")
         lines.append(f"exit status {self.exit_status()}")
         return "\n".join(lines) + "\n"
 
@@ -137,6 +198,10 @@ class Summary:
             "failures": [o.as_dict() for o in self.failed],
             "aborted_jobs": [o.as_dict() for o in self.aborted],
             "slowest": [o.as_dict() for o in self.slowest()],
+            "most_memory": [o.as_dict() for o in self.hungriest()],
+            "repeat": self.repeat,
+            "repetitions": self.repetitions() if self.repeat > 1 else None,
+            "records": [o.as_dict() for o in sorted(self.outcomes, key=_by_seq)],
         }
 
 
@@ -163,3 +228,7 @@ def _signame(number: int) -> str:
         return _signal.Signals(number).name
     except ValueError:
         return f"signal {number}"
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB"

@@ -1,0 +1,189 @@
+"""When the next job may start, and in which job slot: ``{%}``, ``--pin``, ``--delay``,
+``--load``, ``--memfree``.
+
+Without any of these the runner queues jobs ahead of the free workers (the fast path).
+With any of them it starts a job only when a slot is free and the gate is open, so a
+job's slot, cores and start time are known when it is sent:
+
+* **slots** (``{%}``, ``$PARALLEL_JOBSLOT``, ``--pin``): the lowest free number in
+  1..-j; a slot is freed only by its job's final event, which comes after the job's
+  whole process tree was killed and reaped, so two running jobs never share one.
+* ``--pin``/``--cpus-per-job K``: slot s owns the s-th K cores of those this process
+  may use (``os.sched_getaffinity``); the worker pins itself there before it starts
+  the job, so the job and all it starts inherit the mask.
+* ``--delay D``: no job starts within D seconds of the previous one.
+* ``--load MAX``: no job starts while the number of running processes (GNU parallel's
+  instant "load": tasks running or in uninterruptible sleep, less the one counting)
+  is MAX or more. ``--memfree SIZE``: none while free memory (GNU parallel's sum of
+  MemFree, Buffers, Cached and SwapCached) is below SIZE; below half of SIZE the
+  youngest job is killed and put back on the queue.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+PROC_STAT = "/proc/stat"
+MEMINFO = "/proc/meminfo"
+SAMPLE_INTERVAL = 0.1  # s between samples of load and free memory while waiting: prompt
+# enough for jobs that last seconds, and one small /proc read per sample
+_FREE_FIELDS = (b"MemFree:", b"Buffers:", b"Cached:", b"SwapCached:")
+
+
+class GateError(ValueError):
+    """The options cannot be honoured here (a message for the user)."""
+
+
+def usable_cpus() -> list[int]:
+    """The cores this process may run on, sorted; GateError where there is no affinity
+    API (macOS, Windows)."""
+    if not hasattr(os, "sched_getaffinity") or not hasattr(os, "sched_setaffinity"):
+        raise GateError(
+            f"--pin needs CPU affinity (os.sched_setaffinity), which {sys.platform} does "
+            "not have; run without --pin to run the jobs unpinned"
+        )
+    return sorted(os.sched_getaffinity(0))
+
+
+class Gate:
+    def __init__(
+        self,
+        jobs: int,
+        *,
+        slots: bool = False,
+        cpus_per_job: int | None = None,
+        delay: float = 0.0,
+        load: float | None = None,
+        memfree: int | None = None,
+        proc_stat: str = PROC_STAT,
+        meminfo: str = MEMINFO,
+    ) -> None:
+        self.jobs = jobs
+        self.cpus: list[tuple[int, ...]] | None = None
+        if cpus_per_job is not None:
+            cores = usable_cpus()
+            if jobs * cpus_per_job > len(cores):
+                raise GateError(
+                    f"-j {jobs} with {cpus_per_job} core(s) per job needs "
+                    f"{jobs * cpus_per_job} cores, but this process may use {len(cores)} "
+                    f"({_ranges(cores)}): use -j {max(len(cores) // cpus_per_job, 1)} or "
+                    "fewer" + (", or fewer --cpus-per-job" if cpus_per_job > 1 else "")
+                )
+            self.cpus = [
+                tuple(cores[i * cpus_per_job : (i + 1) * cpus_per_job]) for i in range(jobs)
+            ]
+            slots = True
+        for path, option, wanted in ((proc_stat, "--load", load), (meminfo, "--memfree", memfree)):
+            if wanted is not None and not os.path.exists(path):
+                raise GateError(f"{option} reads {path}, which this system does not have")
+        self.slots = slots
+        self.delay = delay
+        self.load = load
+        self.memfree = memfree
+        self.proc_stat = proc_stat
+        self.meminfo = meminfo
+        self.exclusive = slots or delay > 0 or load is not None or memfree is not None
+        self._free = list(range(jobs, 0, -1))  # a stack: the lowest number on top
+        self._next_start = 0.0
+        self._next_sample = 0.0
+        self.waiting = ""  # why the last ready() said no, for a note to the user
+
+    # -- slots ----------------------------------------------------------------------------
+
+    def take(self) -> tuple[int, tuple[int, ...] | None]:
+        """A free slot and its cores (None unless --pin); (0, None) without slots."""
+        if not self.slots:
+            return 0, None
+        slot = self._free.pop()
+        return slot, (self.cpus[slot - 1] if self.cpus else None)
+
+    def release(self, slot: int) -> None:
+        if slot:
+            self._free.append(slot)
+            self._free.sort(reverse=True)
+
+    def has_slot(self) -> bool:
+        return not self.slots or bool(self._free)
+
+    # -- may a job start now? -----------------------------------------------------------
+
+    def ready(self, now: float) -> bool:
+        if now < self._next_start:
+            return False
+        if self.load is None and self.memfree is None:
+            return True
+        if now < self._next_sample:
+            return False
+        self._next_sample = now + SAMPLE_INTERVAL
+        if self.load is not None:
+            load = running_processes(self.proc_stat)
+            if load >= self.load:
+                self.waiting = f"--load {self.load:g}: {load} processes running"
+                return False
+        if self.memfree is not None:
+            free = free_memory(self.meminfo)
+            if free < self.memfree:
+                self.waiting = f"--memfree {_size(self.memfree)}: {_size(free)} free"
+                return False
+        self._next_sample = 0.0  # the next job decides on a fresh sample
+        return True
+
+    def started(self, now: float) -> None:
+        """A job was sent: the next waits ``--delay`` (counted from when this one is seen
+        running, ``running``), and counts this one in the load."""
+        if self.delay:
+            self._next_start = float("inf")
+        if self.load is not None or self.memfree is not None:
+            self._next_sample = now + SAMPLE_INTERVAL  # let the job show up in /proc first
+
+    def running(self, now: float) -> None:
+        """The job sent last has started (or already ended): ``--delay`` counts from now,
+        so a worker's start-up does not eat into the delay."""
+        if self.delay and self._next_start == float("inf"):
+            self._next_start = now + self.delay
+
+    def wait_for(self, now: float) -> float | None:
+        """Seconds until ``ready`` may change, or None if only a finished job can."""
+        times = [t for t in (self._next_start, self._next_sample) if now < t < float("inf")]
+        if self.load is not None or self.memfree is not None:
+            times.append(now + SAMPLE_INTERVAL)
+        return min(times) - now if times else None
+
+    def memory_low(self) -> bool:
+        """Free memory is below half of ``--memfree``: time to kill the youngest job."""
+        return self.memfree is not None and free_memory(self.meminfo) < self.memfree / 2
+
+
+def running_processes(path: str = PROC_STAT) -> int:
+    """GNU parallel's load: tasks running or blocked on I/O right now, less this one."""
+    running = blocked = 0
+    with open(path, "rb") as f:
+        for line in f:
+            if line.startswith(b"procs_running "):
+                running = int(line.split()[1])
+            elif line.startswith(b"procs_blocked "):
+                blocked = int(line.split()[1])
+    return max(running + blocked - 1, 0)
+
+
+def free_memory(path: str = MEMINFO) -> int:
+    """Bytes free as GNU parallel counts them: MemFree + Buffers + Cached + SwapCached."""
+    total = 0
+    with open(path, "rb") as f:
+        for line in f:
+            if line.startswith(_FREE_FIELDS):
+                total += int(line.split()[1]) * 1024
+    return total
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} PiB"
+
+
+def _ranges(cores: list[int]) -> str:
+    return "cores " + ",".join(str(c) for c in cores) if cores else "no cores"
