@@ -444,6 +444,7 @@ PEER_COLUMNS = {
     "mp-imap1": "mp.Pool imap",
     "loky-submit": "loky",
     "airflow": "Airflow-style",
+    "joblib-loky": "joblib loky",  # only in the joblib tables (benchmarks/joblib_adapters.py)
 }
 
 
