@@ -496,6 +496,8 @@ class Suite:
         for note in filter(None, map(missing_requirement, JOBLIB_SPECS)):
             if note not in self.notes:
                 self.notes.append(note)
+        if not specs:
+            return
         tiny, mib = list(range(self.cfg.tiny_tasks)), list(range(self.cfg.mib_tasks))
         self.interleave(
             "joblib-tiny",
