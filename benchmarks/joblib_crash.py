@@ -28,10 +28,13 @@ def task(i: int) -> int:
     return i
 
 
-def one_round(backend: str) -> tuple[BaseException | None, float, float]:
+def one_round(backend: str) -> tuple[BaseException | None, float, float, float]:
     from joblib import Parallel, delayed
 
     Parallel(n_jobs=2, backend=backend)(delayed(abs)(i) for i in range(20))  # warm
+    started = time.perf_counter()
+    Parallel(n_jobs=2, backend=backend)(delayed(abs)(i) for i in range(20))
+    normal = time.perf_counter() - started
     error = None
     started = time.perf_counter()
     try:
@@ -43,7 +46,7 @@ def one_round(backend: str) -> tuple[BaseException | None, float, float]:
     assert Parallel(n_jobs=2, backend=backend)(delayed(abs)(i) for i in range(20)) == list(
         range(20)
     )
-    return error, failing, time.perf_counter() - started
+    return error, failing, time.perf_counter() - started, normal
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,9 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     seen: dict[str, BaseException | None] = {}
     failing: dict[str, list[float]] = {b: [] for b in backends}
     following: dict[str, list[float]] = {b: [] for b in backends}
+    normal: dict[str, list[float]] = {b: [] for b in backends}
     for r in range(args.rounds):
         for backend in backends[r % 2 :] + backends[: r % 2]:
-            error, fail_s, next_s = one_round(backend)
+            error, fail_s, next_s, normal_s = one_round(backend)
+            normal[backend].append(normal_s)
             seen.setdefault(backend, error)
             failing[backend].append(fail_s)
             following[backend].append(next_s)
@@ -73,7 +78,9 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"failing call: median {statistics.median(failing[backend]) * 1e3:,.0f} ms; "
             f"next Parallel call: median {statistics.median(following[backend]) * 1e3:,.1f} ms "
-            f"(of {args.rounds}: {', '.join(f'{t * 1e3:.1f}' for t in following[backend])})"
+            f"(of {args.rounds}: {', '.join(f'{t * 1e3:.1f}' for t in following[backend])}); "
+            "the same call before the crash: median "
+            f"{statistics.median(normal[backend]) * 1e3:,.1f} ms"
         )
     return 0
 

@@ -25,9 +25,12 @@ from __future__ import annotations
 
 # Absolute imports only: this module is named ``pipepool.joblib``; ``joblib`` below is
 # always the real one (no implicit relative imports in Python 3).
+import functools
 import io
+import logging
 import os
 import pickle
+import queue
 import reprlib
 import threading
 import warnings
@@ -241,6 +244,50 @@ def shutdown_pool(wait: bool = True) -> None:
         pool.shutdown(wait=wait)
 
 
+class _CallbackThread:
+    """Runs joblib's completion callbacks off pipepool's driver thread, as loky runs them
+    in its result-handler thread: a callback dispatches the next batch (it consumes the
+    user's iterator and builds ``delayed`` calls, milliseconds for a big batch), and
+    meanwhile the driver keeps sending and receiving. In the driver, the workers would
+    idle for that long after every batch."""
+
+    def __init__(self) -> None:
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+
+    def submit(self, callback: Callable[[Future], Any], future: Future) -> None:
+        if self.thread is None:
+            with self.lock:
+                if self.thread is None:
+                    self.thread = threading.Thread(
+                        target=self._run, name="pipepool-joblib-callbacks", daemon=True
+                    )
+                    self.thread.start()
+        self.queue.put((callback, future))
+
+    def _run(self) -> None:
+        get = self.queue.get
+        while True:
+            callback, future = get()
+            try:
+                callback(future)
+            except BaseException:  # as Future's own callbacks: log, never kill the thread
+                logging.getLogger("pipepool").exception("joblib callback failed")
+            del callback, future
+
+
+_callbacks = _CallbackThread()
+
+
+def _forget_callback_thread() -> None:
+    global _callbacks
+    _callbacks = _CallbackThread()  # a forked child has the object, not the thread
+
+
+os.register_at_fork(after_in_child=_forget_callback_thread)
+
+
 # -- one Parallel call's view of the pool ---------------------------------------------------
 
 
@@ -275,7 +322,7 @@ class _Session:
         self.batches[future] = batch
         future.add_done_callback(self._forget)
         if callback is not None:
-            future.add_done_callback(callback)
+            future.add_done_callback(functools.partial(_callbacks.submit, callback))
         return future
 
     def _forget(self, future: Future) -> None:
@@ -307,16 +354,18 @@ class _Session:
 
 
 def _crashed(lost: WorkerLostError, batch: Any) -> WorkerCrashedError:
-    items = getattr(batch, "items", ())
-    calls = tuple(_describe_call(*item) for item in items[:CALLS_SHOWN])
-    more = len(items) - len(calls)
-    listed = ", ".join(calls) + (f" and {more} more" if more > 0 else "")
-    signal = f" ({lost.signal})" if lost.signal else ""
+    items = list(getattr(batch, "items", ()))
+    shown = items if len(items) <= CALLS_SHOWN + 1 else [*items[:CALLS_SHOWN], items[-1]]
+    calls = tuple(_describe_call(*item) for item in shown)
+    if len(items) > len(shown):
+        listed = f"{', '.join(calls[:-1])}, ... {calls[-1]}"
+    else:
+        listed = ", ".join(calls)
     return WorkerCrashedError(
-        f"worker pid {lost.pid} {describe_exit(lost.exitcode)}{signal}, exit code "
-        f"{lost.exitcode}, while running a batch of {len(items)} joblib task(s): {listed}. "
-        "Only this batch failed; the pool replaced the worker. Likely cause: a crash in "
-        "native code (segfault), the OOM killer, or a kill from outside.",
+        f"worker pid {lost.pid} {describe_exit(lost.exitcode)} (exit code {lost.exitcode}) "
+        f"while running a batch of {len(items)} joblib task(s): {listed}. Only this batch "
+        "failed; the pool replaced the worker. Likely cause: a crash in native code "
+        "(segfault), the OOM killer, or a kill from outside.",
         pid=lost.pid,
         exitcode=lost.exitcode,
         calls=calls,
