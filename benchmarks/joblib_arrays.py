@@ -6,7 +6,8 @@ Arguments: 8 calls of ``Parallel(n_jobs=2)``, each taking the same array (loky a
 pipepool both memmap arrays above ``max_nbytes``, 1 MB by default, with joblib's
 reducers; ``max_nbytes=None`` shows what a plain pipe transfer costs). Results: 8 calls
 each returning a fresh array of that size (no memmapping on the way back, in either).
-Each cell is the median of interleaved rounds on a warm, reused pool; the ratio is
+Each cell is the median of rounds (contenders rotated) on a warm pool, each contender
+warmed right before its block (loky restarts its executor when max_nbytes changes); the ratio is
 loky's time over pipepool's (above 1: pipepool is faster).
 """
 
@@ -47,27 +48,27 @@ def main(argv: list[str] | None = None) -> int:
         "loky (max_nbytes=None)": dict(backend="loky", max_nbytes=None),
         "pipepool (max_nbytes=None)": dict(backend="pipepool", max_nbytes=None),
     }
-    for kw in contenders.values():  # start (and keep) both pools
-        Parallel(n_jobs=2, **kw)(delayed(abs)(i) for i in range(8))
     times: dict[tuple[str, str, int], list[float]] = {}
     names = list(contenders)
+    arrays = {mb: np.ones(mb * 10**6, dtype=np.uint8) for mb in args.sizes}
     for r in range(args.rounds):
-        for mb in args.sizes:
-            nbytes = mb * 10**6
-            a = np.ones(nbytes, dtype=np.uint8)
-            for name in names[r % len(names) :] + names[: r % len(names)]:
-                kw = contenders[name]
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            kw = contenders[name]
+            # Untimed: loky restarts its executor when its arguments change (max_nbytes
+            # does), pipepool keeps its pool; each contender is timed on a warm pool.
+            Parallel(n_jobs=2, **kw)(delayed(abs)(i) for i in range(8))
+            for mb, a in arrays.items():
                 started = time.perf_counter()
                 Parallel(n_jobs=2, **kw)(delayed(checksum)(a) for _ in range(CALLS))
                 times.setdefault(("args", name, mb), []).append(time.perf_counter() - started)
                 if "None" in name:
                     continue  # results are never memmapped: one row per backend
                 started = time.perf_counter()
-                out = Parallel(n_jobs=2, **kw)(delayed(make_array)(nbytes) for _ in range(CALLS))
-                assert all(o.nbytes == nbytes for o in out)
+                out = Parallel(n_jobs=2, **kw)(delayed(make_array)(a.nbytes) for _ in range(CALLS))
+                assert all(o.nbytes == a.nbytes for o in out)
                 del out
                 times.setdefault(("results", name, mb), []).append(time.perf_counter() - started)
-            print(f"round {r + 1}/{args.rounds} {mb} MB done", file=sys.stderr, flush=True)
+        print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
     pipepool.joblib.shutdown_pool()
 
     print(f"\n{CALLS} calls per Parallel, n_jobs=2; medians of {args.rounds} rounds (ms)\n")
