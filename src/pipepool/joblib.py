@@ -26,10 +26,8 @@ from __future__ import annotations
 # Absolute imports only: this module is named ``pipepool.joblib``; ``joblib`` below is
 # always the real one (no implicit relative imports in Python 3).
 import functools
-import io
 import logging
 import os
-import pickle
 import queue
 import reprlib
 import threading
@@ -38,42 +36,33 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-import joblib  # noqa: F401  (the real joblib: a clear ImportError without the extra)
-from joblib._memmapping_reducer import (
-    JOBLIB_MMAPS,
+import joblib  # type: ignore[import-untyped]  # noqa: F401  (the real joblib)
+from joblib._memmapping_reducer import (  # type: ignore[import-untyped]
     TemporaryResourcesManager,
-    _get_backing_memmap,
     get_memmapping_reducers,
-    reduce_array_memmap_backward,
 )
-from joblib._parallel_backends import (
+from joblib._parallel_backends import (  # type: ignore[import-untyped]
     AutoBatchingMixin,
     FallbackToBackend,
     ParallelBackendBase,
     SequentialBackend,
     inside_dask_worker,
 )
-from joblib.externals.loky.backend.reduction import dumps as loky_dumps
-from joblib.externals.loky.process_executor import TerminatedWorkerError
-from joblib.parallel import cpu_count, register_parallel_backend
+from joblib.externals.loky.process_executor import (  # type: ignore[import-untyped]
+    TerminatedWorkerError,
+)
+from joblib.parallel import (  # type: ignore[import-untyped]
+    cpu_count,
+    register_parallel_backend,
+)
 
+from pipepool._joblib_wire import _Cloudpickled, _Job, _worker_init, np
 from pipepool.errors import WorkerLostError, describe_exit
 from pipepool.futures import ProcessPoolExecutor
-
-try:  # joblib >= 1.5 depends on cloudpickle; older ones vendor it
-    import cloudpickle
-except ImportError:
-    from joblib.externals import cloudpickle  # type: ignore[no-redef]
-
-try:
-    import numpy as np
-except ImportError:  # joblib works without numpy; so does this backend (no memmapping)
-    np = None
 
 __all__ = ["BACKEND_NAME", "PipepoolBackend", "WorkerCrashedError", "shutdown_pool"]
 
 BACKEND_NAME = "pipepool"
-PROTOCOL = 5  # results: out-of-band buffers, so an array is copied once into the frame
 CALLS_SHOWN = 3  # calls of a lost batch named in the error; the rest are counted
 
 
@@ -98,109 +87,6 @@ class WorkerCrashedError(WorkerLostError, TerminatedWorkerError):
 
 def _rebuild_crashed(message: str, pid: int | None, exitcode: int | None, calls: tuple):
     return WorkerCrashedError(message, pid=pid, exitcode=exitcode, calls=calls)
-
-
-# -- the wire: what a batch and its results become on the way ------------------------------
-
-
-class _Job:
-    """A joblib batch on its way to a worker. Pickled (in pipepool's driver thread, when
-    it is dispatched) with cloudpickle and joblib's memmapping reducers, as loky sends
-    it; unpickling it in a worker imports this module, which registers the backend."""
-
-    __slots__ = ("batch", "reducers")
-
-    def __init__(self, batch: Callable[[], list], reducers: dict | None) -> None:
-        self.batch = batch
-        self.reducers = reducers
-
-    def __reduce__(self):
-        try:
-            payload = loky_dumps(self.batch, reducers=self.reducers)
-        except Exception as exc:  # loky's words, so code matching them keeps working
-            raise pickle.PicklingError(
-                f"Could not pickle the task to send it to the workers: {type(exc).__name__}: {exc}"
-            ) from exc
-        return (_load_job, (pickle.PickleBuffer(payload),))
-
-    def __call__(self) -> _Results:
-        return _Results(self.batch())
-
-    def __repr__(self) -> str:
-        return f"<joblib batch {self.batch!r}>"
-
-
-def _load_job(payload: bytes) -> _Job:
-    return _Job(pickle.loads(payload), None)
-
-
-class _Results:
-    """A batch's results on their way back: cloudpickled (as loky returns them), arrays
-    out of band (one copy into the frame, not loky's nested pickle), an array backed by
-    a user's memmap sent back as that memmap (joblib's backward reducer)."""
-
-    __slots__ = ("values",)
-
-    def __init__(self, values: list) -> None:
-        self.values = values
-
-    def __reduce__(self):
-        buffers: list[pickle.PickleBuffer] = []
-        out = io.BytesIO()
-        _ResultPickler(out, protocol=PROTOCOL, buffer_callback=buffers.append).dump(self.values)
-        return (_load_results, (pickle.PickleBuffer(out.getbuffer()), *buffers))
-
-
-class _ResultPickler(cloudpickle.CloudPickler):
-    def reducer_override(self, obj: Any) -> Any:
-        if np is not None and isinstance(obj, np.ndarray):
-            m = _get_backing_memmap(obj)
-            if isinstance(m, np.memmap) and m.filename not in JOBLIB_MMAPS:
-                return reduce_array_memmap_backward(obj)
-        return super().reducer_override(obj)
-
-
-def _load_results(payload: bytes, *buffers: Any) -> list:
-    """Runs in the parent: the future's result is the plain list joblib expects."""
-    return pickle.loads(payload, buffers=buffers)
-
-
-class _Cloudpickled:
-    """An initializer (or any callable) sent with cloudpickle: lambdas work under spawn."""
-
-    __slots__ = ("fn",)
-
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        self.fn = fn
-
-    def __reduce__(self):
-        return (_load_cloudpickled, (cloudpickle.dumps(self.fn),))
-
-    def __call__(self, *args: Any) -> Any:
-        return self.fn(*args)
-
-
-def _load_cloudpickled(payload: bytes) -> _Cloudpickled:
-    return _Cloudpickled(cloudpickle.loads(payload))
-
-
-def _worker_init(env: dict[str, str], initializer: Callable | None, initargs: tuple) -> None:
-    """Every worker's initializer: thread limits as loky sets them, then the user's."""
-    os.environ.update(env)  # BLAS/OpenMP libraries loaded from now on read these
-    _limit_loaded_threadpools(env)
-    if initializer is not None:
-        initializer(*initargs)
-
-
-def _limit_loaded_threadpools(env: dict[str, str]) -> None:
-    # A forked worker inherits libraries its parent loaded already, which read the
-    # environment only once: threadpoolctl (a joblib dependency of scikit-learn) limits
-    # them at run time when it is installed.
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        return
-    threadpool_limits(limits=int(env.get("OMP_NUM_THREADS", "1")))
 
 
 # -- the shared pool ------------------------------------------------------------------------

@@ -238,3 +238,23 @@ def test_returned_arrays_arrive_intact_and_writable():
     for i, arr in enumerate(out):
         assert arr.dtype == np.int32 and arr.shape == (1000,) and (arr == i).all()
         arr[0] = -1  # a copy the caller owns
+
+
+def omp_threads(_):
+    from threadpoolctl import threadpool_info
+
+    return os.environ.get("OMP_NUM_THREADS"), [
+        p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"
+    ]
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_inner_max_num_threads_limits_the_workers_thread_pools(start_method):
+    require("threadpoolctl")
+    with parallel_config(
+        backend="pipepool", n_jobs=2, inner_max_num_threads=1, start_method=start_method
+    ):
+        out = Parallel()(delayed(omp_threads)(i) for i in range(4))
+    for env, blas in out:
+        assert env == "1"
+        assert all(n == 1 for n in blas)  # numpy's BLAS, whatever loaded it first
