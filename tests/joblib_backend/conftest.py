@@ -73,6 +73,21 @@ def _in_suite(item: pytest.Item) -> bool:
 # joblib's own xfail (loky PR 255), which hangs with the multiprocessing backend until
 # the per-test timeout ends the whole run; it says nothing about either backend here.
 DESELECTED = ("test_nested_exception_dispatch",)
+# Repetitions along an axis that is not the backend, kept once to hold CI's joblib run
+# to a few minutes (each loky twin restarts loky's executor: about 2 s a test):
+# verbose=11/100 of test_simple_parallel (verbose=2 stays), n_jobs=4 of the
+# initializer tests (n_jobs=2 stays).
+REPEATS = {
+    "test_simple_parallel": ("verbose", (11, 100)),
+    "test_initializer_context": ("n_jobs", (4,)),
+    "test_initializer_parallel": ("n_jobs", (4,)),
+}
+
+
+def _repeat(item: pytest.Item) -> bool:
+    axis = REPEATS.get(getattr(item, "originalname", ""))
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return axis is not None and params.get(axis[0]) in axis[1]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -84,12 +99,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             kept.append(item)
             continue
         flavour, _ = _twin_key(item)
-        if flavour is None or getattr(item, "originalname", "") in DESELECTED:
+        if flavour is None or getattr(item, "originalname", "") in DESELECTED or _repeat(item):
             dropped.append(item)
             continue
         kept.append(item)
-        if flavour != "pipepool":
-            continue
         if flavour not in ("pipepool", "mixed"):
             continue
         for pattern, reason in KNOWN_DIFFERENCES.items():
