@@ -161,3 +161,19 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     tr.write_line(f"pipepool tests whose loky twin passed but they did not: {len(worse)}")
     for line in worse:
         tr.write_line(f"  {line}")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stop_shared_pools():
+    """After each module, stop the pools joblib keeps between calls (pipepool's shared
+    pool, loky's reusable executor), so that no later test inherits their workers."""
+    yield
+    import sys
+
+    backend = sys.modules.get("pipepool.joblib")
+    if backend is not None:
+        backend.shutdown_pool()
+    loky = sys.modules.get("joblib.externals.loky.reusable_executor")
+    executor = getattr(loky, "_executor", None)
+    if executor is not None:
+        executor.shutdown(wait=True, kill_workers=True)
