@@ -1,7 +1,7 @@
 """joblib backend ``"pipepool"``: joblib's ``Parallel`` on pipepool's ProcessPoolExecutor.
 
 Importing this module registers the backend (also in every worker, whatever the start
-method: the first task or initializer a worker unpickles imports it)::
+method: the first task a worker unpickles imports it)::
 
     import pipepool.joblib  # noqa: F401  (registers "pipepool")
     with joblib.parallel_config(backend="pipepool", n_jobs=4):
@@ -34,6 +34,7 @@ import threading
 import warnings
 from collections.abc import Callable
 from concurrent.futures import Future
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 import joblib  # type: ignore[import-untyped]  # noqa: F401  (the real joblib)
@@ -105,7 +106,7 @@ def _shared_pool(
     args = (n_jobs, start_method, env, initializer, initargs)
     with _pool_lock:
         pool = _pool
-        if pool is not None and _pool_args == args and not pool._driver.shutdown:
+        if pool is not None and _pool_args == args:
             return pool
         if pool is not None:
             pool.shutdown(wait=False)
@@ -119,6 +120,16 @@ def _shared_pool(
         )
         _pool, _pool_args = pool, args
         return pool
+
+
+def _discard_pool(pool: ProcessPoolExecutor) -> None:
+    """A pool that refuses work (its initializer keeps failing) is not shared anymore:
+    the next call starts a new one, as loky replaces a broken executor."""
+    global _pool, _pool_args
+    with _pool_lock:
+        if _pool is pool:
+            _pool, _pool_args = None, None
+    pool.shutdown(wait=False)
 
 
 def shutdown_pool(wait: bool = True) -> None:
@@ -203,7 +214,11 @@ class _Session:
             )
 
     def submit(self, batch: Any, callback: Callable | None) -> Future:
-        future = self.pool.submit(_Job(batch, self.reducers))
+        try:
+            future = self.pool.submit(_Job(batch, self.reducers))
+        except BrokenProcessPool:
+            _discard_pool(self.pool)
+            raise
         self.futures.add(future)
         self.batches[future] = batch
         future.add_done_callback(self._forget)
@@ -222,6 +237,9 @@ class _Session:
             if type(lost) is not WorkerLostError:
                 raise  # already ours
             raise _crashed(lost, batch) from lost
+        except BrokenProcessPool:  # the initializer keeps failing: broken for good
+            _discard_pool(self.pool)
+            raise
 
     def abort(self) -> None:
         """Cancel this call's queued tasks and kill the workers running its others

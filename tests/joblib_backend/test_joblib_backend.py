@@ -7,6 +7,7 @@ import pickle
 import signal
 import time
 import warnings
+from concurrent.futures.process import BrokenProcessPool
 
 import pytest
 from joblib_support import require
@@ -180,6 +181,24 @@ def test_pool_is_reused_across_calls_and_replaced_when_arguments_change():
     assert os.getpid() not in before
     pids_of_a_call(3)
     assert pj._pool is not first
+
+
+def fail_while_exists(path):
+    if os.path.exists(path):
+        raise RuntimeError("initializer failed on purpose")
+
+
+def test_a_pool_whose_initializer_fails_is_replaced_by_the_next_call(tmp_path):
+    flag = tmp_path / "fail"
+    flag.touch()
+    call = Parallel(
+        n_jobs=2, backend="pipepool", initializer=fail_while_exists, initargs=(str(flag),)
+    )
+    with pytest.raises(BrokenProcessPool, match="initializer"):
+        call(delayed(square)(i) for i in range(4))
+    flag.unlink()
+    # Same arguments: a broken pool would be reused (and fail again) were it still shared.
+    assert call(delayed(square)(i) for i in range(4)) == [0, 1, 4, 9]
 
 
 # -- a worker that dies ---------------------------------------------------------------------
