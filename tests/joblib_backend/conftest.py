@@ -46,7 +46,6 @@ def pytest_configure(config: pytest.Config) -> None:
     # --strict-markers accepts it without that plugin.
     config.addinivalue_line("markers", "thread_unsafe: joblib's marker (pytest-run-parallel)")
     config.addinivalue_line("markers", "no_cover: joblib's marker (pytest-cov)")
-    config._joblib_outcomes = {}  # type: ignore[attr-defined]
 
 
 def _flavour(value: object) -> str | None:

@@ -10,7 +10,8 @@ import warnings
 from concurrent.futures.process import BrokenProcessPool
 
 import pytest
-from joblib_support import require
+
+from .joblib_support import require
 
 joblib = require("joblib")
 np = require("numpy")

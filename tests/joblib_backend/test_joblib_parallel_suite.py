@@ -6,7 +6,7 @@ pipepool failure whose loky twin passed must be a known difference (``conftest.p
 and docs/joblib.md says why), else the run fails.
 """
 
-from joblib_support import load_suite, require
+from .joblib_support import load_suite, require
 
 require("joblib")
 require("numpy")  # the suite's array tests skip themselves without it: not in CI
