@@ -44,6 +44,17 @@ EXIT_PARENT_DIED = 70  # the lifeline closed: the parent is gone
 EXIT_INIT_FAILED = 71  # the initializer raised; the parent got an INIT_FAILED frame
 EXIT_BAD_FRAME = 72  # the activity pipe carried a frame that cannot be trusted
 
+_retiring = False  # set by retire_after_task(): leave the loop after this task's outcome
+
+
+def retire_after_task() -> None:
+    """Called from inside a task: this worker exits cleanly once the task's outcome is
+    sent, as if it had reached ``max_tasks_per_child`` (the parent counts a recycle and
+    starts a replacement; anything already sent to it and not started runs elsewhere).
+    Integrations use it to recycle a worker whose memory grew past a limit."""
+    global _retiring
+    _retiring = True
+
 
 class ChildFd:
     """An fd handed to a worker: the same number under fork, duplicated into the child
@@ -241,7 +252,7 @@ def serve(
     pending: list[bytes] = []
     served = 0
     seq = 0  # tasks read so far: the numbering REVOKE and REVOKED use
-    while max_tasks is None or served < max_tasks:
+    while (max_tasks is None or served < max_tasks) and not _retiring:
         if pending and not reader.buffered():
             gate.write(pending)  # nothing more to coalesce with: send it now
             pending.clear()
