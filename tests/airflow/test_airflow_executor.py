@@ -201,16 +201,21 @@ def test_callback_reports_running_first(make, fake_log):
     assert cb.key not in ex.running
 
 
-def test_parallelism_is_exact(make, fake_log):
-    """Airflow 56444/54830: every configured worker runs, no more workloads than slots."""
+@pytest.mark.parametrize("queue_ahead", [0, 3])
+def test_parallelism_is_exact(make, fake_log, monkeypatch, queue_ahead):
+    """Airflow 56444/54830: every configured worker runs, never more; workloads beyond
+    the slots wait (``queue_ahead`` of them in the scheduler's memory, the rest in
+    Airflow's queue)."""
+    monkeypatch.setenv("AIRFLOW__PIPEPOOL__QUEUE_AHEAD", str(queue_ahead))
     ex = make(3)
     items = [task(f"block_{i}") for i in range(7)]
     submit(ex, *items)
     ex.heartbeat()
-    assert len(ex.running) == 3 and len(ex.queued_tasks) == 4
-    assert ex.slots_occupied == 7
+    assert len(ex.running) == 3 + queue_ahead
+    assert len(ex.queued_tasks) == 4 - queue_ahead
     drive(ex, lambda: len(records(fake_log, "start")) == 3, "three workloads to start")
-    assert ex.pool.stats()["tasks_running"] == 3 and ex.pool.stats()["tasks_queued"] == 0
+    stats = ex.pool.stats()
+    assert stats["tasks_running"] == 3 and stats["tasks_queued"] == queue_ahead
     open(os.environ["PIPEPOOL_FAKE_GATE"], "w").close()
     drive(ex, lambda: len(ex.event_buffer) == 7, "all seven outcomes")
     assert all(state == State.SUCCESS for state, _ in ex.event_buffer.values())
@@ -234,7 +239,7 @@ def test_dead_worker_frees_its_slot_and_fails_only_its_workload(make, fake_log):
     assert state == State.FAILED
     assert "killed by SIGKILL from outside" in info
     assert all(ex.event_buffer[w.ti.key][0] == State.SUCCESS for w in others)
-    assert not ex.running and ex.slots_available == 2
+    assert not ex.running and ex.slots_available == 2 + ex.queue_ahead
     assert ex.pool.stats()["worker_crashes"] == 1
     submit(ex, task("ok_after"))
     drive(ex, lambda: len(ex.event_buffer) == 6, "a workload after the death")
@@ -359,9 +364,9 @@ def test_workers_recycle_after_max_tasks_per_child(make, fake_log, monkeypatch):
 
 
 def test_workers_recycle_above_rss_limit(make, fake_log, monkeypatch):
-    from pipepool.airflow import _rss_bytes
+    from pipepool.airflow._procs import rss_bytes
 
-    limit_mib = _rss_bytes() // (1024 * 1024) + 32  # a fresh worker is below, grow_ above
+    limit_mib = rss_bytes() // (1024 * 1024) + 32  # a fresh worker is below, grow_ above
     monkeypatch.setenv("AIRFLOW__PIPEPOOL__MAX_RSS_MIB", str(limit_mib))
     ex = make(1)
     submit(ex, task("grow_1"), task("ok_2"), task("ok_3"))
