@@ -375,3 +375,25 @@ def test_workers_recycle_above_rss_limit(make, fake_log, monkeypatch):
     pids = [r["pid"] for r in records(fake_log, "start")]
     assert pids[0] != pids[1] == pids[2]  # recycled after growing, not after the others
     assert ex.pool.stats()["worker_recycles"] == 1
+
+
+def test_revoke_task_drops_queued_and_running_workloads_without_events(make, fake_log, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__PIPEPOOL__QUEUE_AHEAD", "1")
+    ex = make(1)
+    running, waiting = task("block_1"), task("block_2")
+    submit(ex, running, waiting)
+    ex.heartbeat()
+    drive(ex, lambda: len(records(fake_log, "start")) == 1, "the first start")
+    worker = records(fake_log, "start")[0]["pid"]
+    ex.revoke_task(ti=waiting.ti)  # still in the pool's queue: cancelled
+    ex.revoke_task(ti=running.ti)  # started: its worker is killed
+    assert not ex.running
+    deadline = time.monotonic() + BOUND
+    while proc_table.alive(worker):
+        assert time.monotonic() < deadline, "the revoked workload's worker lives on"
+        ex.heartbeat()
+        time.sleep(0.01)
+    submit(ex, task("ok_after"))
+    drive(ex, lambda: len(ex.event_buffer) == 1, "the next workload's outcome")
+    assert [k.task_id for k in ex.event_buffer] == ["ok_after"]  # none for the revoked
+    assert [r["name"] for r in records(fake_log, "start")] == ["block_1", "ok_after"]

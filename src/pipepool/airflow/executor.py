@@ -222,11 +222,12 @@ class PipepoolExecutor(BaseExecutor):
         with self._lock:
             self._pool_round(pool, timeout)
             events = pool.get_event_buffer()
+            pids = pool.worker_pids()
         self._read_events(events)
         now = time.monotonic()
         if now >= self._next_scan and self._workloads:
             self._next_scan = now + GROUP_SCAN
-            self._groups = _procs.task_groups(pool.worker_pids())
+            self._groups = _procs.task_groups(pids)
 
     def _pool_round(self, pool: LocalExecutor, timeout: float = 0.0) -> None:
         # A worker is forked inside the round when work is waiting and one is missing.
