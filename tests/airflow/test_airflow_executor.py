@@ -213,6 +213,9 @@ def test_parallelism_is_exact(make, fake_log, monkeypatch, queue_ahead):
     ex.heartbeat()
     assert len(ex.running) == 3 + queue_ahead
     assert len(ex.queued_tasks) == 4 - queue_ahead
+    # The scheduler queues at most [core] parallelism - slots_occupied more: the
+    # workloads waiting ahead do not count, or none would ever be handed over ahead.
+    assert ex.slots_occupied == 7 - queue_ahead
     drive(ex, lambda: len(records(fake_log, "start")) == 3, "three workloads to start")
     stats = ex.pool.stats()
     assert stats["tasks_running"] == 3 and stats["tasks_queued"] == queue_ahead

@@ -128,6 +128,13 @@ class PipepoolExecutor(BaseExecutor):
         """Workloads the scheduler may hand over now: ``queue_ahead`` beyond running."""
         return super().slots_available + self.queue_ahead
 
+    @property
+    def slots_occupied(self) -> int:
+        """What counts against ``[core] parallelism`` in the scheduler: the workloads held,
+        less the ``queue_ahead`` that may wait without running (the scheduler caps what it
+        queues at parallelism minus this; without it nothing would ever wait ahead)."""
+        return max(0, super().slots_occupied - self.queue_ahead)
+
     def trigger_tasks(self, open_slots: int) -> None:
         super().trigger_tasks(open_slots + self.queue_ahead)
 
