@@ -19,6 +19,7 @@ from .errors import (
 from .events import Event, State
 
 __version__ = "0.1.0"
+"""pipepool's version (as in ``pyproject.toml``)."""
 
 # The executors load on first use. Every worker process imports this package (for
 # pipepool.worker): keeping the executors out of that import saves start-up time. Dask is

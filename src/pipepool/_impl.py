@@ -33,6 +33,9 @@ def load(choice: str | None = None) -> tuple[str, ModuleType]:
     return "python", _pyloop
 
 
-IMPLEMENTATION, _module = load()
+_name, _module = load()
+IMPLEMENTATION: str = _name
+"""Which loop this process runs: "cython" (the compiled ``pipepool._loop``) or "python"
+(its pure-Python twin ``pipepool._pyloop``); ``PIPEPOOL_IMPL`` chooses, see above."""
 PipeLoop = _module.PipeLoop
 FrameReader = _module.FrameReader

@@ -413,6 +413,7 @@ class ClusterExecutor(SchedulerAPI):
 
     @property
     def scheduler_address(self) -> str | None:
+        """The Dask scheduler's address (``tcp://host:port``) once connected, else None."""
         return self._client.scheduler.address if self._client is not None else None
 
     def wake(self) -> None:

@@ -17,6 +17,7 @@ class State(enum.StrEnum):
 
     @property
     def terminal(self) -> bool:
+        """True for SUCCESS and FAILED: the key gets no further event."""
         return self in (State.SUCCESS, State.FAILED)
 
 

@@ -64,6 +64,7 @@ from pipepool.futures import ProcessPoolExecutor
 __all__ = ["BACKEND_NAME", "PipepoolBackend", "WorkerCrashedError", "shutdown_pool"]
 
 BACKEND_NAME = "pipepool"
+"""The name this module registers the backend under: ``parallel_config(backend=...)``."""
 CALLS_SHOWN = 3  # calls of a lost batch named in the error; the rest are counted
 
 
