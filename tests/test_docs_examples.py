@@ -37,3 +37,21 @@ def test_example_runs(example: str) -> None:
     )
     assert proc.returncode == 0, f"{example} failed:\n{proc.stdout}\n{proc.stderr}"
     assert proc.stdout.strip(), f"{example} printed nothing"
+
+
+def test_readme_python_runs(tmp_path: Path) -> None:
+    # The README's own snippet is not a file: run each ```python block as a script.
+    readme = (EXAMPLES.parent.parent / "README.md").read_text()
+    blocks = readme.split("```python\n")[1:]
+    assert blocks, "the README has no Python example"
+    for i, block in enumerate(blocks):
+        script = tmp_path / f"readme_{i}.py"
+        script.write_text(block.split("```", 1)[0])
+        proc = subprocess.run(
+            [sys.executable, str(script)],
+            capture_output=True,
+            text=True,
+            timeout=EXAMPLE_TIMEOUT,
+            cwd=tmp_path,
+        )
+        assert proc.returncode == 0, f"README block {i} failed:\n{proc.stderr}"
