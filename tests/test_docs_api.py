@@ -24,7 +24,10 @@ def _checker():
 
 
 def test_every_public_name_is_documented() -> None:
-    assert _checker().check() == []
+    # What this install can import: the pure build's test jobs have no compiled loop and
+    # no Airflow. The docs step of .ci/run and the workflow's docs job run the script
+    # with everything required (CI=true).
+    assert _checker().check(require=False) == []
 
 
 @pytest.fixture
@@ -63,7 +66,7 @@ def test_checker_reports_each_gap(fake_package: Path) -> None:
         "# API\n\n::: fakedocpkg.Good\n\n::: fakedocpkg.bare_fn\n\n::: fakedocpkg.CONST\n\n"
         "::: fakedocpkg.Missing\n"
     )
-    problems = _checker().check(modules=("fakedocpkg",), reference=fake_package)
+    problems = _checker().check(modules=("fakedocpkg",), reference=fake_package, require=True)
     text = "\n".join(problems)
     assert "fakedocpkg.Bare: no '::: ...Bare' entry" in text
     assert "fakedocpkg.Bare: no docstring" in text
