@@ -101,3 +101,13 @@ def _is_resource_tracker_fd(fd: int) -> bool:
     from multiprocessing import resource_tracker
 
     return fd == getattr(resource_tracker._resource_tracker, "_fd", None)
+
+
+_AIRFLOW_TESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "airflow")
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """tests/airflow/ runs last: importing Airflow makes each later fork of this process
+    copy a much bigger address space, and the core suite forks workers by the thousand
+    (tests/test_hardening.py recycles one per task)."""
+    items.sort(key=lambda item: str(item.fspath).startswith(_AIRFLOW_TESTS))  # stable

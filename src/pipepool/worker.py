@@ -50,6 +50,17 @@ EXIT_BAD_FRAME = 72  # the activity pipe carried a frame that cannot be trusted
 SMALL_WRITE = 16384  # bytes up to which a frame's parts are joined before one write;
 # above it they go by writev, so a big result is never copied just to be sent
 
+_retiring = False  # set by retire_after_task(): leave the loop after this task's outcome
+
+
+def retire_after_task() -> None:
+    """Called from inside a task: this worker exits cleanly once the task's outcome is
+    sent, as if it had reached ``max_tasks_per_child`` (the parent counts a recycle and
+    starts a replacement; anything already sent to it and not started runs elsewhere).
+    Integrations use it to recycle a worker whose memory grew past a limit."""
+    global _retiring
+    _retiring = True
+
 
 class ChildFd:
     """An fd handed to a worker: the same number under fork, duplicated into the child
@@ -320,7 +331,7 @@ def serve(
     gate = gate or _Gate(result_fd)
     served = 0
     seq = 0  # calls read so far: the numbering start marks, REVOKE and REVOKED use
-    while max_tasks is None or served < max_tasks:
+    while (max_tasks is None or served < max_tasks) and not _retiring:
         try:
             frame = reader.read()
         except FrameError:
@@ -358,6 +369,8 @@ def serve(
                 gate.write(_run(ident, fn, args, kwargs))
                 del fn, args, kwargs
                 served += 1
+                if _retiring:  # the rest of the batch never started: it runs elsewhere
+                    break
         # A worker never gets more calls than max_tasks_per_child allows, so a batch is
         # never cut short by it; ``served`` is checked again before the next read.
 

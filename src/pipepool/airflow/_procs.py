@@ -1,0 +1,82 @@
+"""Processes seen from the scheduler: task process groups, memory, OOM kills (Linux's
+/proc first; psutil, an Airflow dependency, where there is none)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+
+
+def rss_bytes(pid: int | None = None) -> int:
+    """Resident memory of a process now (not its peak)."""
+    with (
+        contextlib.suppress(OSError, ValueError, IndexError),
+        open(f"/proc/{pid or 'self'}/statm") as f,
+    ):
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    import psutil
+
+    return psutil.Process(pid).memory_info().rss
+
+
+def oom_kills() -> int | None:
+    """The kernel's count of OOM kills (memory cgroups included), or None if unknown."""
+    with contextlib.suppress(OSError, ValueError), open("/proc/vmstat") as f:
+        for line in f:
+            if line.startswith("oom_kill "):
+                return int(line.split()[1])
+    return None
+
+
+def task_groups(worker_pids: list[int]) -> dict[int, set[int]]:
+    """``{worker pid: process groups of its descendants}``, from one pass over the process
+    table; our own group is never in it (the workers share it)."""
+    import psutil
+
+    wanted = set(worker_pids)
+    if not wanted:
+        return {}
+    own = os.getpgrp()
+    children: dict[int, list[int]] = {}
+    for proc in psutil.process_iter(["ppid"]):
+        ppid = proc.info["ppid"]
+        if ppid is not None:
+            children.setdefault(ppid, []).append(proc.pid)
+    groups: dict[int, set[int]] = {}
+    for worker in wanted:
+        found: set[int] = set()
+        todo = list(children.get(worker, ()))
+        while todo:
+            pid = todo.pop()
+            todo.extend(children.get(pid, ()))
+            with contextlib.suppress(OSError):
+                found.add(os.getpgid(pid))
+        found.discard(own)
+        if found:
+            groups[worker] = found
+    return groups
+
+
+def signal_groups(groups: set[int], sig: signal.Signals) -> None:
+    for pgid in groups:
+        with contextlib.suppress(OSError):
+            os.killpg(pgid, sig)
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def processes(pids: list[int]) -> list:
+    import psutil
+
+    found = []
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            found.append(psutil.Process(pid))
+    return found

@@ -1,0 +1,334 @@
+"""PipepoolExecutor: Airflow's LocalExecutor on a pool whose parent never blocks on a pipe.
+
+Airflow's LocalExecutor puts every workload on one shared pipe and reads outcomes from
+another; a burst larger than both pipes deadlocks the scheduler in ``put()`` while its
+workers block writing results (Airflow issue 70526). Here each workload is a task of a
+``pipepool.LocalExecutor``: ``_process_workloads`` only appends to its queue, each round
+writes what fits and reads what came, and outcomes come back as events. In a worker the
+workload runs exactly as in Airflow's LocalExecutor, through ``BaseExecutor.run_workload``
+(the task SDK's supervisor), so logs, ``serve_logs`` and task states are Airflow's own.
+
+What this adds to the upstream executor (each cites the Airflow issue it answers):
+
+* exactly ``parallelism`` workers run workloads; a workload holds a slot from hand-over to
+  outcome, plus ``queue_ahead`` workloads may wait in the scheduler's memory (never in a
+  pipe) so a worker that finishes starts the next one at once (56444, 54830);
+* a worker that dies frees its slot and fails only its own workload, with the reason,
+  and says when the kernel's OOM killer did it (43448, 55602);
+* ``end()`` waits for running workloads, a second signal during that wait kills them;
+  ``terminate()`` signals each workload's whole process group (47011);
+* the GC is frozen while workers fork (Airflow PR 58365), and workers are recycled after
+  ``[pipepool] max_tasks_per_child`` workloads or above ``max_rss_mib`` of memory.
+
+Threads: the scheduler's, and a driver that runs a round every ``DRIVE_INTERVAL`` while
+workloads wait for a worker (so the next one starts without waiting for the scheduler's
+next loop). Every use of the pool holds ``_lock``; only the scheduler's thread touches
+BaseExecutor's state (``running``, ``event_buffer``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import multiprocessing
+import signal
+import threading
+import time
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+from airflow.executors.base_executor import BaseExecutor, get_execution_api_server_url
+
+from ..errors import TaskKilledError, signal_name
+from ..events import Event, State
+from ..executor import LocalExecutor
+from . import _procs
+from ._worker import init_worker, run_workload, title_prefix
+
+if not hasattr(BaseExecutor, "run_workload"):  # Airflow < 3.3 has no common entry point
+    raise ImportError(
+        "pipepool.airflow.PipepoolExecutor needs apache-airflow 3.3 or newer "
+        "(BaseExecutor.run_workload); install it with: pip install 'pipepool[airflow]'"
+    )
+
+SECTION = "pipepool"  # the airflow.cfg section (AIRFLOW__PIPEPOOL__<OPTION> in the environment)
+ROUND_WAIT = 0.2  # s end() waits per round for an outcome: short enough to notice signals
+TERM_GRACE = 5.0  # s terminate() lets a SIGTERMed workload clean up before SIGKILL
+DRIVE_INTERVAL = 0.02  # s between the driver's rounds while workloads wait: the longest a
+# free worker idles with work waiting, for ~100 µs of scheduler CPU per round
+GROUP_SCAN = 1.0  # s between scans for the process groups our workers' task runners lead:
+# one pass over the process table, so that a worker's death can take its task's whole
+# group along (its task runner sits in a group of its own, out of the worker's reach)
+
+
+class PipepoolExecutor(BaseExecutor):
+    """Run workloads in local pipepool workers: Airflow's LocalExecutor, deadlock-free.
+
+    :param parallelism: how many workloads run at once (one worker each), must be > 0
+    """
+
+    is_local: bool = True
+    is_mp_using_fork: bool
+    supports_multi_team: bool = True
+    serve_logs: bool = True
+    supports_callbacks: bool = True
+    supports_connection_test: bool = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not hasattr(self, "conf"):
+            from airflow.configuration import conf
+
+            self.conf = conf
+        self.is_mp_using_fork = multiprocessing.get_start_method() == "fork"
+        get = self.conf.getint
+        self.max_tasks_per_child = get(SECTION, "max_tasks_per_child", fallback=0)
+        self.max_rss_mib = get(SECTION, "max_rss_mib", fallback=0)
+        self.queue_ahead = get(SECTION, "queue_ahead", fallback=self.parallelism)
+        self.gc_freeze = self.conf.getboolean(SECTION, "gc_freeze", fallback=True)
+        self.term_grace = float(self.conf.get(SECTION, "term_grace", fallback=str(TERM_GRACE)))
+        if self.queue_ahead < 0:
+            raise ValueError("[pipepool] queue_ahead must be 0 or more")
+        self.pool: LocalExecutor | None = None
+        self._lock = threading.Lock()  # held for every use of the pool
+        self._stop = threading.Event()
+        self._driver: threading.Thread | None = None
+        self._workloads: dict[Hashable, Any] = {}  # key -> workload, handed over to the pool
+        self._oom_at: dict[Hashable, int | None] = {}  # key -> OOM-kill count when handed over
+        self._groups: dict[int, set[int]] = {}  # worker pid -> process groups it started
+        self._next_scan = 0.0
+
+    # -- BaseExecutor -------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the pool; with fork, all ``parallelism`` workers at once, GC frozen."""
+        self._prefix = title_prefix(self.team_name)
+        self._server = get_execution_api_server_url(self.conf)
+        self.pool = LocalExecutor(
+            self.parallelism,
+            prefetch=1,  # a workload never waits behind another in a worker's pipe
+            max_tasks_per_child=self.max_tasks_per_child or None,
+            initializer=init_worker,
+            initargs=(self._prefix,),
+        )
+        self.pool.start()
+        if self.is_mp_using_fork:
+            # Like Airflow's LocalExecutor: fork every worker now, under one GC freeze.
+            with self._gc_frozen(True):
+                self.pool.prestart()
+        if self.queue_ahead:
+            self._stop.clear()
+            self._driver = threading.Thread(
+                target=self._drive, name="pipepool-airflow-driver", daemon=True
+            )
+            self._driver.start()
+
+    @property
+    def slots_available(self) -> int:
+        """Workloads the scheduler may hand over now: ``queue_ahead`` beyond running."""
+        return super().slots_available + self.queue_ahead
+
+    @property
+    def slots_occupied(self) -> int:
+        """What counts against ``[core] parallelism`` in the scheduler: the workloads held,
+        less the ``queue_ahead`` that may wait without running (the scheduler caps what it
+        queues at parallelism minus this; without it nothing would ever wait ahead)."""
+        return max(0, super().slots_occupied - self.queue_ahead)
+
+    def trigger_tasks(self, open_slots: int) -> None:
+        super().trigger_tasks(open_slots + self.queue_ahead)
+
+    def _process_workloads(self, workload_list: Sequence[Any]) -> None:
+        """Hand workloads to the pool: appends to its queue, never blocks on a pipe."""
+        pool = self._require_pool()
+        max_rss = self.max_rss_mib * 1024 * 1024
+        for workload in workload_list:
+            key = workload.key
+            removed = (
+                self.queued_tasks.pop(key, None)
+                or self.queued_callbacks.pop(key, None)
+                or self.queued_connection_tests.pop(key, None)
+            )
+            if not removed:
+                raise KeyError(f"Workload {key} was not found in any queue")
+            self._workloads[key] = workload
+            self._oom_at[key] = _procs.oom_kills()
+            # Its slot is taken from now until its outcome is read (BaseExecutor counts
+            # open slots as parallelism - len(running)).
+            self.running.add(key)
+            with self._lock:
+                pool.queue_call(key, run_workload, (workload, self._server, self._prefix, max_rss))
+        self._round()
+
+    def sync(self) -> None:
+        """One round: dispatch what fits, read outcomes into the event buffer."""
+        if self.pool is not None:
+            self._round()
+
+    def end(self) -> None:
+        """Wait for every running workload, then stop the workers. A signal during the
+        wait (the scheduler's SIGINT or SIGTERM handler raising) kills them instead."""
+        self.log.info(
+            "Shutting down PipepoolExecutor; waiting for running tasks to finish. "
+            "Signal again if you don't want to wait."
+        )
+        pool = self.pool
+        if pool is None:
+            return
+        try:
+            self._stop_driver()
+            while pool.has_work():
+                self._round(ROUND_WAIT)
+            pool.end()
+        except BaseException:
+            self.log.warning("PipepoolExecutor: interrupted while ending; killing running tasks")
+            self.terminate()
+            raise
+        self._read_events()
+        self.pool = None
+
+    def terminate(self) -> None:
+        """Stop now: SIGTERM each running workload's process group, SIGKILL what is left
+        after ``term_grace``; the workers go too, unfinished workloads fail."""
+        pool = self.pool
+        if pool is None:
+            return
+        self._stop_driver()
+        import psutil
+
+        workers = _procs.processes(pool.worker_pids())
+        groups = set().union(*_procs.task_groups([w.pid for w in workers]).values())
+        _procs.signal_groups(groups, signal.SIGTERM)
+        # The supervisors (our workers) see their task runner exit and report its state.
+        deadline = time.monotonic() + self.term_grace
+        while any(_procs.group_alive(g) for g in groups) and time.monotonic() < deadline:
+            pool.sync(timeout=0.05)
+        _procs.signal_groups(groups, signal.SIGKILL)
+        pool.terminate()
+        psutil.wait_procs(workers, timeout=self.term_grace)
+        self._read_events()
+        self.pool = None
+
+    def revoke_task(self, *, ti: Any) -> None:
+        """Drop a workload the scheduler takes back: unqueued, or its worker killed."""
+        key = ti.key
+        self.queued_tasks.pop(key, None)
+        self.running.discard(key)
+        workload = self._workloads.pop(key, None)
+        self._oom_at.pop(key, None)
+        if workload is not None and self.pool is not None:
+            with self._lock:
+                if not self.pool.cancel(key):
+                    self.pool.kill(key)
+                self.pool.get_event_buffer([key])  # no event for it: the scheduler said so
+
+    # -- the pool's side ----------------------------------------------------------------
+
+    def _round(self, timeout: float = 0.0) -> None:
+        pool = self._require_pool()
+        with self._lock:
+            self._pool_round(pool, timeout)
+            events = pool.get_event_buffer()
+            pids = pool.worker_pids()
+        self._read_events(events)
+        now = time.monotonic()
+        if now >= self._next_scan and self._workloads:
+            self._next_scan = now + GROUP_SCAN
+            self._groups = _procs.task_groups(pids)
+
+    def _pool_round(self, pool: LocalExecutor, timeout: float = 0.0) -> None:
+        # A worker is forked inside the round when work is waiting and one is missing.
+        may_fork = self.is_mp_using_fork and pool.has_work()
+        if may_fork:
+            may_fork = pool.stats()["workers_alive"] < self.parallelism
+        with self._gc_frozen(may_fork):
+            pool.sync(timeout)
+
+    def _drive(self) -> None:
+        """The driver thread: a round whenever workloads wait in the queue, so a worker
+        that finishes gets the next one now, not at the scheduler's next heartbeat. It
+        leaves the events in the pool for the scheduler's thread."""
+        while not self._stop.wait(DRIVE_INTERVAL):
+            with self._lock:
+                pool = self.pool
+                if pool is None:
+                    return
+                if pool.queued:
+                    self._pool_round(pool)
+
+    def _stop_driver(self) -> None:
+        if self._driver is not None:
+            self._stop.set()
+            self._driver.join()
+            self._driver = None
+
+    def _read_events(self, events: dict[Hashable, Event] | None = None) -> None:
+        if events is None:
+            if self.pool is None:
+                return
+            events = self.pool.get_event_buffer()
+        for key, event in events.items():
+            workload = self._workloads.get(key)
+            if workload is None:
+                continue  # revoked
+            if event.state is State.RUNNING:
+                if workload.running_state is not None:  # callbacks report RUNNING
+                    self.change_state(key, workload.running_state, remove_running=False)
+                continue
+            del self._workloads[key]
+            oom_at = self._oom_at.pop(key, None)
+            groups = self._groups.pop(event.pid, set()) if event.pid else set()
+            if _is_lost(event.exception):
+                # The worker (the task's supervisor) died: its task runner died with it
+                # (PR_SET_PDEATHSIG) but what the runner started may live on in its group.
+                _procs.signal_groups(groups, signal.SIGKILL)
+            if event.state is State.SUCCESS:
+                self.change_state(key, workload.success_state)
+                continue
+            reason = _failure_reason(event, oom_at)
+            self.log.error("Workload %s failed: %s", key, reason)
+            self.change_state(key, workload.failure_state, info=reason)
+
+    @contextlib.contextmanager
+    def _gc_frozen(self, active: bool):
+        """Move every tracked object to the permanent generation while forking, so the
+        children's GC never writes to (and copies) the pages they share with us."""
+        if not (active and self.gc_freeze):
+            yield
+            return
+        gc.freeze()
+        try:
+            yield
+        finally:
+            gc.unfreeze()
+
+    def _require_pool(self) -> LocalExecutor:
+        if self.pool is None:
+            raise RuntimeError("PipepoolExecutor is not running: call start() first")
+        return self.pool
+
+
+def _is_lost(exc: BaseException | None) -> bool:
+    from ..errors import WorkerLostError  # type: ignore[attr-defined]  # lazy, see errors
+
+    return isinstance(exc, WorkerLostError)
+
+
+def _failure_reason(event: Event, oom_at: int | None) -> str:
+    """Why a workload failed, in words the scheduler's log and the event carry."""
+    exc = event.exception
+    sig = signal_name(getattr(exc, "exitcode", None))
+    if sig == "SIGKILL" and not isinstance(exc, TaskKilledError):
+        now = _procs.oom_kills()
+        if oom_at is not None and now is not None and now > oom_at:
+            return (
+                f"its worker (pid {event.pid}) was killed by the kernel's OOM killer "
+                f"(out of memory: /proc/vmstat oom_kill rose from {oom_at} to {now} while it "
+                "ran); only this workload failed. Give it more memory, lower parallelism, "
+                "or set [pipepool] max_rss_mib to recycle workers that grow"
+            )
+        return (
+            f"its worker (pid {event.pid}) was killed by SIGKILL from outside (no OOM kill "
+            "was recorded by the kernel meanwhile); only this workload failed"
+        )
+    return f"{type(exc).__name__}: {exc}"

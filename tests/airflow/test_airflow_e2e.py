@@ -1,0 +1,81 @@
+"""End to end: Airflow itself runs ``e2e_dag.py`` (~200 tasks: failures, a task that
+SIGKILLs itself, one past its execution_timeout, an upstream_failed) with
+PipepoolExecutor, in a temporary AIRFLOW_HOME with a sqlite database, on 127.0.0.1 only:
+
+* ``airflow dags test --use-executor`` with the whole DAG (199 task instances);
+* the scheduler, api-server and dag-processor for one triggered run. In CI the DAG is cut
+  to 30 ``ok_*`` tasks (PIPEPOOL_E2E_SCHEDULER_OK; 190 makes it the whole DAG) to keep
+  the run within CI's budget; ``benchmarks/airflow_scheduler.py`` runs all of it.
+
+Every task instance must end in the state Airflow should give it, and no process of the
+run may outlive it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import airflow_env
+import pytest
+
+airflow_env.require_airflow()
+
+import e2e  # noqa: E402
+
+import proc_table  # noqa: E402
+
+BOUND = 540.0  # s for one whole run; the test's own timeout is above it
+SCHEDULER_OK = int(os.environ.get("PIPEPOOL_E2E_SCHEDULER_OK", "30"))
+
+
+@pytest.fixture(scope="module")
+def template_db(tmp_path_factory) -> Path:
+    """One migrated metadata database, copied into each run's home (saves ~10 s each)."""
+    home = e2e.Home(tmp_path_factory.mktemp("template"), e2e.PIPEPOOL)
+    home.migrate()
+    return home.db
+
+
+def check(home: e2e.Home, states: dict[str, str | None], n_ok: int) -> None:
+    print(f"\n{e2e.state_table(states)}")
+    assert len(states) == n_ok + 9, sorted(states)
+    wrong = {t: s for t, s in states.items() if s != e2e.expected_state(t)}
+    assert not wrong, f"task instances in the wrong state: {wrong}"
+
+
+def no_survivors(before: set[int]) -> None:
+    """Every process of the run is gone (its sessions were killed as a whole)."""
+    deadline = time.monotonic() + 30
+    while True:
+        left = [p for p in proc_table.children(os.getpid()) - before if proc_table.alive(p)]
+        if not left:
+            return
+        assert time.monotonic() < deadline, f"processes outlived the run: {left}"
+        time.sleep(0.1)
+
+
+@pytest.mark.timeout(BOUND + 60)
+def test_dags_test_with_the_executor(tmp_path, template_db):
+    before = proc_table.children(os.getpid())
+    home = e2e.Home(tmp_path / "home", e2e.PIPEPOOL, n_ok=190)
+    home.migrate(template_db)
+    states = e2e.dags_test(home, bound=BOUND)
+    check(home, states, 190)
+    # Task logs are written by Airflow's supervisor, as with LocalExecutor.
+    logs = list((home.root / "logs").rglob("*task_id=fail_1*/*.log"))
+    assert logs and "planned failure 1" in logs[0].read_text(), logs
+    no_survivors(before)
+
+
+@pytest.mark.timeout(BOUND + 60)
+def test_scheduler_runs_the_dag_with_the_executor(tmp_path, template_db):
+    before = proc_table.children(os.getpid())
+    home = e2e.Home(tmp_path / "home", e2e.PIPEPOOL, n_ok=SCHEDULER_OK)
+    home.migrate(template_db)
+    states, span = e2e.scheduler_run(home, bound=BOUND)
+    check(home, states, SCHEDULER_OK)
+    print(f"{len(states)} task instances in {span:.1f} s: {len(states) / span * 60:.0f}/min")
+    assert "pipepool.airflow" in home.tail("scheduler", 10**7)  # it really ran ours
+    no_survivors(before)
