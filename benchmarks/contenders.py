@@ -478,6 +478,7 @@ PEER_COLUMNS = {
     "loky-submit": "loky",
     "airflow": "Airflow-style",
     "raw-pipe": "raw pipe",
+    "joblib-loky": "joblib loky",  # only in the joblib tables (benchmarks/joblib_adapters.py)
 }
 
 

@@ -116,7 +116,7 @@ def _measure_sections(data: dict[str, Any], name: str) -> list[str]:
     for param, by_key in m["params"].items():
         peers = [k for k in PEER_COLUMNS if by_key.get(k, {}).get("median")]
         header = ["contender", f"{unit} (median)", "min to max"]
-        if name in ("tiny", "mib", "kib64", "sweep"):
+        if name in ("tiny", "mib", "kib64", "sweep", "joblib-tiny", "joblib-mib"):
             header += ["parent CPU µs/task", "worker CPU µs/task"]
         if name == "latency":
             header = ["contender", "p50 µs", "p99 µs", "mean µs", "p50 min to max"]
@@ -143,7 +143,7 @@ def _measure_sections(data: dict[str, Any], name: str) -> list[str]:
                 ]
             else:
                 row = [_label(data, key), _fmt(med[fld], unit), spread]
-            if name in ("tiny", "mib", "kib64", "sweep"):
+            if name in ("tiny", "mib", "kib64", "sweep", "joblib-tiny", "joblib-mib"):
                 row += [f"{med['parent_cpu_us']:,.1f}", f"{med['worker_cpu_us']:,.1f}"]
             if name == "startup":
                 row += [_fmt(med["close_ms"], "ms")]
@@ -274,7 +274,7 @@ def markdown(data: dict[str, Any]) -> str:
         "and the workers' (from /proc/<pid>/schedstat), divided by the tasks.",
         "",
     ]
-    for name in ("tiny", "mib", "kib64", "latency", "startup"):
+    for name in ("tiny", "mib", "kib64", "latency", "startup", "joblib-tiny", "joblib-mib"):
         if name in data["measures"]:
             lines += ["\n\n".join(_measure_sections(data, name)), ""]
     if "latency" in data["measures"] and plots.get("files"):

@@ -13,6 +13,9 @@ sweep      tiny tasks (fewer per point) at parallelism 1, 2, 4, ... 64: tasks/s
 hol        one 10 s task, then 1,000 tasks of 1 ms, on 4 workers: seconds until the
            short ones are done (head-of-line blocking), on a fresh pool (cold) and on
            one that ran no-ops first (warm: an adaptive dispatch depth has seen tiny tasks)
+joblib-*   joblib's Parallel(n_jobs=2), backend "pipepool" vs "loky" (benchmarks/
+           joblib_adapters.py): the tiny calls (auto-batching, the pool reused from a
+           warm-up call), and 200 calls each returning a 1 MiB numpy array
 =========  ============================================================================
 
 Every measure runs its contenders interleaved (round 1: A B C, round 2: B C A, ...),
@@ -58,7 +61,17 @@ from .tasks import KIB64, MIB, make_mib, noop, take
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-MEASURES = ("tiny", "mib", "kib64", "latency", "startup", "sweep", "hol")
+MEASURES = (
+    "tiny",
+    "mib",
+    "kib64",
+    "latency",
+    "startup",
+    "sweep",
+    "hol",
+    "joblib-tiny",
+    "joblib-mib",
+)
 START_METHODS = ("fork", "forkserver", "spawn")
 
 
@@ -158,6 +171,18 @@ MEASURE_INFO: dict[str, dict[str, Any]] = {
         "title": "Parallelism sweep: {n:,} no-op calls per point",
         "unit": "tasks/s",
         "field": "rate",
+        "better": "higher",
+    },
+    "joblib-tiny": {
+        "title": "joblib Parallel(n_jobs=2): {n:,} no-op calls, auto-batching, pool reused",
+        "unit": "tasks/s",
+        "field": "rate",
+        "better": "higher",
+    },
+    "joblib-mib": {
+        "title": "joblib Parallel(n_jobs=2): {n:,} calls each returning a 1 MiB numpy array",
+        "unit": "MB/s",
+        "field": "mb_s",
         "better": "higher",
     },
     "hol": {
@@ -466,6 +491,34 @@ class Suite:
             ),
         )
 
+    def run_joblib(self) -> None:
+        """joblib's Parallel on both process backends, at n_jobs=2 (the issue's row)."""
+        from .joblib_adapters import JOBLIB_SPECS, make_mib_array
+
+        specs = [s for s in JOBLIB_SPECS if not missing_requirement(s)]
+        for note in filter(None, map(missing_requirement, JOBLIB_SPECS)):
+            if note not in self.notes:
+                self.notes.append(note)
+        if not specs:
+            return
+        tiny, mib = list(range(self.cfg.tiny_tasks)), list(range(self.cfg.mib_tasks))
+        self.interleave(
+            "joblib-tiny",
+            [2],
+            specs,
+            self.cfg.rounds,
+            lambda s, p: throughput_sample(s, p, noop, tiny, lambda r: r == tiny),
+        )
+        self.interleave(
+            "joblib-mib",
+            [2],
+            specs,
+            self.cfg.rounds,
+            lambda s, p: throughput_sample(
+                s, p, make_mib_array, mib, lambda r: all(a.nbytes == MIB for a in r), nbytes=MIB
+            ),
+        )
+
     def run_latency(self) -> None:
         keys = ["local", "ppe-submit", "std-submit", "mp-apply", "loky-submit", "airflow"]
         self.interleave(
@@ -547,6 +600,8 @@ def summarize(suite: Suite, cfg: Config) -> None:
             "sweep": cfg.sweep_tasks,
             "hol": cfg.hol_count,
             "startup": 1,
+            "joblib-tiny": cfg.tiny_tasks,
+            "joblib-mib": cfg.mib_tasks,
         }[measure]
         data["title"] = info["title"].format(
             n=n, long=cfg.hol_long, short=cfg.hol_short, w=cfg.hol_workers
@@ -872,7 +927,10 @@ def main(argv: list[str] | None = None, prog: str = "python -m benchmarks") -> i
         "startup": suite.run_startup,
         "sweep": suite.run_sweep,
         "hol": suite.run_hol,
+        "joblib-tiny": suite.run_joblib,  # runs both joblib measures
     }
+    if "joblib-mib" in measures and "joblib-tiny" not in measures:
+        measures.append("joblib-tiny")
     for name, step in steps.items():
         if name in measures:
             step()

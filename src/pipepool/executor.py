@@ -212,8 +212,7 @@ class LocalExecutor(SchedulerAPI):
             raise ValueError("prefetch must be at least 1, or None for an adaptive depth")
         if max_tasks_per_child is not None and max_tasks_per_child < 1:
             raise ValueError("max_tasks_per_child must be at least 1 or None")
-        if start_method not in (None, "fork", "spawn", "forkserver"):
-            raise ValueError(f"unknown start_method {start_method!r}")
+        start_method = _standard_start_method(start_method)
         self.parallelism = parallelism
         self.prefetch = prefetch
         self.pipe_size = pipe_size
@@ -1079,6 +1078,30 @@ def _pickle_batch(batch: list[_Task]) -> bytes | None:
 def _remote_exception(key: Hashable, payload: bytes) -> BaseException:
     """Rebuild a worker's exception with its traceback as ``__cause__``; never raises."""
     return load_failure(key, payload, "in the parent")
+
+
+def _standard_start_method(name: str | None) -> str | None:
+    """The start method to use for ``name``: one of the standard three, or None.
+
+    A library may register its own start method with ``multiprocessing`` and make it the
+    default: inside a loky worker (joblib's default backend) the default context is
+    named "loky". Neither spawn nor forkserver can start a child there (the child's
+    preparation sets the parent's default start method before it can import loky, and
+    fails), so pipepool forks. A name nobody registered is still an error.
+    """
+    if name is None:
+        # Resolves (and, as get_context(None) would, fixes) the default start method.
+        name = multiprocessing.get_start_method()
+        if name in ("fork", "spawn", "forkserver"):
+            return None
+    elif name in ("fork", "spawn", "forkserver"):
+        return name
+    try:
+        multiprocessing.get_context(name)
+    except ValueError:
+        raise ValueError(f"unknown start_method {name!r}") from None
+    log.debug("pipepool: start method %r is not a standard one; forking instead", name)
+    return "fork"
 
 
 def _set_pipe_size(fd: int, size: int) -> None:
