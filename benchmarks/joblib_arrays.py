@@ -17,6 +17,7 @@ import argparse
 import statistics
 import sys
 import time
+from typing import Any
 
 CALLS = 8
 
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import pipepool.joblib  # registers the backend
 
-    contenders = {
+    contenders: dict[str, dict[str, Any]] = {
         "loky (memmap)": dict(backend="loky"),
         "pipepool (memmap)": dict(backend="pipepool"),
         "loky (max_nbytes=None)": dict(backend="loky", max_nbytes=None),
@@ -76,13 +77,16 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|" + "---|" * len(names) + "---|")
     for direction in ("args", "results"):
         for mb in args.sizes:
-            cells, med = [], {}
+            cells: list[str] = []
+            med: dict[str, float] = {}
             for name in names:
                 values = times.get((direction, name, mb))
-                med[name] = statistics.median(values) if values else None
+                if values:
+                    med[name] = statistics.median(values)
                 cells.append(f"{med[name] * 1e3:,.1f}" if values else "-")
-            ratio = med["loky (memmap)"] / med["pipepool (memmap)"]
-            print(f"| {direction} | {mb} MB | " + " | ".join(cells) + f" | {ratio:.2f}x |")
+            pair = (med.get("loky (memmap)"), med.get("pipepool (memmap)"))
+            ratio = f"{pair[0] / pair[1]:.2f}x" if pair[0] and pair[1] else "-"
+            print(f"| {direction} | {mb} MB | " + " | ".join(cells) + f" | {ratio} |")
     return 0
 
 

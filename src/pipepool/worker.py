@@ -369,6 +369,8 @@ def serve(
                 gate.write(_run(ident, fn, args, kwargs))
                 del fn, args, kwargs
                 served += 1
+                if _retiring:  # the rest of the batch never started: it runs elsewhere
+                    break
         # A worker never gets more calls than max_tasks_per_child allows, so a batch is
         # never cut short by it; ``served`` is checked again before the next read.
 
