@@ -43,22 +43,23 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import copyreg
 import itertools
 import os
 import pickle
 import signal
 import threading
 import time
-import traceback
 import uuid
-from collections import ChainMap, deque
-from collections.abc import Callable, Hashable, Iterable
+from collections import deque
+from collections.abc import Hashable, Iterable
 from concurrent.futures import CancelledError
 from typing import Any
 
 from . import _signals
 from ._api import SchedulerAPI
+from ._outcome import encode_failure
+from ._task import RUNNING as _RUNNING
+from ._task import Task, pickle_call
 from ._unpickle import load_exception, load_result
 from .errors import (
     TaskKilledError,
@@ -92,8 +93,6 @@ WAIT_SLICE = 0.25  # s a sync(timeout) waits at most before the steps run again:
 STARTED_TOPIC = "pipepool-started"  # one topic for every executor (the scheduler keeps
 # each topic it ever saw); a message carries its executor's token
 
-_QUEUED, _RUNNING, _DONE = 0, 1, 2
-
 
 class ClusterWorkerLostError(WorkerLostError):
     """A Dask worker died while running the task, after the cluster's own retries.
@@ -116,40 +115,11 @@ def _rebuild_cluster_lost(
     return ClusterWorkerLostError(message, address=address, pid=pid)
 
 
-class _Task:
-    __slots__ = (
-        "address",
-        "args",
-        "deadline",
-        "fn",
-        "future",
-        "key",
-        "kwargs",
-        "phase",
-        "pid",
-        "started",
-        "tid",
-        "timeout",
-    )
+class _Task(Task):
+    __slots__ = ("address", "future", "pid")
 
-    def __init__(
-        self,
-        tid: int,
-        key: Hashable,
-        fn: Callable[..., Any],
-        args: tuple,
-        kwargs: dict,
-        timeout: float | None,
-    ) -> None:
-        self.tid = tid
-        self.key = key
-        self.fn = fn
-        self.args = args
-        self.kwargs = kwargs
-        self.timeout = timeout
-        self.phase = _QUEUED
-        self.started = False
-        self.deadline: float | None = None
+    def __init__(self, *call: Any) -> None:  # Task's arguments
+        Task.__init__(self, *call)
         self.future: Any = None
         self.address: str | None = None  # the worker running it, from its "started"
         self.pid: int | None = None
@@ -171,6 +141,8 @@ class ClusterExecutor(SchedulerAPI):
     ``worker_saturation`` (own LocalCluster only; a remote scheduler has its own
     ``distributed.scheduler.worker-saturation``): see ``WORKER_SATURATION``.
     """
+
+    _task_type = _Task
 
     def __init__(
         self,
@@ -257,24 +229,6 @@ class ClusterExecutor(SchedulerAPI):
             raise
         self._state = "started"
 
-    def queue_call(
-        self,
-        key: Hashable,
-        fn: Callable[..., Any],
-        args: tuple = (),
-        kwargs: dict | None = None,
-        *,
-        timeout: float | None = None,
-    ) -> None:
-        """Like ``queue`` with the call spelled out, plus a per-task ``timeout`` in seconds,
-        counted from the moment a worker starts it (see the class doc for what happens)."""
-        if self._state == "ended":
-            raise RuntimeError("cannot queue on an ended ClusterExecutor")
-        if not callable(fn):
-            raise TypeError(f"{fn!r} is not callable")
-        task = _Task(next(self._tids), key, fn, tuple(args), kwargs or {}, timeout)
-        self._queue.append(task)
-
     def sync(self, timeout: float = 0.0) -> None:
         """One round: collect what the cluster reported, expire timeouts, dispatch.
 
@@ -294,17 +248,8 @@ class ClusterExecutor(SchedulerAPI):
         finally:
             _signals.undefer(deferred)
 
-    @property
-    def running(self) -> set[Hashable]:
-        """Keys with a task handed to Dask (waiting on the scheduler or running)."""
-        return {t.key for t in self._inflight.values()}
-
-    def running_counts(self) -> dict[Hashable, int]:
-        """``{key: tasks handed to Dask}``, for keys queued again while running."""
-        counts: dict[Hashable, int] = {}
-        for t in self._inflight.values():
-            counts[t.key] = counts.get(t.key, 0) + 1
-        return counts
+    def _dispatched(self) -> Iterable[_Task]:
+        return self._inflight.values()
 
     def has_work(self) -> bool:
         """True while any task is queued or handed to Dask and not reported."""
@@ -326,15 +271,7 @@ class ClusterExecutor(SchedulerAPI):
             _signals.undefer(deferred)
         return len(doomed)
 
-    def end(self) -> None:
-        """Finish every queued and running task, collect all results, disconnect (and
-        close the LocalCluster this executor started)."""
-        if self._state == "new":
-            self._state = "ended"
-            return
-        if self._state == "ended":
-            return
-        self.wait_until_done()
+    def _shut_down(self) -> None:
         self._close_client()
         self._state = "ended"
 
@@ -365,14 +302,7 @@ class ClusterExecutor(SchedulerAPI):
                 self._finish(
                     t, State.FAILED, exception=TaskKilledError("the executor was terminated")
                 )
-            while self._queue:
-                t = self._queue[0]
-                self._finish(
-                    t,
-                    State.FAILED,
-                    exception=CancelledError(f"task {t.key!r} cancelled: executor terminated"),
-                )
-                self._queue.popleft()
+            self._cancel_queued()
         finally:
             _signals.undefer(deferred)
         try:
@@ -418,11 +348,6 @@ class ClusterExecutor(SchedulerAPI):
     def wake(self) -> None:
         """Make a ``sync(timeout=...)`` waiting in another thread return now."""
         self._wakeup.set()
-
-    def __del__(self) -> None:
-        if getattr(self, "_state", None) == "started":
-            with contextlib.suppress(Exception):
-                self.terminate()
 
     # -- the steps of a round -----------------------------------------------------------
 
@@ -499,26 +424,18 @@ class ClusterExecutor(SchedulerAPI):
         lost.__cause__ = error
         return lost
 
-    def _expire(self) -> None:
-        if not self._timed:
-            return
-        now = time.monotonic()
-        for tid, t in list(self._timed.items()):
-            if t.phase != _RUNNING:
-                del self._timed[tid]
-            elif t.deadline is not None and now >= t.deadline:
-                del self._timed[tid]
-                self._stop_task(
-                    t,
-                    TaskTimeoutError(
-                        f"task {t.key!r} timed out after {t.timeout} s on worker {t.address}"
-                        + (
-                            "; that worker process was killed"
-                            if self.kill_workers
-                            else "; it runs on there (Dask cannot stop a running call)"
-                        )
-                    ),
+    def _time_out(self, t: _Task) -> None:
+        self._stop_task(
+            t,
+            TaskTimeoutError(
+                f"task {t.key!r} timed out after {t.timeout} s on worker {t.address}"
+                + (
+                    "; that worker process was killed"
+                    if self.kill_workers
+                    else "; it runs on there (Dask cannot stop a running call)"
                 )
+            ),
+        )
 
     def _dispatch(self) -> None:
         queue = self._queue
@@ -638,33 +555,12 @@ class ClusterExecutor(SchedulerAPI):
             )
         )
 
-    def _finish(
-        self,
-        t: _Task,
-        state: State,
-        *,
-        result: Any = None,
-        exception: BaseException | None = None,
-        pid: int | None = None,
-    ) -> None:
-        """Record a task's terminal event (the caller removes it from where it was)."""
-        t.phase = _DONE
-        t.fn = t.args = t.kwargs = None  # type: ignore[assignment]  # free memory early
+    def _finish(self, t: _Task, state: State, **outcome: Any) -> None:  # type: ignore[override]
         t.future = None  # the last reference: Dask forgets the key and its result
-        if state is State.SUCCESS:
-            self._stats["done"] += 1
-        else:
-            self._stats["failed"] += 1
-        self._publish(Event(t.key, state, result, exception, pid), terminal=True)
+        super()._finish(t, state, **outcome)
 
     def _wait_bound(self) -> float:
-        bound = WAIT_SLICE
-        if self._timed:
-            now = time.monotonic()
-            bound = min(
-                [bound] + [t.deadline - now for t in self._timed.values() if t.deadline is not None]
-            )
-        return max(bound, 0.0)
+        return max(self._deadline_bound(WAIT_SLICE), 0.0)
 
     def _cached_workers(self) -> int:
         client = self._client
@@ -704,20 +600,7 @@ def _pickle_call(t: _Task) -> bytes:
     """cloudpickle a task's call; on failure name the key and the part that failed."""
     import cloudpickle
 
-    try:
-        return cloudpickle.dumps((t.fn, t.args, t.kwargs), PICKLE_PROTOCOL)
-    except Exception as exc:
-        try:
-            cloudpickle.dumps(t.fn, PICKLE_PROTOCOL)
-        except Exception:
-            part = "function"
-        else:
-            part = "arguments"
-        raise TaskPicklingError(
-            f"task {t.key!r}: cannot pickle its {part} ({type(exc).__name__}: {exc})",
-            key=t.key,
-            part=part,
-        ) from exc
+    return pickle_call(t, cloudpickle.dumps)
 
 
 # -- what runs on the Dask workers ------------------------------------------------------------
@@ -772,57 +655,10 @@ def _run_task(tid: int, payload: bytes, token: str | None) -> tuple:
 
 
 def _raised(exc: BaseException, address: str, pid: int) -> tuple:
-    # The traceback travels outside the exception's own pickle, so the client still has
-    # it when the exception itself cannot be unpickled there.
-    tb = "".join(traceback.format_exception(exc))
-    try:
-        exc_bytes = _dumps_exception(exc)
-    except BaseException as pickling_exc:
-        exc_bytes = _dumps_exception(
-            TaskPicklingError(
-                f"the task raised {type(exc).__qualname__}: {_safe_repr(exc)}, which could not "
-                f"be pickled ({type(pickling_exc).__name__}: {pickling_exc})",
-                part="exception",
-            )
-        )
-    return ("raised", tb, exc_bytes, address, pid)
-
-
-def _dumps_exception(exc: BaseException) -> bytes:
-    """cloudpickle an exception the way a process without Dask would.
-
-    Importing distributed registers tblib's reducer for every exception class in the
-    process (copyreg), and that reducer rebuilds some classes without their C-level
-    state: SystemExit(3) arrives with ``code`` None. Each call builds the pickler's table
-    afresh, since distributed registers more classes as it meets their exceptions.
-    """
-    import io
-
     import cloudpickle
 
-    plain = {
-        cls: reducer for cls, reducer in copyreg.dispatch_table.items() if not _is_tblib(reducer)
-    }
-    maps = [m for m in cloudpickle.Pickler.dispatch_table.maps if m is not copyreg.dispatch_table]
-
-    class Pickler(cloudpickle.Pickler):
-        dispatch_table = ChainMap(*maps, plain)
-
-    buffer = io.BytesIO()
-    Pickler(buffer, protocol=PICKLE_PROTOCOL).dump(exc)
-    return buffer.getvalue()
-
-
-def _is_tblib(reducer: Any) -> bool:
-    reducer = getattr(reducer, "func", reducer)  # functools.partial
-    return getattr(reducer, "__module__", "").startswith("tblib")
-
-
-def _safe_repr(obj: object) -> str:
-    try:
-        return repr(obj)[:500]
-    except BaseException:
-        return f"<{type(obj).__qualname__} with a failing repr>"
+    tb, exc_bytes = encode_failure(exc, cloudpickle.Pickler)
+    return ("raised", tb, exc_bytes, address, pid)
 
 
 def _ignore_sigint_plugin() -> Any:

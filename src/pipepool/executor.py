@@ -34,12 +34,14 @@ import struct
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable
-from concurrent.futures import CancelledError
 from typing import Any
 
 from . import _fault, _impl, _signals, _tree
 from ._api import SchedulerAPI
 from ._marks import MarkTable
+from ._task import QUEUED as _QUEUED
+from ._task import RUNNING as _RUNNING
+from ._task import Task, pickle_call
 from ._unpickle import load_failure, load_result
 from .errors import (
     FrameError,
@@ -82,48 +84,16 @@ START_POLL = 0.002  # s a wait may last while a worker holds tasks and none is k
 # the parent's death would stay hidden while the other lives.
 _PARENT_FDS: set[int] = set()
 
-_QUEUED, _RUNNING, _DONE = 0, 1, 2
 
+class _Task(Task):
+    __slots__ = ("batch", "began", "seq", "solo")
 
-class _Task:
-    __slots__ = (
-        "args",
-        "batch",
-        "began",
-        "deadline",
-        "fn",
-        "key",
-        "kwargs",
-        "phase",
-        "seq",
-        "solo",
-        "started",
-        "tid",
-        "timeout",
-    )
-
-    def __init__(
-        self,
-        tid: int,
-        key: Hashable,
-        fn: Callable[..., Any],
-        args: tuple,
-        kwargs: dict,
-        timeout: float | None,
-    ) -> None:
-        self.tid = tid
-        self.key = key
-        self.fn = fn
-        self.args = args
-        self.kwargs = kwargs
-        self.timeout = timeout
-        self.phase = _QUEUED
+    def __init__(self, *call: Any) -> None:  # Task's arguments
+        Task.__init__(self, *call)
         self.seq = 0  # its number in the stream of the worker it was last sent to
         self.batch = 0  # the seq of the first call of the BATCH frame it went in (0: alone)
         self.solo = False  # its batch was REFUSED: it goes alone from now on
-        self.started = False  # its worker's start mark reached it (or its outcome came)
-        self.began = 0.0  # when we saw its start mark
-        self.deadline: float | None = None
+        self.began = 0.0  # when we saw its start mark (``started``: it reached the task)
 
 
 class _Worker:
@@ -190,7 +160,10 @@ class LocalExecutor(SchedulerAPI):
 
     ``queue`` work under a key, call ``sync`` (or ``heartbeat``) regularly, read outcomes
     from ``get_event_buffer``. Every queued task ends with exactly one terminal event.
+    A task past its ``timeout`` (``queue_call``) has its worker killed and replaced.
     """
+
+    _task_type = _Task
 
     def __init__(
         self,
@@ -265,25 +238,6 @@ class LocalExecutor(SchedulerAPI):
         self._lifeline = (lifeline_r, lifeline_w)
         self._state = "started"
 
-    def queue_call(
-        self,
-        key: Hashable,
-        fn: Callable[..., Any],
-        args: tuple = (),
-        kwargs: dict | None = None,
-        *,
-        timeout: float | None = None,
-    ) -> None:
-        """Like ``queue`` with the call spelled out, plus a per-task ``timeout`` in seconds
-        (counted from the moment the task starts; past it the worker is killed and
-        replaced and the task fails with ``TaskTimeoutError``)."""
-        if self._state == "ended":
-            raise RuntimeError("cannot queue on an ended LocalExecutor")
-        if not callable(fn):
-            raise TypeError(f"{fn!r} is not callable")
-        task = _Task(next(self._tids), key, fn, tuple(args), kwargs or {}, timeout)
-        self._queue.append(task)  # one atomic append: queued, or (if interrupted) not at all
-
     def sync(self, timeout: float = 0.0) -> None:
         """One round: collect results, reap and start workers, dispatch what fits.
 
@@ -312,18 +266,8 @@ class LocalExecutor(SchedulerAPI):
         finally:
             _signals.undefer(deferred)
 
-    @property
-    def running(self) -> set[Hashable]:
-        """Keys with at least one dispatch in flight (sent, started or not)."""
-        return {t.key for w in self._workers.values() for t in w.in_flight.values()}
-
-    def running_counts(self) -> dict[Hashable, int]:
-        """``{key: dispatches in flight}``, for keys queued again while running."""
-        counts: dict[Hashable, int] = {}
-        for w in self._workers.values():
-            for t in w.in_flight.values():
-                counts[t.key] = counts.get(t.key, 0) + 1
-        return counts
+    def _dispatched(self) -> Iterable[_Task]:
+        return (t for w in self._workers.values() for t in w.in_flight.values())
 
     def has_work(self) -> bool:
         """True while any task is queued or in flight."""
@@ -341,14 +285,7 @@ class LocalExecutor(SchedulerAPI):
                     killed += 1
         return killed
 
-    def end(self) -> None:
-        """Finish every queued and running task, collect all results, stop the workers."""
-        if self._state == "new":
-            self._state = "ended"
-            return
-        if self._state == "ended":
-            return
-        self.wait_until_done()
+    def _shut_down(self) -> None:
         self._stop_workers()
 
     def terminate(self) -> None:
@@ -372,14 +309,7 @@ class LocalExecutor(SchedulerAPI):
                 w.proc.join()
                 w.kill_reason = w.kill_reason or TaskKilledError("the executor was terminated")
                 self._retire(w, w.proc.exitcode, requeue=False)
-            while self._queue:
-                t = self._queue[0]
-                self._finish(
-                    t,
-                    State.FAILED,
-                    exception=CancelledError(f"task {t.key!r} cancelled: executor terminated"),
-                )
-                self._queue.popleft()
+            self._cancel_queued()
         finally:
             _signals.undefer(deferred)
         self._close()
@@ -432,11 +362,6 @@ class LocalExecutor(SchedulerAPI):
                 self._start_worker()
         finally:
             _signals.undefer(deferred)
-
-    def __del__(self) -> None:
-        if getattr(self, "_state", None) == "started":
-            with contextlib.suppress(Exception):
-                self.terminate()
 
     # -- the steps of a round -----------------------------------------------------------
 
@@ -605,24 +530,16 @@ class LocalExecutor(SchedulerAPI):
         for w, code in exited:
             self._retire(w, code)
 
-    def _expire(self) -> None:
-        if not self._timed:
-            return
-        now = time.monotonic()
-        for tid, t in list(self._timed.items()):
-            if t.phase != _RUNNING:
-                del self._timed[tid]
-            elif t.deadline is not None and now >= t.deadline:
-                del self._timed[tid]
-                for w in self._workers.values():
-                    if w.in_flight.get(tid) is t and not w.killed:
-                        self._kill_worker(
-                            w,
-                            TaskTimeoutError(
-                                f"task {t.key!r} timed out after {t.timeout} s; "
-                                f"its worker pid {w.pid} was killed"
-                            ),
-                        )
+    def _time_out(self, t: _Task) -> None:
+        for w in self._workers.values():
+            if w.in_flight.get(t.tid) is t and not w.killed:
+                self._kill_worker(
+                    w,
+                    TaskTimeoutError(
+                        f"task {t.key!r} timed out after {t.timeout} s; "
+                        f"its worker pid {w.pid} was killed"
+                    ),
+                )
 
     def _start_workers(self) -> None:
         if self._broken is not None:
@@ -985,24 +902,6 @@ class LocalExecutor(SchedulerAPI):
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _finish(
-        self,
-        t: _Task,
-        state: State,
-        *,
-        result: Any = None,
-        exception: BaseException | None = None,
-        pid: int | None = None,
-    ) -> None:
-        """Record a task's terminal event (the caller removes it from where it was)."""
-        t.phase = _DONE
-        t.fn = t.args = t.kwargs = None  # type: ignore[assignment]  # free memory early
-        if state is State.SUCCESS:
-            self._stats["done"] += 1
-        else:
-            self._stats["failed"] += 1
-        self._publish(Event(t.key, state, result, exception, pid), terminal=True)
-
     @property
     def dispatch_depth(self) -> int:
         """Tasks a worker may hold ahead now: ``prefetch``, or the adaptive depth."""
@@ -1019,11 +918,7 @@ class LocalExecutor(SchedulerAPI):
             bound = 0.001  # an exit code is due any moment
         elif any(w.in_flight and w.current is None for w in self._workers.values()):
             bound = START_POLL  # a start mark may move without waking us
-        if self._timed:
-            now = time.monotonic()
-            bound = min(
-                [bound] + [t.deadline - now for t in self._timed.values() if t.deadline is not None]
-            )
+        bound = self._deadline_bound(bound)
         if self.prefetch is None:  # wake up when a worker's lead tasks become trapped
             now = time.monotonic()
             after = self._overrun_after()
@@ -1036,22 +931,11 @@ class LocalExecutor(SchedulerAPI):
 
 def _pickle_call(t: _Task) -> bytes:
     """Pickle a task's call; on failure name the key and the part that failed."""
-    try:
-        payload = pickle.dumps((t.fn, t.args, t.kwargs), PICKLE_PROTOCOL)
-    except Exception as exc:
-        try:
-            pickle.dumps(t.fn, PICKLE_PROTOCOL)
-        except Exception:
-            part = "function"
-        else:
-            part = "arguments"
-        raise TaskPicklingError(
-            f"task {t.key!r}: cannot pickle its {part} ({type(exc).__name__}: {exc}); "
-            "functions must be importable (no lambdas or local functions) and "
-            "arguments picklable",
-            key=t.key,
-            part=part,
-        ) from exc
+    payload = pickle_call(
+        t,
+        advice="; functions must be importable (no lambdas or local functions) and "
+        "arguments picklable",
+    )
     if len(payload) > MAX_PAYLOAD:
         raise TaskPicklingError(
             f"task {t.key!r}: its pickled call is {len(payload)} bytes, above the "
