@@ -45,8 +45,6 @@ import concurrent.futures
 import contextlib
 import itertools
 import os
-import pickle
-import signal
 import threading
 import time
 import uuid
@@ -57,7 +55,7 @@ from typing import Any
 
 from . import _signals
 from ._api import SchedulerAPI
-from ._outcome import encode_failure
+from ._cluster_remote import STARTED_TOPIC, _exit_worker, _ignore_sigint_plugin, _run_task
 from ._task import RUNNING as _RUNNING
 from ._task import Task, pickle_call
 from ._unpickle import load_exception, load_result
@@ -65,7 +63,6 @@ from .errors import (
     TaskKilledError,
     TaskPicklingError,
     TaskTimeoutError,
-    TaskUnpicklingError,
     WorkerLostError,
 )
 from .events import Event, State
@@ -74,14 +71,12 @@ INSTALL_HINT = (
     "ClusterExecutor needs Dask's distributed package: "
     "pip install 'pipepool[dask]' (or pip install distributed)"
 )
-PICKLE_PROTOCOL = 5
 CONNECT_TIMEOUT = 30.0  # s start() waits for the scheduler and for its first worker
 CLOSE_TIMEOUT = 10.0  # s end()/terminate() give the client and an own cluster to close
 CANCEL_SETTLE = 0.1  # s between cancelling a task and killing its worker: the cancel
 # travels on the client's batched stream (flushed every few ms), the kill on an RPC; were
 # the kill first, the scheduler would run the killed task again on another worker
 KILL_TIMEOUT = 5.0  # s a kill request to a worker may take (a live one answers in ms)
-EXIT_DELAY = 0.02  # s between a worker's reply to the kill request and its death
 WORKER_SATURATION = 1.0  # tasks a LocalCluster's scheduler hands a worker per thread: 1.0
 # sends the next task only when one ends (LocalExecutor's prefetch=1), so a worker that
 # dies takes only the tasks it was running along, not innocent ones queued behind them
@@ -89,9 +84,6 @@ WORKER_SATURATION = 1.0  # tasks a LocalCluster's scheduler hands a worker per t
 # round trip per task: tiny tasks run ~6x faster with float("inf") (all sent at once)
 WAIT_SLICE = 0.25  # s a sync(timeout) waits at most before the steps run again: bounds
 # how late a timeout is noticed
-
-STARTED_TOPIC = "pipepool-started"  # one topic for every executor (the scheduler keeps
-# each topic it ever saw); a message carries its executor's token
 
 
 class ClusterWorkerLostError(WorkerLostError):
@@ -601,82 +593,3 @@ def _pickle_call(t: _Task) -> bytes:
     import cloudpickle
 
     return pickle_call(t, cloudpickle.dumps)
-
-
-# -- what runs on the Dask workers ------------------------------------------------------------
-
-
-def _run_task(tid: int, payload: bytes, token: str | None) -> tuple:
-    """Run one pickled call in a Dask worker; never raises (every outcome is a value).
-
-    Returns ``("done", pickled result, address, pid)`` or ``("raised", traceback text,
-    pickled exception, address, pid)``. The outcome is pickled here, not by Dask, so that
-    a result that cannot travel fails its task only, with the same errors as LocalExecutor.
-    """
-    import cloudpickle
-    from distributed import get_worker
-
-    worker = get_worker()
-    address, pid = worker.address, os.getpid()
-    if token is not None:
-        # Before the call: were the worker to die in it, the client knows it had started.
-        worker.log_event(STARTED_TOPIC, [token, tid, address, pid])
-    try:
-        fn, args, kwargs = pickle.loads(payload)
-    except BaseException as exc:
-        error = TaskUnpicklingError(
-            f"the Dask worker {address} could not unpickle the task "
-            f"({type(exc).__name__}: {exc}); is the function's module (and pipepool) "
-            "installed on every worker?",
-            part="task",
-        )
-        error.__cause__ = exc
-        return _raised(error, address, pid)
-    del payload
-    try:
-        result = fn(*args, **kwargs)
-    except BaseException as exc:  # SystemExit and friends are outcomes too
-        return _raised(exc, address, pid)
-    finally:
-        del fn, args, kwargs
-    try:
-        data = cloudpickle.dumps(result, PICKLE_PROTOCOL)
-    except BaseException as exc:
-        return _raised(
-            TaskPicklingError(
-                f"the task returned {type(result).__qualname__}, which could not be sent back "
-                f"({type(exc).__name__}: {exc})",
-                part="result",
-            ),
-            address,
-            pid,
-        )
-    return ("done", data, address, pid)
-
-
-def _raised(exc: BaseException, address: str, pid: int) -> tuple:
-    import cloudpickle
-
-    tb, exc_bytes = encode_failure(exc, cloudpickle.Pickler)
-    return ("raised", tb, exc_bytes, address, pid)
-
-
-def _ignore_sigint_plugin() -> Any:
-    from distributed import WorkerPlugin
-
-    class IgnoreSigint(WorkerPlugin):
-        name = "pipepool-ignore-sigint"
-
-        def setup(self, worker: Any) -> None:
-            if threading.current_thread() is threading.main_thread():
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-    return IgnoreSigint()
-
-
-def _exit_worker() -> None:
-    """Run by ``Client.run`` in a worker: die at once, like a LocalExecutor worker that is
-    killed; its nanny (if any) starts a fresh one, and what it ran stops with it. A few
-    ms late, so that the reply to ``Client.run`` still leaves (the scheduler logs an error
-    for a worker that dies in the middle of one)."""
-    threading.Timer(EXIT_DELAY, os.kill, (os.getpid(), signal.SIGKILL)).start()
