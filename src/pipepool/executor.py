@@ -38,6 +38,7 @@ from typing import Any
 
 from . import _fault, _impl, _signals, _tree
 from ._api import SchedulerAPI
+from ._depth import DepthPolicy
 from ._marks import MarkTable
 from ._task import QUEUED as _QUEUED
 from ._task import RUNNING as _RUNNING
@@ -53,7 +54,7 @@ from .errors import (
     describe_exit,
 )
 from .events import Event, State
-from .frames import ELAPSED, MAX_PAYLOAD, PICKLE_PROTOCOL, Kind, encode_header
+from .frames import ELAPSED, MAX_PAYLOAD, PICKLE_PROTOCOL, Kind
 from .worker import ChildFd
 from .worker import main as worker_main
 
@@ -66,14 +67,6 @@ REAP_INTERVAL = 0.25  # s between exit checks of every worker: catches a worker 
 # result pipe a grandchild still holds open (no EOF), at a cost of one waitpid per worker
 INIT_RETRIES = 3  # consecutive initializer failures before queued work fails
 INIT_BACKOFF = 0.1  # s before the first restart after an initializer failure; doubles
-# Adaptive dispatch depth (prefetch=None): a worker gets as many tasks ahead as fit in
-# BACKLOG seconds of the observed task time. Deep for tiny tasks (fewer wake-ups, one
-# writev per batch), 1 for long ones (they never wait behind each other); and a worker
-# whose current task overruns gets nothing more, so a surprise long task traps at most
-# the few short ones already sent to it (and those are revoked: see _revoke_trapped).
-BACKLOG = 0.002  # s of predicted work queued per worker: the wait a short task may pay
-MAX_DEPTH = 64  # beyond this, bigger batches stop paying and fairness suffers
-EMA_WEIGHT = 0.2  # weight of the newest run-time sample
 START_POLL = 0.002  # s a wait may last while a worker holds tasks and none is known to
 # run: no frame says "started" (start marks do, without a wake-up), so timeouts, RUNNING
 # events and revocation learn of a start at most this late. Tiny tasks never wait this
@@ -188,7 +181,7 @@ class LocalExecutor(SchedulerAPI):
         if start_method not in (None, "fork", "spawn", "forkserver"):
             raise ValueError(f"unknown start_method {start_method!r}")
         self.parallelism = parallelism
-        self.prefetch = prefetch
+        self._depth = DepthPolicy(prefetch)  # adaptive depth and revocation
         self.pipe_size = pipe_size
         self.max_tasks_per_child = max_tasks_per_child
         self.initializer = initializer
@@ -215,7 +208,6 @@ class LocalExecutor(SchedulerAPI):
             ("done", "failed", "lost", "crashes", "recycles", "started_workers", "revoked"), 0
         )
         self._last_progress = time.monotonic()
-        self._task_time = BACKLOG  # EMA of task run time; starts at depth 1, learns fast
         self._starting: list[tuple[_Task, int | None]] = []  # seen started, event not yet out
 
     # -- public API -------------------------------------------------------------------
@@ -261,7 +253,7 @@ class LocalExecutor(SchedulerAPI):
             self._reap()
             self._expire()
             self._start_workers()
-            self._revoke_trapped()
+            self._depth.revoke_trapped(self._workers.values())
             self._dispatch()
         finally:
             _signals.undefer(deferred)
@@ -447,8 +439,7 @@ class LocalExecutor(SchedulerAPI):
                     )
                     self._kill_worker(w, None)
                     return
-                # The worker's own clock: load on this machine cannot skew the estimate.
-                self._task_time += EMA_WEIGHT * (elapsed - self._task_time)
+                self._depth.observe(elapsed)
                 ok, value = load_result(t.key, memoryview(payload)[ELAPSED.size :], "in the parent")
                 if ok:
                     self._finish(t, State.SUCCESS, result=value, pid=w.pid)
@@ -559,46 +550,11 @@ class LocalExecutor(SchedulerAPI):
         for _ in range(wanted):
             self._start_worker()
 
-    def _overrun_after(self) -> float:
-        """Seconds past which a running task is longer than tasks have been lately."""
-        return max(BACKLOG, 4 * self._task_time)
-
-    def _trap_deadline(self, w: _Worker, after: float) -> float | None:
-        """When tasks sent ahead to ``w`` become trapped behind its current task (if it
-        has any such tasks and no REVOKE is out already), else None."""
-        current = w.current
-        if current is None or w.revoking or w.closing or len(w.in_flight) < 2:
-            return None
-        return current.began + after
-
-    def _revoke_trapped(self) -> None:
-        """Take back the tasks sent ahead to a worker whose current task overruns.
-
-        Deep dispatch sends short tasks behind whatever a worker runs; when that turns
-        out to be a long task they would wait for it while other workers idle. A REVOKE
-        on the worker's control pipe (a 16-byte write into a pipe that holds at most
-        one, so it cannot block) makes it skip them; its REVOKED answer says which, and
-        ``_on_revoked`` queues them again.
-        """
-        if self.prefetch is not None:
-            return  # a fixed depth is the caller's explicit choice
-        now = time.monotonic()
-        after = self._overrun_after()
-        for w in self._workers.values():
-            deadline = self._trap_deadline(w, after)
-            if deadline is None or deadline > now:
-                continue
-            try:
-                os.write(w.control_fd, encode_header(Kind.REVOKE, w.seq, 0))
-            except OSError:  # gone (EPIPE): its exit will re-dispatch what it never started
-                continue
-            w.revoking = w.seq
-
     def _dispatch(self) -> None:
         queue = self._queue
         if not queue:
             return
-        prefetch = self.prefetch or self._adaptive_depth()
+        prefetch = self._depth.depth()
         limit = self.max_tasks_per_child
         open_workers = [
             w
@@ -611,7 +567,7 @@ class LocalExecutor(SchedulerAPI):
         if self.prefetch is None and prefetch > 1:
             # Feed no worker whose current task overruns what we expect of a task: what
             # we send it now would wait behind that task instead of running elsewhere.
-            overrun = time.monotonic() - self._overrun_after()
+            overrun = time.monotonic() - self._depth.overrun_after()
             open_workers = [
                 w for w in open_workers if w.current is None or w.current.began > overrun
             ]
@@ -903,13 +859,14 @@ class LocalExecutor(SchedulerAPI):
     # -- helpers ----------------------------------------------------------------------------
 
     @property
+    def prefetch(self) -> int | None:
+        """Tasks a worker may hold ahead, or None: the adaptive depth (``_depth``)."""
+        return self._depth.prefetch
+
+    @property
     def dispatch_depth(self) -> int:
         """Tasks a worker may hold ahead now: ``prefetch``, or the adaptive depth."""
-        return self.prefetch or self._adaptive_depth()
-
-    def _adaptive_depth(self) -> int:
-        """Tasks ahead per worker: BACKLOG seconds of the observed task time, 1..MAX_DEPTH."""
-        return max(1, min(MAX_DEPTH, int(BACKLOG / max(self._task_time, 1e-7))))
+        return self._depth.depth()
 
     def _wait_bound(self) -> float:
         """How long a wait may last before a step in this object has work to do."""
@@ -919,11 +876,7 @@ class LocalExecutor(SchedulerAPI):
         elif any(w.in_flight and w.current is None for w in self._workers.values()):
             bound = START_POLL  # a start mark may move without waking us
         bound = self._deadline_bound(bound)
-        if self.prefetch is None:  # wake up when a worker's lead tasks become trapped
-            now = time.monotonic()
-            after = self._overrun_after()
-            deadlines = [self._trap_deadline(w, after) for w in self._workers.values()]
-            bound = min([bound] + [d - now for d in deadlines if d is not None])
+        bound = self._depth.wait_bound(self._workers.values(), bound)
         if self._queue and self._init_retry_at > time.monotonic():
             bound = min(bound, self._init_retry_at - time.monotonic())
         return max(bound, 0.0)
