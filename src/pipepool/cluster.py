@@ -50,12 +50,17 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Hashable, Iterable
-from concurrent.futures import CancelledError
 from typing import Any
 
 from . import _signals
 from ._api import SchedulerAPI
-from ._cluster_remote import STARTED_TOPIC, _exit_worker, _ignore_sigint_plugin, _run_task
+from ._cluster_link import CANCEL_SETTLE as CANCEL_SETTLE  # re-exported: the public names
+from ._cluster_link import CLOSE_TIMEOUT, DaskLink, _import_distributed
+from ._cluster_link import INSTALL_HINT as INSTALL_HINT
+from ._cluster_link import KILL_TIMEOUT as KILL_TIMEOUT
+from ._cluster_link import ClusterWorkerLostError as ClusterWorkerLostError
+from ._cluster_link import _rebuild_cluster_lost as _rebuild_cluster_lost
+from ._cluster_remote import STARTED_TOPIC, _ignore_sigint_plugin, _run_task
 from ._task import RUNNING as _RUNNING
 from ._task import Task, pickle_call
 from ._unpickle import load_exception, load_result
@@ -63,20 +68,10 @@ from .errors import (
     TaskKilledError,
     TaskPicklingError,
     TaskTimeoutError,
-    WorkerLostError,
 )
 from .events import Event, State
 
-INSTALL_HINT = (
-    "ClusterExecutor needs Dask's distributed package: "
-    "pip install 'pipepool[dask]' (or pip install distributed)"
-)
 CONNECT_TIMEOUT = 30.0  # s start() waits for the scheduler and for its first worker
-CLOSE_TIMEOUT = 10.0  # s end()/terminate() give the client and an own cluster to close
-CANCEL_SETTLE = 0.1  # s between cancelling a task and killing its worker: the cancel
-# travels on the client's batched stream (flushed every few ms), the kill on an RPC; were
-# the kill first, the scheduler would run the killed task again on another worker
-KILL_TIMEOUT = 5.0  # s a kill request to a worker may take (a live one answers in ms)
 WORKER_SATURATION = 1.0  # tasks a LocalCluster's scheduler hands a worker per thread: 1.0
 # sends the next task only when one ends (LocalExecutor's prefetch=1), so a worker that
 # dies takes only the tasks it was running along, not innocent ones queued behind them
@@ -84,27 +79,6 @@ WORKER_SATURATION = 1.0  # tasks a LocalCluster's scheduler hands a worker per t
 # round trip per task: tiny tasks run ~6x faster with float("inf") (all sent at once)
 WAIT_SLICE = 0.25  # s a sync(timeout) waits at most before the steps run again: bounds
 # how late a timeout is noticed
-
-
-class ClusterWorkerLostError(WorkerLostError):
-    """A Dask worker died while running the task, after the cluster's own retries.
-
-    ``address`` is the last worker's address (``tcp://host:port``) and ``pid`` its pid on
-    that machine, where known; ``exitcode`` is None (the scheduler does not learn it).
-    """
-
-    def __init__(self, message: str, *, address: str | None = None, pid: int | None = None) -> None:
-        super().__init__(message, pid=pid, exitcode=None)
-        self.address = address
-
-    def __reduce__(self):
-        return (_rebuild_cluster_lost, (str(self), self.address, self.pid))
-
-
-def _rebuild_cluster_lost(
-    message: str, address: str | None, pid: int | None
-) -> ClusterWorkerLostError:
-    return ClusterWorkerLostError(message, address=address, pid=pid)
 
 
 class _Task(Task):
@@ -117,7 +91,7 @@ class _Task(Task):
         self.pid: int | None = None
 
 
-class ClusterExecutor(SchedulerAPI):
+class ClusterExecutor(SchedulerAPI, DaskLink):
     """Run callables on a Dask distributed cluster, scheduler style (LocalExecutor's API).
 
     ``address=None`` starts a ``LocalCluster`` on 127.0.0.1 (worker processes with one
@@ -385,37 +359,6 @@ class ClusterExecutor(SchedulerAPI):
         exc = load_exception(t.key, tb, exc_bytes, "here")
         self._finish(t, State.FAILED, exception=exc, pid=pid)
 
-    def _lost_error(self, t: _Task, error: BaseException) -> BaseException:
-        distributed = _import_distributed()
-        if isinstance(error, distributed.KilledWorker):
-            last = error.last_worker
-            address = getattr(last, "address", None) or t.address
-            pid = getattr(last, "pid", None) or t.pid
-            lost = ClusterWorkerLostError(
-                f"task {t.key!r}: {error.allowed_failures + 1} Dask workers died while "
-                f"running it, the last {address} (pid {pid}); the task may crash its "
-                "interpreter (segfault, os._exit) or need more memory than a worker may "
-                "use (see the workers' logs)",
-                address=address,
-                pid=pid,
-            )
-        elif isinstance(error, CancelledError):
-            lost = ClusterWorkerLostError(
-                f"task {t.key!r} was cancelled by the cluster ({error}); was the scheduler "
-                "restarted or the connection to it lost?",
-                address=t.address,
-                pid=t.pid,
-            )
-        else:
-            lost = ClusterWorkerLostError(
-                f"task {t.key!r}: its outcome could not be fetched from the cluster "
-                f"({type(error).__name__}: {error})",
-                address=t.address,
-                pid=t.pid,
-            )
-        lost.__cause__ = error
-        return lost
-
     def _time_out(self, t: _Task) -> None:
         self._stop_task(
             t,
@@ -471,67 +414,6 @@ class ClusterExecutor(SchedulerAPI):
             self._inflight[t.tid] = t
         self._client.loop.add_callback(self._track, tids, futures)
 
-    # -- the IO thread's side -------------------------------------------------------------
-
-    async def _track(self, tids: list[int], futures: list[Any]) -> None:
-        """Fetch outcomes as tasks finish, those ready together in one gather; hand them
-        to the caller's thread."""
-        distributed = _import_distributed()
-        tid_of = {f.key: tid for tid, f in zip(tids, futures, strict=True)}
-        done = distributed.as_completed(futures, loop=self._client.loop)
-        # From here on only as_completed holds a future, until it yields it: the key is
-        # released as soon as its outcome is here, so a worker that dies later holds no
-        # result that Dask would compute again (running the task twice).
-        futures.clear()
-        async for first in done:
-            ready = [first]
-            while done.has_ready():
-                ready.append(next(done))  # returns at once: it is ready
-            await self._fetch(ready, tid_of)
-
-    async def _fetch(self, ready: list[Any], tid_of: dict) -> None:
-        finished = [f for f in ready if f.status == "finished"]
-        if len(finished) > 1:
-            try:
-                values = await self._client.gather(finished, asynchronous=True)
-            except BaseException:
-                pass  # one of them went missing meanwhile: one by one below
-            else:
-                for f, value in zip(finished, values, strict=True):
-                    self._outcomes.append((tid_of[f.key], True, value))
-                self._wakeup.set()
-                gathered = {f.key for f in finished}
-                ready = [f for f in ready if f.key not in gathered]
-        for f in ready:
-            try:
-                (value,) = await self._client.gather([f], asynchronous=True)
-                outcome = (tid_of[f.key], True, value)
-            except BaseException as exc:  # KilledWorker, a cancel, a lost connection
-                outcome = (tid_of[f.key], False, exc)
-            self._outcomes.append(outcome)
-            self._wakeup.set()
-
-    def _on_started(self, event: tuple[float, Any]) -> None:
-        _timestamp, (token, tid, address, pid) = event
-        if token == self._token:  # not another executor's on the same cluster
-            self._starts.append((tid, address, pid))
-            self._wakeup.set()
-
-    async def _cancel_and_kill(self, futures: list[Any], addresses: Iterable[str]) -> None:
-        await self._client.cancel(futures, asynchronous=True)
-        addresses = list(addresses)
-        if addresses:
-            await asyncio.sleep(CANCEL_SETTLE)
-            # Bounded: a worker that is gone already (its task was being retried elsewhere)
-            # is retried by distributed's connect() up to its 30 s connect timeout.
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(
-                    self._client.run(
-                        _exit_worker, workers=addresses, on_error="ignore", asynchronous=True
-                    ),
-                    KILL_TIMEOUT,
-                )
-
     # -- helpers ----------------------------------------------------------------------------
 
     def _stop_task(self, t: _Task, reason: BaseException) -> None:
@@ -553,39 +435,6 @@ class ClusterExecutor(SchedulerAPI):
 
     def _wait_bound(self) -> float:
         return max(self._deadline_bound(WAIT_SLICE), 0.0)
-
-    def _cached_workers(self) -> int:
-        client = self._client
-        if client is None:
-            return 0
-        identity = getattr(client, "_scheduler_identity", None) or {}
-        workers = identity.get("workers")
-        if workers:
-            return len(workers)
-        return int(identity.get("n_workers", 0) or 0)
-
-    def _close_client(self) -> None:
-        client, cluster = self._client, self._cluster
-        try:
-            if self._control:
-                concurrent.futures.wait(self._control, timeout=CLOSE_TIMEOUT)
-                self._control.clear()
-            if client is not None:
-                with contextlib.suppress(Exception):
-                    client.unsubscribe_topic(STARTED_TOPIC)
-                client.close(timeout=CLOSE_TIMEOUT)
-        finally:
-            if cluster is not None:
-                cluster.close(timeout=CLOSE_TIMEOUT)
-            self._client = self._cluster = None
-
-
-def _import_distributed() -> Any:
-    try:
-        import distributed
-    except ImportError as exc:
-        raise ImportError(INSTALL_HINT) from exc
-    return distributed
 
 
 def _pickle_call(t: _Task) -> bytes:
