@@ -50,7 +50,15 @@ class Collector:
 
         def _note_init_failure(self, w: _Worker, error: BaseException) -> None: ...
 
-        def _finish(self, t: Any, state: State, **outcome: Any) -> None: ...
+        def _finish(
+            self,
+            t: Any,
+            state: State,
+            *,
+            result: Any = None,
+            exception: BaseException | None = None,
+            pid: int | None = None,
+        ) -> None: ...
 
         def _publish(self, event: Event, *, terminal: bool) -> None: ...
 

@@ -139,7 +139,15 @@ class WorkerLifecycle:
 
         def _mark_started(self, w: _Worker, mark: int, now: float, *, publish: bool) -> None: ...
 
-        def _finish(self, t: Any, state: State, **outcome: Any) -> None: ...
+        def _finish(
+            self,
+            t: Any,
+            state: State,
+            *,
+            result: Any = None,
+            exception: BaseException | None = None,
+            pid: int | None = None,
+        ) -> None: ...
 
     def _reap(self) -> None:
         now = time.monotonic()

@@ -35,7 +35,8 @@ terminal event however often Dask runs it. Outcomes map as follows:
 
 Calls and outcomes are pickled with cloudpickle (what Dask itself uses): functions
 defined in ``__main__``, lambdas and closures travel by value. ``pipepool`` must be
-installed on every worker (the task wrapper lives here).
+installed on every worker (the task wrapper lives in ``_cluster_remote``; the IO thread's
+side is ``_cluster_link``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,9 @@
-"""LocalExecutor: the queue, dispatch, bookkeeping, undo and worker lifecycle.
+"""LocalExecutor: its public API, the round, and dispatch.
+
+The other steps of a round live beside it, as methods of the same object (one owner of
+the bookkeeping): ``_collect.py`` (collect), ``_lifecycle.py`` (reap, start and retire
+workers), ``_api.py`` (expire, and what ClusterExecutor shares); the adaptive depth and
+revocation policy is ``_depth.py``.
 
 Data flow (one pipe pair per worker, whose parent ends only the PipeLoop touches; plus a
 control pipe per worker that carries nothing but REVOKE, written here directly)::
