@@ -23,7 +23,6 @@ class SchedulerAPI:
     deadline), ``_stats`` counters, a ``_tids`` counter and a ``_state`` of "new",
     "started" or "ended"."""
 
-    _task_type: type[Task] = Task  # what ``queue_call`` records a call in
     _events: dict[Hashable, Event]
     _state: str
     _queue: deque  # of tasks, in dispatch order
@@ -48,7 +47,7 @@ class SchedulerAPI:
             raise RuntimeError(f"cannot queue on an ended {type(self).__name__}")
         if not callable(fn):
             raise TypeError(f"{fn!r} is not callable")
-        task = self._task_type(next(self._tids), key, fn, tuple(args), kwargs or {}, timeout)
+        task = Task(next(self._tids), key, fn, tuple(args), kwargs or {}, timeout)
         self._queue.append(task)  # one atomic append: queued, or (if interrupted) not at all
 
     def queue(self, key: Hashable, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> None:

@@ -23,7 +23,7 @@ from ._cluster_remote import STARTED_TOPIC, _exit_worker
 from .errors import WorkerLostError
 
 if TYPE_CHECKING:
-    from .cluster import _Task
+    from ._task import Task as _Task
 
 INSTALL_HINT = (
     "ClusterExecutor needs Dask's distributed package: "

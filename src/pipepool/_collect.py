@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
+from ._api import SchedulerAPI
 from ._depth import DepthPolicy
 from ._marks import MarkTable
 from ._task import QUEUED as _QUEUED
@@ -26,10 +27,15 @@ from .frames import ELAPSED, Kind
 
 if TYPE_CHECKING:
     from ._lifecycle import _Worker
-    from .executor import _Task
+    from ._task import Task as _Task
 
 
-class Collector:
+# For the type checker only: the executor's own methods these steps call (``_finish``,
+# ``_publish``) and its shared state; at run time a plain mixin.
+_Executor = SchedulerAPI if TYPE_CHECKING else object
+
+
+class Collector(_Executor):  # type: ignore[misc,valid-type]
     """Mixin of ``LocalExecutor``: the collect step and what each frame kind does."""
 
     # The executor's state these steps read and write (set in LocalExecutor.__init__).
@@ -49,18 +55,6 @@ class Collector:
         def _kill_worker(self, w: _Worker, reason: BaseException | None) -> None: ...
 
         def _note_init_failure(self, w: _Worker, error: BaseException) -> None: ...
-
-        def _finish(
-            self,
-            t: Any,
-            state: State,
-            *,
-            result: Any = None,
-            exception: BaseException | None = None,
-            pid: int | None = None,
-        ) -> None: ...
-
-        def _publish(self, event: Event, *, terminal: bool) -> None: ...
 
     def _collect(self) -> None:
         frames, closed = self._loop.pump()

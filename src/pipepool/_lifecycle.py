@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import _fault, _signals, _tree
+from ._api import SchedulerAPI
 from ._marks import MarkTable
 from ._task import QUEUED as _QUEUED
 from .errors import InitializerError, WorkerLostError, describe_exit
@@ -31,7 +32,7 @@ from .worker import ChildFd
 from .worker import main as worker_main
 
 if TYPE_CHECKING:
-    from .executor import _Task
+    from ._task import Task as _Task
 
 log = logging.getLogger("pipepool")
 
@@ -108,7 +109,12 @@ class _Worker:
         self.crash_report = ""
 
 
-class WorkerLifecycle:
+# For the type checker only: the executor's own methods these steps call (``_finish``,
+# ``_publish``) and its shared state; at run time a plain mixin.
+_Executor = SchedulerAPI if TYPE_CHECKING else object
+
+
+class WorkerLifecycle(_Executor):  # type: ignore[misc,valid-type]
     """Mixin of ``LocalExecutor``: the steps that start, kill, reap and retire workers."""
 
     # The executor's state these steps read and write (set in LocalExecutor.__init__).
@@ -138,16 +144,6 @@ class WorkerLifecycle:
         def _collect(self) -> None: ...
 
         def _mark_started(self, w: _Worker, mark: int, now: float, *, publish: bool) -> None: ...
-
-        def _finish(
-            self,
-            t: Any,
-            state: State,
-            *,
-            result: Any = None,
-            exception: BaseException | None = None,
-            pid: int | None = None,
-        ) -> None: ...
 
     def _reap(self) -> None:
         now = time.monotonic()

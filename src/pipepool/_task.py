@@ -2,8 +2,8 @@
 
 A task is in exactly one phase at every return to user code: queued (in the executor's
 ``_queue``), running (handed to a worker or to the cluster), or done (its terminal event
-published). ``LocalExecutor`` and ``ClusterExecutor`` subclass ``Task`` with what only
-they track (a worker's sequence numbers; a Dask future and address).
+published). One record serves both executors: a few fields are only one's (marked below), which
+costs a few unused slots and saves the queue path a second ``__init__`` call per task.
 """
 
 from __future__ import annotations
@@ -20,12 +20,19 @@ QUEUED, RUNNING, DONE = 0, 1, 2  # a task's phase
 
 class Task:
     __slots__ = (
+        "address",
         "args",
+        "batch",
+        "began",
         "deadline",
         "fn",
+        "future",
         "key",
         "kwargs",
         "phase",
+        "pid",
+        "seq",
+        "solo",
         "started",
         "tid",
         "timeout",
@@ -49,6 +56,15 @@ class Task:
         self.phase = QUEUED
         self.started = False  # known to have begun (start mark, start message, outcome)
         self.deadline: float | None = None
+        # LocalExecutor's:
+        self.seq = 0  # its number in the stream of the worker it was last sent to
+        self.batch = 0  # the seq of the first call of the BATCH frame it went in (0: alone)
+        self.solo = False  # its batch was REFUSED: it goes alone from now on
+        self.began = 0.0  # when we saw its start mark
+        # ClusterExecutor's:
+        self.future: Any = None  # the Dask future, until the outcome is in
+        self.address: str | None = None  # the worker running it, from its "started"
+        self.pid: int | None = None
 
 
 def pickle_call(

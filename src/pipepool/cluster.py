@@ -63,7 +63,8 @@ from ._cluster_link import ClusterWorkerLostError as ClusterWorkerLostError
 from ._cluster_link import _rebuild_cluster_lost as _rebuild_cluster_lost
 from ._cluster_remote import STARTED_TOPIC, _ignore_sigint_plugin, _run_task
 from ._task import RUNNING as _RUNNING
-from ._task import Task, pickle_call
+from ._task import Task as _Task
+from ._task import pickle_call
 from ._unpickle import load_exception, load_result
 from .errors import (
     TaskKilledError,
@@ -82,16 +83,6 @@ WAIT_SLICE = 0.25  # s a sync(timeout) waits at most before the steps run again:
 # how late a timeout is noticed
 
 
-class _Task(Task):
-    __slots__ = ("address", "future", "pid")
-
-    def __init__(self, *call: Any) -> None:  # Task's arguments
-        Task.__init__(self, *call)
-        self.future: Any = None
-        self.address: str | None = None  # the worker running it, from its "started"
-        self.pid: int | None = None
-
-
 class ClusterExecutor(SchedulerAPI, DaskLink):
     """Run callables on a Dask distributed cluster, scheduler style (LocalExecutor's API).
 
@@ -108,8 +99,6 @@ class ClusterExecutor(SchedulerAPI, DaskLink):
     ``worker_saturation`` (own LocalCluster only; a remote scheduler has its own
     ``distributed.scheduler.worker-saturation``): see ``WORKER_SATURATION``.
     """
-
-    _task_type = _Task
 
     def __init__(
         self,

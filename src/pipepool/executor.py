@@ -57,7 +57,8 @@ from ._lifecycle import STOP_GRACE as STOP_GRACE
 from ._marks import MarkTable
 from ._task import QUEUED as _QUEUED
 from ._task import RUNNING as _RUNNING
-from ._task import Task, pickle_call
+from ._task import Task as _Task
+from ._task import pickle_call
 from .errors import (
     InitializerError,
     TaskKilledError,
@@ -73,17 +74,6 @@ START_POLL = 0.002  # s a wait may last while a worker holds tasks and none is k
 # long (their outcomes wake us); long ones are seen started within it and stop the polling.
 
 
-class _Task(Task):
-    __slots__ = ("batch", "began", "seq", "solo")
-
-    def __init__(self, *call: Any) -> None:  # Task's arguments
-        Task.__init__(self, *call)
-        self.seq = 0  # its number in the stream of the worker it was last sent to
-        self.batch = 0  # the seq of the first call of the BATCH frame it went in (0: alone)
-        self.solo = False  # its batch was REFUSED: it goes alone from now on
-        self.began = 0.0  # when we saw its start mark (``started``: it reached the task)
-
-
 class LocalExecutor(SchedulerAPI, Collector, WorkerLifecycle):
     """Run callables in a pool of local worker processes, scheduler style.
 
@@ -91,8 +81,6 @@ class LocalExecutor(SchedulerAPI, Collector, WorkerLifecycle):
     from ``get_event_buffer``. Every queued task ends with exactly one terminal event.
     A task past its ``timeout`` (``queue_call``) has its worker killed and replaced.
     """
-
-    _task_type = _Task
 
     def __init__(
         self,
