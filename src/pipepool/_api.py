@@ -1,27 +1,54 @@
-"""What LocalExecutor and ClusterExecutor share: the event buffer and the verbs a
-scheduler builds on ``queue_call``, ``sync`` and ``has_work``, so both keep one contract."""
+"""What LocalExecutor and ClusterExecutor share: the event buffer, the verbs a scheduler
+builds on ``sync`` and ``has_work``, and the bookkeeping of queued, timed and finished
+tasks (``_task.Task``), so both keep one contract."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from concurrent.futures import CancelledError
 from typing import Any, Self
 
 from . import _signals
+from ._task import DONE, RUNNING, Task
 from .events import Event, State
 
 
 class SchedulerAPI:
-    """Mixin: subclasses provide ``queue_call``, ``sync``, ``has_work``, ``start``, ``end``,
-    ``terminate``, ``_finish``, an ``_events`` dict, a ``_queue`` deque of tasks and a
-    ``_state`` of "new", "started" or "ended"."""
+    """Base of both executors: subclasses provide ``sync``, ``has_work``, ``start``,
+    ``terminate``, ``_shut_down``, ``_dispatched`` and ``_time_out``, and the state below: an
+    ``_events`` dict, a ``_queue`` deque of tasks, ``_timed`` (started tasks with a
+    deadline), ``_stats`` counters, a ``_tids`` counter and a ``_state`` of "new",
+    "started" or "ended"."""
 
     _events: dict[Hashable, Event]
     _state: str
-    _queue: deque  # of tasks (anything with a ``key``), in dispatch order
+    _queue: deque  # of tasks, in dispatch order
+    _timed: dict[int, Any]  # tid -> started task with a deadline
+    _stats: dict[str, int]
+    _tids: Iterator[int]
     _published = 0  # events published so far (an instance attribute once counting)
+
+    def queue_call(
+        self,
+        key: Hashable,
+        fn: Callable[..., Any],
+        args: tuple = (),
+        kwargs: dict | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """Like ``queue`` with the call spelled out, plus a per-task ``timeout`` in seconds,
+        counted from the moment a worker starts the task; past it the task fails with
+        ``TaskTimeoutError`` (what happens to its worker: see the executor's class doc)."""
+        if self._state == "ended":
+            raise RuntimeError(f"cannot queue on an ended {type(self).__name__}")
+        if not callable(fn):
+            raise TypeError(f"{fn!r} is not callable")
+        task = Task(next(self._tids), key, fn, tuple(args), kwargs or {}, timeout)
+        self._queue.append(task)  # one atomic append: queued, or (if interrupted) not at all
 
     def queue(self, key: Hashable, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> None:
         """Queue ``fn(*args, **kwargs)`` under ``key``; pickled when it is dispatched."""
@@ -43,6 +70,19 @@ class SchedulerAPI:
         """Keys with a task not yet dispatched (to a worker, or to the cluster)."""
         return {t.key for t in self._queue}
 
+    @property
+    def running(self) -> set[Hashable]:
+        """Keys with at least one task dispatched and not reported (started or not)."""
+        return {t.key for t in self._dispatched()}
+
+    def running_counts(self) -> dict[Hashable, int]:
+        """``{key: tasks dispatched and not reported}``, for keys queued again while
+        running."""
+        counts: dict[Hashable, int] = {}
+        for t in self._dispatched():
+            counts[t.key] = counts.get(t.key, 0) + 1
+        return counts
+
     def cancel(self, key: Hashable) -> int:
         """Cancel the queued (never dispatched) tasks of ``key``; returns how many.
 
@@ -55,14 +95,28 @@ class SchedulerAPI:
             if doomed:
                 self._queue = deque(t for t in self._queue if t.key != key)
                 for t in doomed:
-                    self._finish(  # type: ignore[attr-defined]
-                        t,
-                        State.FAILED,
-                        exception=CancelledError(f"task {key!r} cancelled"),
+                    self._finish(
+                        t, State.FAILED, exception=CancelledError(f"task {key!r} cancelled")
                     )
             return len(doomed)
         finally:
             _signals.undefer(deferred)
+
+    def end(self) -> None:
+        """Finish every queued and running task, collect all results, then stop the
+        workers (LocalExecutor) or disconnect and close the LocalCluster this executor
+        started (ClusterExecutor)."""
+        if self._state == "new":
+            self._state = "ended"
+            return
+        if self._state == "ended":
+            return
+        self.wait_until_done()
+        self._shut_down()
+
+    def _shut_down(self) -> None:
+        """What ``end`` does once all work is done."""
+        raise NotImplementedError
 
     def wait_until_done(self, timeout: float | None = None) -> bool:
         """Drive the rounds until nothing is queued or in flight; False if ``timeout`` hit."""
@@ -84,6 +138,68 @@ class SchedulerAPI:
             self.terminate()  # type: ignore[attr-defined]  # Ctrl-C, SystemExit: stop now
         else:
             self.end()  # type: ignore[attr-defined]
+
+    def __del__(self) -> None:
+        if getattr(self, "_state", None) == "started":
+            with contextlib.suppress(Exception):
+                self.terminate()  # type: ignore[attr-defined]
+
+    def _dispatched(self) -> Iterable[Any]:
+        """Every task dispatched (to a worker, or to the cluster) and not reported."""
+        raise NotImplementedError
+
+    def _time_out(self, t: Any) -> None:
+        """Stop task ``t``, past its deadline, and report it."""
+        raise NotImplementedError
+
+    def _expire(self) -> None:
+        if not self._timed:
+            return
+        now = time.monotonic()
+        for tid, t in list(self._timed.items()):
+            if t.phase != RUNNING:
+                del self._timed[tid]
+            elif t.deadline is not None and now >= t.deadline:
+                del self._timed[tid]
+                self._time_out(t)
+
+    def _deadline_bound(self, bound: float) -> float:
+        """``bound``, or the time left to the nearest deadline of a started task if less."""
+        if self._timed:
+            now = time.monotonic()
+            bound = min(
+                [bound] + [t.deadline - now for t in self._timed.values() if t.deadline is not None]
+            )
+        return bound
+
+    def _finish(
+        self,
+        t: Any,
+        state: State,
+        *,
+        result: Any = None,
+        exception: BaseException | None = None,
+        pid: int | None = None,
+    ) -> None:
+        """Record a task's terminal event (the caller removes it from where it was)."""
+        t.phase = DONE
+        t.fn = t.args = t.kwargs = None  # free memory early
+        if state is State.SUCCESS:
+            self._stats["done"] += 1
+        else:
+            self._stats["failed"] += 1
+        self._publish(Event(t.key, state, result, exception, pid), terminal=True)
+
+    def _cancel_queued(self) -> None:
+        """Fail every queued task with ``CancelledError``: the executor was terminated."""
+        while self._queue:
+            t = self._queue[0]
+            self._finish(
+                t,
+                State.FAILED,
+                exception=CancelledError(f"task {t.key!r} cancelled: executor terminated"),
+            )
+            self._queue.popleft()
 
     def _publish(self, event: Event, *, terminal: bool) -> None:
         # Newest event per key, except that a RUNNING event never hides an unread

@@ -30,13 +30,7 @@ def load_result(key: Hashable, data: bytes | memoryview, where: str) -> tuple[bo
     try:
         return True, pickle.loads(data)
     except BaseException as exc:  # the task's failure, not ours (see above)
-        error = TaskUnpicklingError(
-            f"task {key!r}: its result could not be unpickled {where} "
-            f"({type(exc).__name__}: {exc})",
-            part="result",
-        )
-        error.__cause__ = exc
-        return False, error
+        return False, _unpickling_error(key, "result", where, exc)
 
 
 def load_exception(key: Hashable, tb: str, exc_bytes: bytes, where: str) -> BaseException:
@@ -67,11 +61,18 @@ def load_failure(key: Hashable, payload: bytes, where: str) -> BaseException:
     try:
         tb, exc_bytes = pickle.loads(payload)
     except BaseException as exc:  # the task's failure (see above)
-        error = TaskUnpicklingError(
-            f"task {key!r}: its failure report could not be unpickled {where} "
-            f"({type(exc).__name__}: {exc})",
-            part="exception",
-        )
-        error.__cause__ = exc
-        return error
+        return _unpickling_error(key, "failure report", where, exc)
     return load_exception(key, tb, exc_bytes, where)
+
+
+def _unpickling_error(
+    key: Hashable, what: str, where: str, exc: BaseException
+) -> TaskUnpicklingError:
+    """``TaskUnpicklingError`` for a task whose ``what`` ("result", "failure report")
+    could not be unpickled, with what unpickling raised as its ``__cause__``."""
+    error = TaskUnpicklingError(
+        f"task {key!r}: its {what} could not be unpickled {where} ({type(exc).__name__}: {exc})",
+        part="result" if what == "result" else "exception",
+    )
+    error.__cause__ = exc
+    return error

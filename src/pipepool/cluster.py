@@ -35,7 +35,8 @@ terminal event however often Dask runs it. Outcomes map as follows:
 
 Calls and outcomes are pickled with cloudpickle (what Dask itself uses): functions
 defined in ``__main__``, lambdas and closures travel by value. ``pipepool`` must be
-installed on every worker (the task wrapper lives here).
+installed on every worker (the task wrapper lives in ``_cluster_remote``; the IO thread's
+side is ``_cluster_link``).
 """
 
 from __future__ import annotations
@@ -43,44 +44,36 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import copyreg
 import itertools
 import os
-import pickle
-import signal
 import threading
 import time
-import traceback
 import uuid
-from collections import ChainMap, deque
-from collections.abc import Callable, Hashable, Iterable
-from concurrent.futures import CancelledError
+from collections import deque
+from collections.abc import Hashable, Iterable
 from typing import Any
 
 from . import _signals
 from ._api import SchedulerAPI
+from ._cluster_link import CANCEL_SETTLE as CANCEL_SETTLE  # re-exported: the public names
+from ._cluster_link import CLOSE_TIMEOUT, DaskLink, _import_distributed
+from ._cluster_link import INSTALL_HINT as INSTALL_HINT
+from ._cluster_link import KILL_TIMEOUT as KILL_TIMEOUT
+from ._cluster_link import ClusterWorkerLostError as ClusterWorkerLostError
+from ._cluster_link import _rebuild_cluster_lost as _rebuild_cluster_lost
+from ._cluster_remote import STARTED_TOPIC, _ignore_sigint_plugin, _run_task
+from ._task import RUNNING as _RUNNING
+from ._task import Task as _Task
+from ._task import pickle_call
 from ._unpickle import load_exception, load_result
 from .errors import (
     TaskKilledError,
     TaskPicklingError,
     TaskTimeoutError,
-    TaskUnpicklingError,
-    WorkerLostError,
 )
 from .events import Event, State
 
-INSTALL_HINT = (
-    "ClusterExecutor needs Dask's distributed package: "
-    "pip install 'pipepool[dask]' (or pip install distributed)"
-)
-PICKLE_PROTOCOL = 5
 CONNECT_TIMEOUT = 30.0  # s start() waits for the scheduler and for its first worker
-CLOSE_TIMEOUT = 10.0  # s end()/terminate() give the client and an own cluster to close
-CANCEL_SETTLE = 0.1  # s between cancelling a task and killing its worker: the cancel
-# travels on the client's batched stream (flushed every few ms), the kill on an RPC; were
-# the kill first, the scheduler would run the killed task again on another worker
-KILL_TIMEOUT = 5.0  # s a kill request to a worker may take (a live one answers in ms)
-EXIT_DELAY = 0.02  # s between a worker's reply to the kill request and its death
 WORKER_SATURATION = 1.0  # tasks a LocalCluster's scheduler hands a worker per thread: 1.0
 # sends the next task only when one ends (LocalExecutor's prefetch=1), so a worker that
 # dies takes only the tasks it was running along, not innocent ones queued behind them
@@ -89,73 +82,8 @@ WORKER_SATURATION = 1.0  # tasks a LocalCluster's scheduler hands a worker per t
 WAIT_SLICE = 0.25  # s a sync(timeout) waits at most before the steps run again: bounds
 # how late a timeout is noticed
 
-STARTED_TOPIC = "pipepool-started"  # one topic for every executor (the scheduler keeps
-# each topic it ever saw); a message carries its executor's token
 
-_QUEUED, _RUNNING, _DONE = 0, 1, 2
-
-
-class ClusterWorkerLostError(WorkerLostError):
-    """A Dask worker died while running the task, after the cluster's own retries.
-
-    ``address`` is the last worker's address (``tcp://host:port``) and ``pid`` its pid on
-    that machine, where known; ``exitcode`` is None (the scheduler does not learn it).
-    """
-
-    def __init__(self, message: str, *, address: str | None = None, pid: int | None = None) -> None:
-        super().__init__(message, pid=pid, exitcode=None)
-        self.address = address
-
-    def __reduce__(self):
-        return (_rebuild_cluster_lost, (str(self), self.address, self.pid))
-
-
-def _rebuild_cluster_lost(
-    message: str, address: str | None, pid: int | None
-) -> ClusterWorkerLostError:
-    return ClusterWorkerLostError(message, address=address, pid=pid)
-
-
-class _Task:
-    __slots__ = (
-        "address",
-        "args",
-        "deadline",
-        "fn",
-        "future",
-        "key",
-        "kwargs",
-        "phase",
-        "pid",
-        "started",
-        "tid",
-        "timeout",
-    )
-
-    def __init__(
-        self,
-        tid: int,
-        key: Hashable,
-        fn: Callable[..., Any],
-        args: tuple,
-        kwargs: dict,
-        timeout: float | None,
-    ) -> None:
-        self.tid = tid
-        self.key = key
-        self.fn = fn
-        self.args = args
-        self.kwargs = kwargs
-        self.timeout = timeout
-        self.phase = _QUEUED
-        self.started = False
-        self.deadline: float | None = None
-        self.future: Any = None
-        self.address: str | None = None  # the worker running it, from its "started"
-        self.pid: int | None = None
-
-
-class ClusterExecutor(SchedulerAPI):
+class ClusterExecutor(SchedulerAPI, DaskLink):
     """Run callables on a Dask distributed cluster, scheduler style (LocalExecutor's API).
 
     ``address=None`` starts a ``LocalCluster`` on 127.0.0.1 (worker processes with one
@@ -257,24 +185,6 @@ class ClusterExecutor(SchedulerAPI):
             raise
         self._state = "started"
 
-    def queue_call(
-        self,
-        key: Hashable,
-        fn: Callable[..., Any],
-        args: tuple = (),
-        kwargs: dict | None = None,
-        *,
-        timeout: float | None = None,
-    ) -> None:
-        """Like ``queue`` with the call spelled out, plus a per-task ``timeout`` in seconds,
-        counted from the moment a worker starts it (see the class doc for what happens)."""
-        if self._state == "ended":
-            raise RuntimeError("cannot queue on an ended ClusterExecutor")
-        if not callable(fn):
-            raise TypeError(f"{fn!r} is not callable")
-        task = _Task(next(self._tids), key, fn, tuple(args), kwargs or {}, timeout)
-        self._queue.append(task)
-
     def sync(self, timeout: float = 0.0) -> None:
         """One round: collect what the cluster reported, expire timeouts, dispatch.
 
@@ -294,17 +204,8 @@ class ClusterExecutor(SchedulerAPI):
         finally:
             _signals.undefer(deferred)
 
-    @property
-    def running(self) -> set[Hashable]:
-        """Keys with a task handed to Dask (waiting on the scheduler or running)."""
-        return {t.key for t in self._inflight.values()}
-
-    def running_counts(self) -> dict[Hashable, int]:
-        """``{key: tasks handed to Dask}``, for keys queued again while running."""
-        counts: dict[Hashable, int] = {}
-        for t in self._inflight.values():
-            counts[t.key] = counts.get(t.key, 0) + 1
-        return counts
+    def _dispatched(self) -> Iterable[_Task]:
+        return self._inflight.values()
 
     def has_work(self) -> bool:
         """True while any task is queued or handed to Dask and not reported."""
@@ -326,15 +227,7 @@ class ClusterExecutor(SchedulerAPI):
             _signals.undefer(deferred)
         return len(doomed)
 
-    def end(self) -> None:
-        """Finish every queued and running task, collect all results, disconnect (and
-        close the LocalCluster this executor started)."""
-        if self._state == "new":
-            self._state = "ended"
-            return
-        if self._state == "ended":
-            return
-        self.wait_until_done()
+    def _shut_down(self) -> None:
         self._close_client()
         self._state = "ended"
 
@@ -365,14 +258,7 @@ class ClusterExecutor(SchedulerAPI):
                 self._finish(
                     t, State.FAILED, exception=TaskKilledError("the executor was terminated")
                 )
-            while self._queue:
-                t = self._queue[0]
-                self._finish(
-                    t,
-                    State.FAILED,
-                    exception=CancelledError(f"task {t.key!r} cancelled: executor terminated"),
-                )
-                self._queue.popleft()
+            self._cancel_queued()
         finally:
             _signals.undefer(deferred)
         try:
@@ -420,11 +306,6 @@ class ClusterExecutor(SchedulerAPI):
         """Make a ``sync(timeout=...)`` waiting in another thread return now."""
         self._wakeup.set()
 
-    def __del__(self) -> None:
-        if getattr(self, "_state", None) == "started":
-            with contextlib.suppress(Exception):
-                self.terminate()
-
     # -- the steps of a round -----------------------------------------------------------
 
     def _collect(self) -> None:
@@ -469,57 +350,18 @@ class ClusterExecutor(SchedulerAPI):
         exc = load_exception(t.key, tb, exc_bytes, "here")
         self._finish(t, State.FAILED, exception=exc, pid=pid)
 
-    def _lost_error(self, t: _Task, error: BaseException) -> BaseException:
-        distributed = _import_distributed()
-        if isinstance(error, distributed.KilledWorker):
-            last = error.last_worker
-            address = getattr(last, "address", None) or t.address
-            pid = getattr(last, "pid", None) or t.pid
-            lost = ClusterWorkerLostError(
-                f"task {t.key!r}: {error.allowed_failures + 1} Dask workers died while "
-                f"running it, the last {address} (pid {pid}); the task may crash its "
-                "interpreter (segfault, os._exit) or need more memory than a worker may "
-                "use (see the workers' logs)",
-                address=address,
-                pid=pid,
-            )
-        elif isinstance(error, CancelledError):
-            lost = ClusterWorkerLostError(
-                f"task {t.key!r} was cancelled by the cluster ({error}); was the scheduler "
-                "restarted or the connection to it lost?",
-                address=t.address,
-                pid=t.pid,
-            )
-        else:
-            lost = ClusterWorkerLostError(
-                f"task {t.key!r}: its outcome could not be fetched from the cluster "
-                f"({type(error).__name__}: {error})",
-                address=t.address,
-                pid=t.pid,
-            )
-        lost.__cause__ = error
-        return lost
-
-    def _expire(self) -> None:
-        if not self._timed:
-            return
-        now = time.monotonic()
-        for tid, t in list(self._timed.items()):
-            if t.phase != _RUNNING:
-                del self._timed[tid]
-            elif t.deadline is not None and now >= t.deadline:
-                del self._timed[tid]
-                self._stop_task(
-                    t,
-                    TaskTimeoutError(
-                        f"task {t.key!r} timed out after {t.timeout} s on worker {t.address}"
-                        + (
-                            "; that worker process was killed"
-                            if self.kill_workers
-                            else "; it runs on there (Dask cannot stop a running call)"
-                        )
-                    ),
+    def _time_out(self, t: _Task) -> None:
+        self._stop_task(
+            t,
+            TaskTimeoutError(
+                f"task {t.key!r} timed out after {t.timeout} s on worker {t.address}"
+                + (
+                    "; that worker process was killed"
+                    if self.kill_workers
+                    else "; it runs on there (Dask cannot stop a running call)"
                 )
+            ),
+        )
 
     def _dispatch(self) -> None:
         queue = self._queue
@@ -563,67 +405,6 @@ class ClusterExecutor(SchedulerAPI):
             self._inflight[t.tid] = t
         self._client.loop.add_callback(self._track, tids, futures)
 
-    # -- the IO thread's side -------------------------------------------------------------
-
-    async def _track(self, tids: list[int], futures: list[Any]) -> None:
-        """Fetch outcomes as tasks finish, those ready together in one gather; hand them
-        to the caller's thread."""
-        distributed = _import_distributed()
-        tid_of = {f.key: tid for tid, f in zip(tids, futures, strict=True)}
-        done = distributed.as_completed(futures, loop=self._client.loop)
-        # From here on only as_completed holds a future, until it yields it: the key is
-        # released as soon as its outcome is here, so a worker that dies later holds no
-        # result that Dask would compute again (running the task twice).
-        futures.clear()
-        async for first in done:
-            ready = [first]
-            while done.has_ready():
-                ready.append(next(done))  # returns at once: it is ready
-            await self._fetch(ready, tid_of)
-
-    async def _fetch(self, ready: list[Any], tid_of: dict) -> None:
-        finished = [f for f in ready if f.status == "finished"]
-        if len(finished) > 1:
-            try:
-                values = await self._client.gather(finished, asynchronous=True)
-            except BaseException:
-                pass  # one of them went missing meanwhile: one by one below
-            else:
-                for f, value in zip(finished, values, strict=True):
-                    self._outcomes.append((tid_of[f.key], True, value))
-                self._wakeup.set()
-                gathered = {f.key for f in finished}
-                ready = [f for f in ready if f.key not in gathered]
-        for f in ready:
-            try:
-                (value,) = await self._client.gather([f], asynchronous=True)
-                outcome = (tid_of[f.key], True, value)
-            except BaseException as exc:  # KilledWorker, a cancel, a lost connection
-                outcome = (tid_of[f.key], False, exc)
-            self._outcomes.append(outcome)
-            self._wakeup.set()
-
-    def _on_started(self, event: tuple[float, Any]) -> None:
-        _timestamp, (token, tid, address, pid) = event
-        if token == self._token:  # not another executor's on the same cluster
-            self._starts.append((tid, address, pid))
-            self._wakeup.set()
-
-    async def _cancel_and_kill(self, futures: list[Any], addresses: Iterable[str]) -> None:
-        await self._client.cancel(futures, asynchronous=True)
-        addresses = list(addresses)
-        if addresses:
-            await asyncio.sleep(CANCEL_SETTLE)
-            # Bounded: a worker that is gone already (its task was being retried elsewhere)
-            # is retried by distributed's connect() up to its 30 s connect timeout.
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(
-                    self._client.run(
-                        _exit_worker, workers=addresses, on_error="ignore", asynchronous=True
-                    ),
-                    KILL_TIMEOUT,
-                )
-
     # -- helpers ----------------------------------------------------------------------------
 
     def _stop_task(self, t: _Task, reason: BaseException) -> None:
@@ -639,209 +420,16 @@ class ClusterExecutor(SchedulerAPI):
             )
         )
 
-    def _finish(
-        self,
-        t: _Task,
-        state: State,
-        *,
-        result: Any = None,
-        exception: BaseException | None = None,
-        pid: int | None = None,
-    ) -> None:
-        """Record a task's terminal event (the caller removes it from where it was)."""
-        t.phase = _DONE
-        t.fn = t.args = t.kwargs = None  # type: ignore[assignment]  # free memory early
+    def _finish(self, t: _Task, state: State, **outcome: Any) -> None:  # type: ignore[override]
         t.future = None  # the last reference: Dask forgets the key and its result
-        if state is State.SUCCESS:
-            self._stats["done"] += 1
-        else:
-            self._stats["failed"] += 1
-        self._publish(Event(t.key, state, result, exception, pid), terminal=True)
+        super()._finish(t, state, **outcome)
 
     def _wait_bound(self) -> float:
-        bound = WAIT_SLICE
-        if self._timed:
-            now = time.monotonic()
-            bound = min(
-                [bound] + [t.deadline - now for t in self._timed.values() if t.deadline is not None]
-            )
-        return max(bound, 0.0)
-
-    def _cached_workers(self) -> int:
-        client = self._client
-        if client is None:
-            return 0
-        identity = getattr(client, "_scheduler_identity", None) or {}
-        workers = identity.get("workers")
-        if workers:
-            return len(workers)
-        return int(identity.get("n_workers", 0) or 0)
-
-    def _close_client(self) -> None:
-        client, cluster = self._client, self._cluster
-        try:
-            if self._control:
-                concurrent.futures.wait(self._control, timeout=CLOSE_TIMEOUT)
-                self._control.clear()
-            if client is not None:
-                with contextlib.suppress(Exception):
-                    client.unsubscribe_topic(STARTED_TOPIC)
-                client.close(timeout=CLOSE_TIMEOUT)
-        finally:
-            if cluster is not None:
-                cluster.close(timeout=CLOSE_TIMEOUT)
-            self._client = self._cluster = None
-
-
-def _import_distributed() -> Any:
-    try:
-        import distributed
-    except ImportError as exc:
-        raise ImportError(INSTALL_HINT) from exc
-    return distributed
+        return max(self._deadline_bound(WAIT_SLICE), 0.0)
 
 
 def _pickle_call(t: _Task) -> bytes:
     """cloudpickle a task's call; on failure name the key and the part that failed."""
     import cloudpickle
 
-    try:
-        return cloudpickle.dumps((t.fn, t.args, t.kwargs), PICKLE_PROTOCOL)
-    except Exception as exc:
-        try:
-            cloudpickle.dumps(t.fn, PICKLE_PROTOCOL)
-        except Exception:
-            part = "function"
-        else:
-            part = "arguments"
-        raise TaskPicklingError(
-            f"task {t.key!r}: cannot pickle its {part} ({type(exc).__name__}: {exc})",
-            key=t.key,
-            part=part,
-        ) from exc
-
-
-# -- what runs on the Dask workers ------------------------------------------------------------
-
-
-def _run_task(tid: int, payload: bytes, token: str | None) -> tuple:
-    """Run one pickled call in a Dask worker; never raises (every outcome is a value).
-
-    Returns ``("done", pickled result, address, pid)`` or ``("raised", traceback text,
-    pickled exception, address, pid)``. The outcome is pickled here, not by Dask, so that
-    a result that cannot travel fails its task only, with the same errors as LocalExecutor.
-    """
-    import cloudpickle
-    from distributed import get_worker
-
-    worker = get_worker()
-    address, pid = worker.address, os.getpid()
-    if token is not None:
-        # Before the call: were the worker to die in it, the client knows it had started.
-        worker.log_event(STARTED_TOPIC, [token, tid, address, pid])
-    try:
-        fn, args, kwargs = pickle.loads(payload)
-    except BaseException as exc:
-        error = TaskUnpicklingError(
-            f"the Dask worker {address} could not unpickle the task "
-            f"({type(exc).__name__}: {exc}); is the function's module (and pipepool) "
-            "installed on every worker?",
-            part="task",
-        )
-        error.__cause__ = exc
-        return _raised(error, address, pid)
-    del payload
-    try:
-        result = fn(*args, **kwargs)
-    except BaseException as exc:  # SystemExit and friends are outcomes too
-        return _raised(exc, address, pid)
-    finally:
-        del fn, args, kwargs
-    try:
-        data = cloudpickle.dumps(result, PICKLE_PROTOCOL)
-    except BaseException as exc:
-        return _raised(
-            TaskPicklingError(
-                f"the task returned {type(result).__qualname__}, which could not be sent back "
-                f"({type(exc).__name__}: {exc})",
-                part="result",
-            ),
-            address,
-            pid,
-        )
-    return ("done", data, address, pid)
-
-
-def _raised(exc: BaseException, address: str, pid: int) -> tuple:
-    # The traceback travels outside the exception's own pickle, so the client still has
-    # it when the exception itself cannot be unpickled there.
-    tb = "".join(traceback.format_exception(exc))
-    try:
-        exc_bytes = _dumps_exception(exc)
-    except BaseException as pickling_exc:
-        exc_bytes = _dumps_exception(
-            TaskPicklingError(
-                f"the task raised {type(exc).__qualname__}: {_safe_repr(exc)}, which could not "
-                f"be pickled ({type(pickling_exc).__name__}: {pickling_exc})",
-                part="exception",
-            )
-        )
-    return ("raised", tb, exc_bytes, address, pid)
-
-
-def _dumps_exception(exc: BaseException) -> bytes:
-    """cloudpickle an exception the way a process without Dask would.
-
-    Importing distributed registers tblib's reducer for every exception class in the
-    process (copyreg), and that reducer rebuilds some classes without their C-level
-    state: SystemExit(3) arrives with ``code`` None. Each call builds the pickler's table
-    afresh, since distributed registers more classes as it meets their exceptions.
-    """
-    import io
-
-    import cloudpickle
-
-    plain = {
-        cls: reducer for cls, reducer in copyreg.dispatch_table.items() if not _is_tblib(reducer)
-    }
-    maps = [m for m in cloudpickle.Pickler.dispatch_table.maps if m is not copyreg.dispatch_table]
-
-    class Pickler(cloudpickle.Pickler):
-        dispatch_table = ChainMap(*maps, plain)
-
-    buffer = io.BytesIO()
-    Pickler(buffer, protocol=PICKLE_PROTOCOL).dump(exc)
-    return buffer.getvalue()
-
-
-def _is_tblib(reducer: Any) -> bool:
-    reducer = getattr(reducer, "func", reducer)  # functools.partial
-    return getattr(reducer, "__module__", "").startswith("tblib")
-
-
-def _safe_repr(obj: object) -> str:
-    try:
-        return repr(obj)[:500]
-    except BaseException:
-        return f"<{type(obj).__qualname__} with a failing repr>"
-
-
-def _ignore_sigint_plugin() -> Any:
-    from distributed import WorkerPlugin
-
-    class IgnoreSigint(WorkerPlugin):
-        name = "pipepool-ignore-sigint"
-
-        def setup(self, worker: Any) -> None:
-            if threading.current_thread() is threading.main_thread():
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-    return IgnoreSigint()
-
-
-def _exit_worker() -> None:
-    """Run by ``Client.run`` in a worker: die at once, like a LocalExecutor worker that is
-    killed; its nanny (if any) starts a fresh one, and what it ran stops with it. A few
-    ms late, so that the reply to ``Client.run`` still leaves (the scheduler logs an error
-    for a worker that dies in the middle of one)."""
-    threading.Timer(EXIT_DELAY, os.kill, (os.getpid(), signal.SIGKILL)).start()
+    return pickle_call(t, cloudpickle.dumps)

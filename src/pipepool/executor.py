@@ -1,4 +1,9 @@
-"""LocalExecutor: the queue, dispatch, bookkeeping, undo and worker lifecycle.
+"""LocalExecutor: its public API, the round, and dispatch.
+
+The other steps of a round live beside it, as methods of the same object (one owner of
+the bookkeeping): ``_collect.py`` (collect), ``_lifecycle.py`` (reap, start and retire
+workers), ``_api.py`` (expire, and what ClusterExecutor shares); the adaptive depth and
+revocation policy is ``_depth.py``.
 
 Data flow (one pipe pair per worker, whose parent ends only the PipeLoop touches; plus a
 control pipe per worker that carries nothing but REVOKE, written here directly)::
@@ -23,173 +28,59 @@ one, so each task is at every return to user code in exactly one place: ``_queue
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import multiprocessing
 import os
 import pickle
 import signal
-import struct
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable
-from concurrent.futures import CancelledError
 from typing import Any
 
-from . import _fault, _impl, _signals, _tree
+from . import _impl, _signals, _tree
 from ._api import SchedulerAPI
+from ._collect import Collector
+from ._depth import DepthPolicy
+from ._lifecycle import (
+    _PARENT_FDS,
+    REAP_INTERVAL,
+    TERM_GRACE,
+    WorkerLifecycle,
+    _signal_process,
+    _Worker,
+)
+from ._lifecycle import EXIT_GRACE as EXIT_GRACE  # re-exported: the names tests and users know
+from ._lifecycle import INIT_BACKOFF as INIT_BACKOFF
+from ._lifecycle import INIT_RETRIES as INIT_RETRIES
+from ._lifecycle import STOP_GRACE as STOP_GRACE
 from ._marks import MarkTable
-from ._unpickle import load_failure, load_result
+from ._task import QUEUED as _QUEUED
+from ._task import RUNNING as _RUNNING
+from ._task import Task as _Task
+from ._task import pickle_call
 from .errors import (
-    FrameError,
     InitializerError,
     TaskKilledError,
     TaskPicklingError,
     TaskTimeoutError,
-    WorkerLostError,
-    describe_exit,
 )
 from .events import Event, State
-from .frames import ELAPSED, MAX_PAYLOAD, PICKLE_PROTOCOL, Kind, encode_header
-from .worker import ChildFd
-from .worker import main as worker_main
+from .frames import MAX_PAYLOAD, PICKLE_PROTOCOL, Kind
 
-log = logging.getLogger("pipepool")
-
-EXIT_GRACE = 2.0  # s a worker may live on after its result pipe closed before it is killed
-STOP_GRACE = 10.0  # s end() waits for idle workers to exit before terminating them
-TERM_GRACE = 1.0  # s between SIGTERM and SIGKILL in terminate()
-REAP_INTERVAL = 0.25  # s between exit checks of every worker: catches a worker whose
-# result pipe a grandchild still holds open (no EOF), at a cost of one waitpid per worker
-INIT_RETRIES = 3  # consecutive initializer failures before queued work fails
-INIT_BACKOFF = 0.1  # s before the first restart after an initializer failure; doubles
-# Adaptive dispatch depth (prefetch=None): a worker gets as many tasks ahead as fit in
-# BACKLOG seconds of the observed task time. Deep for tiny tasks (fewer wake-ups, one
-# writev per batch), 1 for long ones (they never wait behind each other); and a worker
-# whose current task overruns gets nothing more, so a surprise long task traps at most
-# the few short ones already sent to it (and those are revoked: see _revoke_trapped).
-BACKLOG = 0.002  # s of predicted work queued per worker: the wait a short task may pay
-MAX_DEPTH = 64  # beyond this, bigger batches stop paying and fairness suffers
-EMA_WEIGHT = 0.2  # weight of the newest run-time sample
 START_POLL = 0.002  # s a wait may last while a worker holds tasks and none is known to
 # run: no frame says "started" (start marks do, without a wake-up), so timeouts, RUNNING
 # events and revocation learn of a start at most this late. Tiny tasks never wait this
 # long (their outcomes wake us); long ones are seen started within it and stop the polling.
 
-# Every parent-side pipepool fd open in this process. A forked worker closes all of them
-# but its own, so that no worker holds another's pipe ends: otherwise one worker's EOF or
-# the parent's death would stay hidden while the other lives.
-_PARENT_FDS: set[int] = set()
 
-_QUEUED, _RUNNING, _DONE = 0, 1, 2
-
-
-class _Task:
-    __slots__ = (
-        "args",
-        "batch",
-        "began",
-        "deadline",
-        "fn",
-        "key",
-        "kwargs",
-        "phase",
-        "seq",
-        "solo",
-        "started",
-        "tid",
-        "timeout",
-    )
-
-    def __init__(
-        self,
-        tid: int,
-        key: Hashable,
-        fn: Callable[..., Any],
-        args: tuple,
-        kwargs: dict,
-        timeout: float | None,
-    ) -> None:
-        self.tid = tid
-        self.key = key
-        self.fn = fn
-        self.args = args
-        self.kwargs = kwargs
-        self.timeout = timeout
-        self.phase = _QUEUED
-        self.seq = 0  # its number in the stream of the worker it was last sent to
-        self.batch = 0  # the seq of the first call of the BATCH frame it went in (0: alone)
-        self.solo = False  # its batch was REFUSED: it goes alone from now on
-        self.started = False  # its worker's start mark reached it (or its outcome came)
-        self.began = 0.0  # when we saw its start mark
-        self.deadline: float | None = None
-
-
-class _Worker:
-    __slots__ = (
-        "close_error",
-        "closed_at",
-        "closing",
-        "control_fd",
-        "crash_fd",
-        "crash_report",
-        "current",
-        "fds",
-        "heard",
-        "in_flight",
-        "init_error",
-        "init_round",
-        "kill_reason",
-        "killed",
-        "mark",
-        "pid",
-        "proc",
-        "revoking",
-        "sent",
-        "seq",
-        "slot",
-        "wid",
-    )
-
-    def __init__(
-        self,
-        wid: int,
-        proc: multiprocessing.process.BaseProcess,
-        fds: tuple[int, int],
-        control_fd: int,
-        slot: int,
-        init_round: int,
-    ) -> None:
-        self.wid = wid
-        self.proc = proc
-        self.pid: int | None = proc.pid
-        self.fds = fds  # the parent's ends, owned by the loop from add() to remove()
-        self.control_fd = control_fd  # write end of its control pipe (REVOKE), non-blocking
-        self.slot = slot  # its start-mark slot in the pool's MarkTable
-        self.mark = 0  # the last start mark read from it
-        self.init_round = init_round  # initializer failures counted when it started
-        self.in_flight: dict[int, _Task] = {}  # tid -> task, in dispatch order
-        self.sent = 0  # tasks sent and not taken back, for max_tasks_per_child
-        self.seq = 0  # tasks ever sent: the numbering REVOKE and REVOKED use
-        self.revoking = 0  # while a REVOKE is out: the last sequence number it covers
-        self.closing = False  # its result pipe closed (EOF or a bad frame)
-        self.closed_at = 0.0
-        self.close_error: BaseException | None = None
-        self.init_error: BaseException | None = None
-        self.kill_reason: BaseException | None = None  # why we killed it, for its task
-        self.killed = False
-        self.heard = False  # any frame received: it got through start-up
-        self.current: _Task | None = None  # the task its start mark names, until its outcome
-        self.crash_fd = -1  # its faulthandler's file (``_fault``), read after its death
-        self.crash_report = ""
-
-
-class LocalExecutor(SchedulerAPI):
+class LocalExecutor(SchedulerAPI, Collector, WorkerLifecycle):
     """Run callables in a pool of local worker processes, scheduler style.
 
     ``queue`` work under a key, call ``sync`` (or ``heartbeat``) regularly, read outcomes
     from ``get_event_buffer``. Every queued task ends with exactly one terminal event.
+    A task past its ``timeout`` (``queue_call``) has its worker killed and replaced.
     """
 
     def __init__(
@@ -214,7 +105,7 @@ class LocalExecutor(SchedulerAPI):
             raise ValueError("max_tasks_per_child must be at least 1 or None")
         start_method = _standard_start_method(start_method)
         self.parallelism = parallelism
-        self.prefetch = prefetch
+        self._depth = DepthPolicy(prefetch)  # adaptive depth and revocation
         self.pipe_size = pipe_size
         self.max_tasks_per_child = max_tasks_per_child
         self.initializer = initializer
@@ -241,7 +132,6 @@ class LocalExecutor(SchedulerAPI):
             ("done", "failed", "lost", "crashes", "recycles", "started_workers", "revoked"), 0
         )
         self._last_progress = time.monotonic()
-        self._task_time = BACKLOG  # EMA of task run time; starts at depth 1, learns fast
         self._starting: list[tuple[_Task, int | None]] = []  # seen started, event not yet out
 
     # -- public API -------------------------------------------------------------------
@@ -263,25 +153,6 @@ class LocalExecutor(SchedulerAPI):
         _PARENT_FDS.update((lifeline_r, lifeline_w))
         self._lifeline = (lifeline_r, lifeline_w)
         self._state = "started"
-
-    def queue_call(
-        self,
-        key: Hashable,
-        fn: Callable[..., Any],
-        args: tuple = (),
-        kwargs: dict | None = None,
-        *,
-        timeout: float | None = None,
-    ) -> None:
-        """Like ``queue`` with the call spelled out, plus a per-task ``timeout`` in seconds
-        (counted from the moment the task starts; past it the worker is killed and
-        replaced and the task fails with ``TaskTimeoutError``)."""
-        if self._state == "ended":
-            raise RuntimeError("cannot queue on an ended LocalExecutor")
-        if not callable(fn):
-            raise TypeError(f"{fn!r} is not callable")
-        task = _Task(next(self._tids), key, fn, tuple(args), kwargs or {}, timeout)
-        self._queue.append(task)  # one atomic append: queued, or (if interrupted) not at all
 
     def sync(self, timeout: float = 0.0, ready: Callable[[], bool] | None = None) -> None:
         """One round: collect results, reap and start workers, dispatch what fits.
@@ -308,23 +179,13 @@ class LocalExecutor(SchedulerAPI):
             self._reap()
             self._expire()
             self._start_workers()
-            self._revoke_trapped()
+            self._depth.revoke_trapped(self._workers.values())
             self._dispatch()
         finally:
             _signals.undefer(deferred)
 
-    @property
-    def running(self) -> set[Hashable]:
-        """Keys with at least one dispatch in flight (sent, started or not)."""
-        return {t.key for w in self._workers.values() for t in w.in_flight.values()}
-
-    def running_counts(self) -> dict[Hashable, int]:
-        """``{key: dispatches in flight}``, for keys queued again while running."""
-        counts: dict[Hashable, int] = {}
-        for w in self._workers.values():
-            for t in w.in_flight.values():
-                counts[t.key] = counts.get(t.key, 0) + 1
-        return counts
+    def _dispatched(self) -> Iterable[_Task]:
+        return (t for w in self._workers.values() for t in w.in_flight.values())
 
     def has_work(self) -> bool:
         """True while any task is queued or in flight."""
@@ -342,14 +203,7 @@ class LocalExecutor(SchedulerAPI):
                     killed += 1
         return killed
 
-    def end(self) -> None:
-        """Finish every queued and running task, collect all results, stop the workers."""
-        if self._state == "new":
-            self._state = "ended"
-            return
-        if self._state == "ended":
-            return
-        self.wait_until_done()
+    def _shut_down(self) -> None:
         self._stop_workers()
 
     def terminate(self) -> None:
@@ -373,14 +227,7 @@ class LocalExecutor(SchedulerAPI):
                 w.proc.join()
                 w.kill_reason = w.kill_reason or TaskKilledError("the executor was terminated")
                 self._retire(w, w.proc.exitcode, requeue=False)
-            while self._queue:
-                t = self._queue[0]
-                self._finish(
-                    t,
-                    State.FAILED,
-                    exception=CancelledError(f"task {t.key!r} cancelled: executor terminated"),
-                )
-                self._queue.popleft()
+            self._cancel_queued()
         finally:
             _signals.undefer(deferred)
         self._close()
@@ -434,255 +281,24 @@ class LocalExecutor(SchedulerAPI):
         finally:
             _signals.undefer(deferred)
 
-    def __del__(self) -> None:
-        if getattr(self, "_state", None) == "started":
-            with contextlib.suppress(Exception):
-                self.terminate()
-
     # -- the steps of a round -----------------------------------------------------------
 
-    def _collect(self) -> None:
-        frames, closed = self._loop.pump()
-        workers = self._workers
-        now = time.monotonic() if frames else 0.0  # one clock read per batch, not per frame
-        for channel, kind, ident, payload in frames:
-            w = workers.get(channel)
-            # Nothing behind a frame we cannot trust counts, not even a well-formed
-            # result in the same read: the stream is out of step or forged from there on.
-            if w is not None and w.close_error is None:
-                w.heard = True
-                self._on_frame(w, kind, ident, payload, now)
-        self._read_marks(now or time.monotonic())
-        starting = self._starting
-        if starting:
-            # RUNNING events last, and only for tasks still running: one whose outcome
-            # came in the same batch would have its RUNNING event replaced right away
-            # (newest per key), so building it is skipped: most tiny tasks.
-            for t, pid in starting:
-                if t.phase == _RUNNING:
-                    self._publish(Event(t.key, State.RUNNING, pid=pid), terminal=False)
-            starting.clear()
-        for channel, error in closed:
-            w = workers.get(channel)
-            if w is not None:
-                w.closing = True
-                w.closed_at = time.monotonic()
-                # The first reason stays: a bad frame _on_frame saw is followed by the
-                # plain EOF of the worker it killed.
-                w.close_error = w.close_error or error
-                if error is not None:  # a stream we cannot trust: the worker must go
-                    self._kill_worker(w, None)
-
-    def _read_marks(self, now: float) -> None:
-        """Note the tasks each worker began since the last look (their start marks)."""
-        assert self._marks is not None
-        read = self._marks.read
+    def _time_out(self, t: _Task) -> None:
         for w in self._workers.values():
-            if not w.in_flight:
-                continue
-            mark = read(w.slot)
-            if mark != w.mark:
-                w.mark = mark
-                self._mark_started(w, mark, now, publish=True)
-
-    def _mark_started(self, w: _Worker, mark: int, now: float, *, publish: bool) -> None:
-        """Every task of ``w`` numbered up to ``mark`` has begun; the last one runs."""
-        for t in w.in_flight.values():  # dispatch order, so numbers only grow
-            if t.seq > mark:
-                break
-            if t.started:
-                continue
-            t.started = True
-            t.began = now
-            w.current = t
-            if t.timeout is not None:
-                t.deadline = now + t.timeout
-                self._timed[t.tid] = t
-            if publish:
-                self._starting.append((t, w.pid))
-
-    def _on_frame(self, w: _Worker, kind: int, ident: int, payload: bytes, now: float) -> None:
-        if kind == Kind.DONE or kind == Kind.RAISED:
-            t = w.in_flight.get(ident)
-            if t is None:
-                return
-            self._init_failures = 0  # a task ran, so the initializer works
-            self._last_progress = now
-            t.started = True  # too short for its start mark to have been seen, mostly
-            if w.current is t:
-                w.current = None
-            # Unpickling cannot raise here: whatever it raises (SystemExit from a reducer
-            # included) is this task's failure, and the other frames of the read go on.
-            if kind == Kind.DONE:
-                try:
-                    (elapsed,) = ELAPSED.unpack_from(payload)
-                except struct.error:
-                    w.close_error = FrameError(
-                        f"a DONE frame of {len(payload)} bytes from worker pid {w.pid} "
-                        "is too short to carry its run time"
-                    )
-                    self._kill_worker(w, None)
-                    return
-                # The worker's own clock: load on this machine cannot skew the estimate.
-                self._task_time += EMA_WEIGHT * (elapsed - self._task_time)
-                ok, value = load_result(t.key, memoryview(payload)[ELAPSED.size :], "in the parent")
-                if ok:
-                    self._finish(t, State.SUCCESS, result=value, pid=w.pid)
-                else:
-                    self._finish(t, State.FAILED, exception=value, pid=w.pid)
-            else:
-                self._finish(
-                    t, State.FAILED, exception=_remote_exception(t.key, payload), pid=w.pid
+            if w.in_flight.get(t.tid) is t and not w.killed:
+                self._kill_worker(
+                    w,
+                    TaskTimeoutError(
+                        f"task {t.key!r} timed out after {t.timeout} s; "
+                        f"its worker pid {w.pid} was killed"
+                    ),
                 )
-            del w.in_flight[ident]
-            return
-        if kind == Kind.REVOKED and w.revoking:
-            self._on_revoked(w, ident)
-            return
-        if kind == Kind.REFUSED:
-            self._on_refused(w, ident)
-            return
-        if kind == Kind.INIT_FAILED:
-            # Counted now, not when the worker is retired: by then a replacement would
-            # already be on its way and the back-off would come too late.
-            self._note_init_failure(w, _remote_exception(None, payload))
-            return
-        # Any other kind from a worker is a broken stream.
-        w.close_error = FrameError(f"unexpected frame kind {kind} from worker pid {w.pid}")
-        self._kill_worker(w, None)
-
-    def _on_revoked(self, w: _Worker, last_started: int) -> None:
-        """The worker will skip everything it was sent after ``last_started``: those
-        tasks go back to the front of the queue, in their order, for any worker."""
-        upto, w.revoking = w.revoking, 0
-        # Only up to what the REVOKE covered: a task sent after it (at depth 1 a worker
-        # may get one once its queue drained) runs where it is.
-        back = [t for t in w.in_flight.values() if last_started < t.seq <= upto and not t.started]
-        for t in back:
-            del w.in_flight[t.tid]
-            t.phase = _QUEUED
-        w.sent -= len(back)
-        self._stats["revoked"] += len(back)
-        self._queue.extendleft(reversed(back))
-
-    def _on_refused(self, w: _Worker, first: int) -> None:
-        """The worker could not unpickle the BATCH whose first call is ``first`` and ran
-        none of it: queue those calls again, to go one per frame, so that only a call
-        that cannot be unpickled fails (with its own TaskUnpicklingError)."""
-        back = [t for t in w.in_flight.values() if t.batch == first]
-        for t in back:
-            del w.in_flight[t.tid]
-            # A start mark read before this frame may have covered them: they never ran.
-            if w.current is t:
-                w.current = None
-            t.started = False
-            t.deadline = None
-            t.phase = _QUEUED
-            t.solo = True
-        w.sent -= len(back)
-        self._queue.extendleft(reversed(back))
-
-    def _reap(self) -> None:
-        now = time.monotonic()
-        periodic = now >= self._next_reap
-        if periodic:
-            self._next_reap = now + REAP_INTERVAL
-        if not periodic and not any(w.closing for w in self._workers.values()):
-            return
-        exited: list[tuple[_Worker, int]] = []
-        for w in self._workers.values():
-            if not (w.closing or periodic):
-                continue
-            code = w.proc.exitcode
-            if code is None:
-                if w.closing and not w.killed and now - w.closed_at > EXIT_GRACE:
-                    self._kill_worker(w, None)  # closed its pipe but lingers
-                continue
-            exited.append((w, code))
-        if any(not w.closing for w, _ in exited):
-            # It exited without its pipe closing (a grandchild holds the write end):
-            # what it wrote before exiting is in the pipe now; read it before retiring.
-            self._collect()
-        for w, code in exited:
-            self._retire(w, code)
-
-    def _expire(self) -> None:
-        if not self._timed:
-            return
-        now = time.monotonic()
-        for tid, t in list(self._timed.items()):
-            if t.phase != _RUNNING:
-                del self._timed[tid]
-            elif t.deadline is not None and now >= t.deadline:
-                del self._timed[tid]
-                for w in self._workers.values():
-                    if w.in_flight.get(tid) is t and not w.killed:
-                        self._kill_worker(
-                            w,
-                            TaskTimeoutError(
-                                f"task {t.key!r} timed out after {t.timeout} s; "
-                                f"its worker pid {w.pid} was killed"
-                            ),
-                        )
-
-    def _start_workers(self) -> None:
-        if self._broken is not None:
-            self._fail_queued_broken()
-            return
-        alive = sum(1 for w in self._workers.values() if not w.closing)
-        outstanding = len(self._queue) + sum(len(w.in_flight) for w in self._workers.values())
-        wanted = min(self.parallelism, outstanding) - alive
-        if wanted <= 0 or time.monotonic() < self._init_retry_at:
-            return
-        if self._init_failures:
-            # The initializer failed lately: probe with one worker at a time, not a
-            # burst of them that would all fail together.
-            if alive:
-                return
-            wanted = 1
-        for _ in range(wanted):
-            self._start_worker()
-
-    def _overrun_after(self) -> float:
-        """Seconds past which a running task is longer than tasks have been lately."""
-        return max(BACKLOG, 4 * self._task_time)
-
-    def _trap_deadline(self, w: _Worker, after: float) -> float | None:
-        """When tasks sent ahead to ``w`` become trapped behind its current task (if it
-        has any such tasks and no REVOKE is out already), else None."""
-        current = w.current
-        if current is None or w.revoking or w.closing or len(w.in_flight) < 2:
-            return None
-        return current.began + after
-
-    def _revoke_trapped(self) -> None:
-        """Take back the tasks sent ahead to a worker whose current task overruns.
-
-        Deep dispatch sends short tasks behind whatever a worker runs; when that turns
-        out to be a long task they would wait for it while other workers idle. A REVOKE
-        on the worker's control pipe (a 16-byte write into a pipe that holds at most
-        one, so it cannot block) makes it skip them; its REVOKED answer says which, and
-        ``_on_revoked`` queues them again.
-        """
-        if self.prefetch is not None:
-            return  # a fixed depth is the caller's explicit choice
-        now = time.monotonic()
-        after = self._overrun_after()
-        for w in self._workers.values():
-            deadline = self._trap_deadline(w, after)
-            if deadline is None or deadline > now:
-                continue
-            try:
-                os.write(w.control_fd, encode_header(Kind.REVOKE, w.seq, 0))
-            except OSError:  # gone (EPIPE): its exit will re-dispatch what it never started
-                continue
-            w.revoking = w.seq
 
     def _dispatch(self) -> None:
         queue = self._queue
         if not queue:
             return
-        prefetch = self.prefetch or self._adaptive_depth()
+        prefetch = self._depth.depth()
         limit = self.max_tasks_per_child
         open_workers = [
             w
@@ -695,7 +311,7 @@ class LocalExecutor(SchedulerAPI):
         if self.prefetch is None and prefetch > 1:
             # Feed no worker whose current task overruns what we expect of a task: what
             # we send it now would wait behind that task instead of running elsewhere.
-            overrun = time.monotonic() - self._overrun_after()
+            overrun = time.monotonic() - self._depth.overrun_after()
             open_workers = [
                 w for w in open_workers if w.current is None or w.current.began > overrun
             ]
@@ -766,253 +382,17 @@ class LocalExecutor(SchedulerAPI):
 
     # -- worker lifecycle -----------------------------------------------------------------
 
-    def _start_worker(self) -> None:
-        assert self._lifeline is not None and self._marks is not None
-        slot = self._marks.claim()
-        if slot is None:  # every slot held by a worker not yet reaped: start it next round
-            return
-        activity_r, activity_w = os.pipe()
-        result_r, result_w = os.pipe()
-        control_r, control_w = os.pipe()
-        os.set_blocking(control_w, False)
-        crash_fd = _fault.open_report_file()  # shared with the worker, kept here
-        mine = (activity_r, result_w, control_r)
-        _PARENT_FDS.update(
-            (activity_r, activity_w, result_r, result_w, control_r, control_w, crash_fd)
-        )
-        if self.pipe_size:
-            _set_pipe_size(activity_w, self.pipe_size)
-            _set_pipe_size(result_w, self.pipe_size)
-        lifeline_r = self._lifeline[0]
-        close_fds = (
-            sorted(_PARENT_FDS.difference((*mine, lifeline_r, self._marks.fd, crash_fd)))
-            if self.start_method == "fork"
-            else []
-        )
-        wid = next(self._wids)
-        # typeshed declares Process on each concrete context, not on BaseContext
-        proc = self._context.Process(  # type: ignore[attr-defined]
-            target=worker_main,
-            args=(
-                ChildFd(activity_r),
-                ChildFd(result_w),
-                ChildFd(lifeline_r),
-                ChildFd(control_r),
-                ChildFd(self._marks.fd),
-                slot,
-                close_fds,
-                self.initializer,
-                self.initargs,
-                self.max_tasks_per_child,
-                self.implementation,
-                ChildFd(crash_fd),
-            ),
-            name=f"pipepool-worker-{wid}",
-            daemon=True,
-        )
-        try:
-            proc.start()
-        except BaseException:
-            for fd in (activity_w, result_r, control_w, crash_fd):
-                _PARENT_FDS.discard(fd)
-                os.close(fd)
-            self._marks.release(slot)
-            raise
-        finally:
-            for fd in mine:  # the child has its copies now (or never will)
-                _PARENT_FDS.discard(fd)
-                os.close(fd)
-        w = _Worker(wid, proc, (activity_w, result_r), control_w, slot, self._init_failures)
-        w.crash_fd = crash_fd
-        self._loop.add(wid, activity_w, result_r)
-        self._workers[wid] = w
-        self._stats["started_workers"] += 1
-
-    def _kill_worker(self, w: _Worker, reason: BaseException | None) -> None:
-        if reason is not None and w.kill_reason is None:
-            w.kill_reason = reason
-        if not w.killed:
-            w.killed = True
-            _signal_process(w.proc, "kill")
-
-    def _retire(self, w: _Worker, exitcode: int | None, *, requeue: bool = True) -> None:
-        """Forget an exited worker: dispatch again what it never started, fail what it ran."""
-        if exitcode is not None and exitcode < 0 and not w.killed and w.wid in self._loop:
-            # A fatal signal: where in its task? (Read before its fds close below.)
-            w.crash_report = _fault.note_crash(w.pid, _fault.read_report(w.crash_fd))
-        self._remove_channel(w)  # frames it never fully received: it cannot have started them
-        del self._workers[w.wid]
-        # It is dead and its pipe drained: its final start mark says which of the tasks
-        # it holds began. Each earlier one's outcome was in the pipe before the next
-        # mark was stored, so at most one began without an outcome: the one it ran.
-        assert self._marks is not None
-        final_mark = self._marks.read(w.slot)
-        self._mark_started(w, final_mark, time.monotonic(), publish=False)
-        self._marks.release(w.slot)
-        w.heard = w.heard or final_mark > 0  # it began a task: it got through start-up
-        lost_error = self._lost_error(w, exitcode)
-        unstarted = []
-        died_running = False
-        for t in w.in_flight.values():
-            if t.started or not requeue:
-                error = lost_error(t)
-                self._finish(t, State.FAILED, exception=error, pid=w.pid)
-                # Lost means the worker died under it; a timeout, kill() or terminate()
-                # is a failure of its own kind (docs/design.md, "Invariants", 1).
-                if isinstance(error, WorkerLostError):
-                    self._stats["lost"] += 1
-                died_running = died_running or t.started
-            else:
-                t.phase = _QUEUED
-                unstarted.append(t)
-        w.in_flight.clear()
-        self._queue.extendleft(reversed(unstarted))  # back to the front, in their order
-        if died_running or w.killed:  # its task's processes end with it (``_tree``)
-            _tree.signal_group(w.pid, signal.SIGKILL)
-        if w.init_error is None and not w.heard and not w.killed and exitcode != 0:
-            # Died before saying anything: start-up failed (a spawn child that cannot
-            # import __main__, say). Treated like an initializer failure, so a pool that
-            # cannot start workers backs off instead of respawning in a busy loop.
-            self._note_init_failure(
-                w,
-                WorkerLostError(
-                    f"worker pid {w.pid} {describe_exit(exitcode)} during start-up, before "
-                    "running any task (with spawn or forkserver, is the main module guarded "
-                    f"by if __name__ == '__main__'?){w.crash_report}",
-                    pid=w.pid,
-                    exitcode=exitcode,
-                ),
-            )
-        if w.init_error is not None:
-            pass  # counted by _note_init_failure, not a crash of a serving worker
-        elif w.killed or exitcode != 0 or died_running:  # os._exit(0) mid-task is no recycle
-            self._stats["crashes"] += 1
-        else:
-            self._stats["recycles"] += 1
-        with contextlib.suppress(ValueError):
-            w.proc.close()
-
-    def _remove_channel(self, w: _Worker) -> list[tuple[int, int, bytes]]:
-        """Close a worker's parent ends (once) and drop them from the fork registry."""
-        if w.wid not in self._loop:
-            return []
-        _PARENT_FDS.difference_update((*w.fds, w.control_fd, w.crash_fd))
-        os.close(w.control_fd)
-        os.close(w.crash_fd)
-        return self._loop.remove(w.wid)
-
-    def _lost_error(self, w: _Worker, exitcode: int | None) -> Callable[[_Task], BaseException]:
-        reason = w.kill_reason
-        bad_frame = w.close_error
-
-        def error_for(t: _Task) -> BaseException:
-            if reason is not None:
-                return reason
-            if bad_frame is not None:
-                err = WorkerLostError(
-                    f"worker pid {w.pid} sent a frame that cannot be trusted ({bad_frame}) "
-                    f"and was killed while running task {t.key!r}",
-                    pid=w.pid,
-                    exitcode=exitcode,
-                )
-                err.__cause__ = bad_frame
-                return err
-            return WorkerLostError(
-                f"worker pid {w.pid} {describe_exit(exitcode)} while running task {t.key!r}; "
-                "the task may have crashed the interpreter (segfault, os._exit) or been "
-                f"killed from outside (OOM killer, kill -9){w.crash_report}",
-                pid=w.pid,
-                exitcode=exitcode,
-            )
-
-        return error_for
-
-    def _note_init_failure(self, w: _Worker, error: BaseException) -> None:
-        w.init_error = error
-        if w.init_round != self._init_failures:
-            return  # started before the last failure was counted: same probe round
-        self._init_failures += 1
-        if self._init_failures >= INIT_RETRIES:
-            broken = InitializerError(
-                f"the initializer {self.initializer!r} failed in {self._init_failures} "
-                f"workers in a row: {type(error).__name__}: {error}"
-            )
-            broken.__cause__ = error
-            self._broken = broken
-            log.error("pipepool: %s", broken)
-        else:
-            self._init_retry_at = time.monotonic() + INIT_BACKOFF * 2 ** (self._init_failures - 1)
-
-    def _fail_queued_broken(self) -> None:
-        while self._queue:
-            t = self._queue[0]
-            self._finish(t, State.FAILED, exception=self._broken)
-            self._queue.popleft()
-
-    def _stop_workers(self) -> None:
-        deferred = None
-        try:
-            deferred = _signals.defer()
-            for w in self._workers.values():
-                # Closing its activity pipe is the stop signal: the worker reads EOF and
-                # exits. It holds no task, so nothing can be lost.
-                self._remove_channel(w)
-        finally:
-            _signals.undefer(deferred)
-        deadline = time.monotonic() + STOP_GRACE
-        for w in self._workers.values():
-            w.proc.join(max(0.0, deadline - time.monotonic()))
-            if w.proc.exitcode is None:
-                _signal_process(w.proc, "kill")
-                w.proc.join()
-            w.proc.close()
-        self._workers.clear()
-        self._close()
-
-    def _close(self) -> None:
-        if self._loop is not None:
-            for w in self._workers.values():
-                self._remove_channel(w)
-            self._loop.close()
-        if self._lifeline is not None:
-            for fd in self._lifeline:
-                _PARENT_FDS.discard(fd)
-                os.close(fd)
-            self._lifeline = None
-        if self._marks is not None:
-            _PARENT_FDS.discard(self._marks.fd)
-            self._marks.close()
-            self._marks = None
-        self._state = "ended"
-
     # -- helpers ----------------------------------------------------------------------------
 
-    def _finish(
-        self,
-        t: _Task,
-        state: State,
-        *,
-        result: Any = None,
-        exception: BaseException | None = None,
-        pid: int | None = None,
-    ) -> None:
-        """Record a task's terminal event (the caller removes it from where it was)."""
-        t.phase = _DONE
-        t.fn = t.args = t.kwargs = None  # type: ignore[assignment]  # free memory early
-        if state is State.SUCCESS:
-            self._stats["done"] += 1
-        else:
-            self._stats["failed"] += 1
-        self._publish(Event(t.key, state, result, exception, pid), terminal=True)
+    @property
+    def prefetch(self) -> int | None:
+        """Tasks a worker may hold ahead, or None: the adaptive depth (``_depth``)."""
+        return self._depth.prefetch
 
     @property
     def dispatch_depth(self) -> int:
         """Tasks a worker may hold ahead now: ``prefetch``, or the adaptive depth."""
-        return self.prefetch or self._adaptive_depth()
-
-    def _adaptive_depth(self) -> int:
-        """Tasks ahead per worker: BACKLOG seconds of the observed task time, 1..MAX_DEPTH."""
-        return max(1, min(MAX_DEPTH, int(BACKLOG / max(self._task_time, 1e-7))))
+        return self._depth.depth()
 
     def _wait_bound(self) -> float:
         """How long a wait may last before a step in this object has work to do."""
@@ -1021,16 +401,8 @@ class LocalExecutor(SchedulerAPI):
             bound = 0.001  # an exit code is due any moment
         elif any(w.in_flight and w.current is None for w in self._workers.values()):
             bound = START_POLL  # a start mark may move without waking us
-        if self._timed:
-            now = time.monotonic()
-            bound = min(
-                [bound] + [t.deadline - now for t in self._timed.values() if t.deadline is not None]
-            )
-        if self.prefetch is None:  # wake up when a worker's lead tasks become trapped
-            now = time.monotonic()
-            after = self._overrun_after()
-            deadlines = [self._trap_deadline(w, after) for w in self._workers.values()]
-            bound = min([bound] + [d - now for d in deadlines if d is not None])
+        bound = self._deadline_bound(bound)
+        bound = self._depth.wait_bound(self._workers.values(), bound)
         if self._queue and self._init_retry_at > time.monotonic():
             bound = min(bound, self._init_retry_at - time.monotonic())
         return max(bound, 0.0)
@@ -1038,22 +410,11 @@ class LocalExecutor(SchedulerAPI):
 
 def _pickle_call(t: _Task) -> bytes:
     """Pickle a task's call; on failure name the key and the part that failed."""
-    try:
-        payload = pickle.dumps((t.fn, t.args, t.kwargs), PICKLE_PROTOCOL)
-    except Exception as exc:
-        try:
-            pickle.dumps(t.fn, PICKLE_PROTOCOL)
-        except Exception:
-            part = "function"
-        else:
-            part = "arguments"
-        raise TaskPicklingError(
-            f"task {t.key!r}: cannot pickle its {part} ({type(exc).__name__}: {exc}); "
-            "functions must be importable (no lambdas or local functions) and "
-            "arguments picklable",
-            key=t.key,
-            part=part,
-        ) from exc
+    payload = pickle_call(
+        t,
+        advice="; functions must be importable (no lambdas or local functions) and "
+        "arguments picklable",
+    )
     if len(payload) > MAX_PAYLOAD:
         raise TaskPicklingError(
             f"task {t.key!r}: its pickled call is {len(payload)} bytes, above the "
@@ -1073,11 +434,6 @@ def _pickle_batch(batch: list[_Task]) -> bytes | None:
     except Exception:
         return None
     return payload if len(payload) <= MAX_PAYLOAD else None
-
-
-def _remote_exception(key: Hashable, payload: bytes) -> BaseException:
-    """Rebuild a worker's exception with its traceback as ``__cause__``; never raises."""
-    return load_failure(key, payload, "in the parent")
 
 
 def _standard_start_method(name: str | None) -> str | None:
@@ -1100,26 +456,7 @@ def _standard_start_method(name: str | None) -> str | None:
         multiprocessing.get_context(name)
     except ValueError:
         raise ValueError(f"unknown start_method {name!r}") from None
-    log.debug("pipepool: start method %r is not a standard one; forking instead", name)
+    logging.getLogger("pipepool").debug(
+        "pipepool: start method %r is not a standard one; forking instead", name
+    )
     return "fork"
-
-
-def _set_pipe_size(fd: int, size: int) -> None:
-    """Ask for a pipe capacity where the OS lets us (Linux F_SETPIPE_SZ); else keep it."""
-    import fcntl
-
-    setter = getattr(fcntl, "F_SETPIPE_SZ", None)
-    if setter is None:
-        return  # macOS and others: the capacity is the kernel's choice
-    try:
-        fcntl.fcntl(fd, setter, size)
-    except OSError as exc:
-        log.debug("pipepool: F_SETPIPE_SZ(%d) refused: %s", size, exc)
-
-
-def _signal_process(proc: multiprocessing.process.BaseProcess, how: str) -> None:
-    """``proc.terminate()`` or ``proc.kill()``, and the same signal to the process group
-    the worker leads: whatever its task started goes with it (``_tree``)."""
-    with contextlib.suppress(OSError, ValueError, AttributeError):  # already gone or closed
-        _tree.signal_group(proc.pid, signal.SIGTERM if how == "terminate" else signal.SIGKILL)
-        getattr(proc, how)()

@@ -26,21 +26,19 @@ lifeline; plus its slot in the pool's page of start marks (``_marks``). It block
 from __future__ import annotations
 
 import contextlib
-import copyreg
-import io
 import os
 import pickle
 import select
 import signal
 import sys
 import threading
-import traceback
 from collections.abc import Callable, Sequence
 from time import perf_counter
 from typing import Any
 
 from . import _fault, _impl, _signals, _tree
 from ._marks import StartMark
+from ._outcome import encode_failure
 from .errors import FrameError, TaskPicklingError, TaskUnpicklingError
 from .frames import ELAPSED, PICKLE_PROTOCOL, Kind, encode_header, split_frames
 
@@ -172,52 +170,10 @@ def _watch(lifeline_fd: int, control_fd: int, gate: _Gate) -> None:
 
 
 def _failure_frame(kind: int, ident: int, exc: BaseException) -> list[bytes]:
-    """Header and payload carrying ``pickle((traceback text, pickle(exception)))``."""
-    # The traceback travels outside the exception's own pickle, so the parent still has
-    # it when the exception itself cannot be unpickled there.
-    tb = "".join(traceback.format_exception(exc))
-    try:
-        exc_bytes = _dumps_exception(exc)
-    except BaseException as pickling_exc:  # whatever the failure, the answer is the substitute
-        substitute = TaskPicklingError(
-            f"the task raised {type(exc).__qualname__}: {_safe_repr(exc)}, "
-            f"which could not be pickled ({type(pickling_exc).__name__}: {pickling_exc})",
-            part="exception",
-        )
-        exc_bytes = pickle.dumps(substitute, PICKLE_PROTOCOL)
-    payload = pickle.dumps((tb, exc_bytes), PICKLE_PROTOCOL)
+    """Header and payload carrying ``pickle((traceback text, pickle(exception)))``
+    (``_outcome.encode_failure``)."""
+    payload = pickle.dumps(encode_failure(exc), PICKLE_PROTOCOL)
     return [encode_header(kind, ident, len(payload)), payload]
-
-
-def _dumps_exception(exc: BaseException) -> bytes:
-    """Pickle an exception the standard way, whatever reducers the process registered.
-
-    Importing Dask's distributed installs tblib's reducer for every exception class in
-    ``copyreg``; a forked worker inherits it, and exceptions then lose attributes such
-    as ``SystemExit.code`` on the way back. Reducers from tblib are left out here.
-    """
-    buffer = io.BytesIO()
-    pickler = pickle.Pickler(buffer, PICKLE_PROTOCOL)
-    if any(_is_tblib(reducer) for reducer in copyreg.dispatch_table.values()):
-        pickler.dispatch_table = {
-            cls: reducer
-            for cls, reducer in copyreg.dispatch_table.items()
-            if not _is_tblib(reducer)
-        }
-    pickler.dump(exc)
-    return buffer.getvalue()
-
-
-def _is_tblib(reducer: object) -> bool:
-    reducer = getattr(reducer, "func", reducer)  # tblib may register functools.partials
-    return (getattr(reducer, "__module__", None) or "").startswith("tblib")
-
-
-def _safe_repr(obj: object) -> str:
-    try:
-        return repr(obj)[:500]
-    except BaseException:
-        return f"<{type(obj).__qualname__} with a failing repr>"
 
 
 _result_parts: list = []

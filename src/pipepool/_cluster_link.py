@@ -1,0 +1,193 @@
+"""ClusterExecutor's dealings with Dask beyond the caller's bookkeeping: the coroutines
+the Client's IO thread runs (fetch outcomes as tasks finish, hear start messages, cancel
+and kill), closing the connection, and turning what Dask raised into the task's error.
+
+``DaskLink`` is a mixin of ``ClusterExecutor`` and nothing else, holding no state of its
+own. The IO thread and the caller's thread meet only at the executor's two deques and
+its wake-up flag (see ``cluster.py``); the methods here are the IO thread's side of
+that, kept apart from the caller's side that owns every piece of bookkeeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import threading
+from collections import deque
+from collections.abc import Iterable
+from concurrent.futures import CancelledError
+from typing import TYPE_CHECKING, Any
+
+from ._cluster_remote import STARTED_TOPIC, _exit_worker
+from .errors import WorkerLostError
+
+if TYPE_CHECKING:
+    from ._task import Task as _Task
+
+INSTALL_HINT = (
+    "ClusterExecutor needs Dask's distributed package: "
+    "pip install 'pipepool[dask]' (or pip install distributed)"
+)
+CANCEL_SETTLE = 0.1  # s between cancelling a task and killing its worker: the cancel
+# travels on the client's batched stream (flushed every few ms), the kill on an RPC; were
+# the kill first, the scheduler would run the killed task again on another worker
+KILL_TIMEOUT = 5.0  # s a kill request to a worker may take (a live one answers in ms)
+CLOSE_TIMEOUT = 10.0  # s end()/terminate() give the client and an own cluster to close
+
+
+class ClusterWorkerLostError(WorkerLostError):
+    """A Dask worker died while running the task, after the cluster's own retries.
+
+    ``address`` is the last worker's address (``tcp://host:port``) and ``pid`` its pid on
+    that machine, where known; ``exitcode`` is None (the scheduler does not learn it).
+    """
+
+    def __init__(self, message: str, *, address: str | None = None, pid: int | None = None) -> None:
+        super().__init__(message, pid=pid, exitcode=None)
+        self.address = address
+
+    def __reduce__(self):
+        return (_rebuild_cluster_lost, (str(self), self.address, self.pid))
+
+
+def _rebuild_cluster_lost(
+    message: str, address: str | None, pid: int | None
+) -> ClusterWorkerLostError:
+    return ClusterWorkerLostError(message, address=address, pid=pid)
+
+
+class DaskLink:
+    """Mixin of ``ClusterExecutor``: the IO thread's side and the connection's end."""
+
+    # The executor's state used here (set in ClusterExecutor.__init__ and start()).
+    _client: Any
+    _cluster: Any
+    _token: str
+    _starts: deque[tuple[int, str, int]]
+    _outcomes: deque[tuple[int, bool, Any]]
+    _wakeup: threading.Event
+    _control: list[concurrent.futures.Future]
+
+    def _lost_error(self, t: _Task, error: BaseException) -> BaseException:
+        distributed = _import_distributed()
+        if isinstance(error, distributed.KilledWorker):
+            last = error.last_worker
+            address = getattr(last, "address", None) or t.address
+            pid = getattr(last, "pid", None) or t.pid
+            lost = ClusterWorkerLostError(
+                f"task {t.key!r}: {error.allowed_failures + 1} Dask workers died while "
+                f"running it, the last {address} (pid {pid}); the task may crash its "
+                "interpreter (segfault, os._exit) or need more memory than a worker may "
+                "use (see the workers' logs)",
+                address=address,
+                pid=pid,
+            )
+        elif isinstance(error, CancelledError):
+            lost = ClusterWorkerLostError(
+                f"task {t.key!r} was cancelled by the cluster ({error}); was the scheduler "
+                "restarted or the connection to it lost?",
+                address=t.address,
+                pid=t.pid,
+            )
+        else:
+            lost = ClusterWorkerLostError(
+                f"task {t.key!r}: its outcome could not be fetched from the cluster "
+                f"({type(error).__name__}: {error})",
+                address=t.address,
+                pid=t.pid,
+            )
+        lost.__cause__ = error
+        return lost
+
+    async def _track(self, tids: list[int], futures: list[Any]) -> None:
+        """Fetch outcomes as tasks finish, those ready together in one gather; hand them
+        to the caller's thread."""
+        distributed = _import_distributed()
+        tid_of = {f.key: tid for tid, f in zip(tids, futures, strict=True)}
+        done = distributed.as_completed(futures, loop=self._client.loop)
+        # From here on only as_completed holds a future, until it yields it: the key is
+        # released as soon as its outcome is here, so a worker that dies later holds no
+        # result that Dask would compute again (running the task twice).
+        futures.clear()
+        async for first in done:
+            ready = [first]
+            while done.has_ready():
+                ready.append(next(done))  # returns at once: it is ready
+            await self._fetch(ready, tid_of)
+
+    async def _fetch(self, ready: list[Any], tid_of: dict) -> None:
+        finished = [f for f in ready if f.status == "finished"]
+        if len(finished) > 1:
+            try:
+                values = await self._client.gather(finished, asynchronous=True)
+            except BaseException:
+                pass  # one of them went missing meanwhile: one by one below
+            else:
+                for f, value in zip(finished, values, strict=True):
+                    self._outcomes.append((tid_of[f.key], True, value))
+                self._wakeup.set()
+                gathered = {f.key for f in finished}
+                ready = [f for f in ready if f.key not in gathered]
+        for f in ready:
+            try:
+                (value,) = await self._client.gather([f], asynchronous=True)
+                outcome = (tid_of[f.key], True, value)
+            except BaseException as exc:  # KilledWorker, a cancel, a lost connection
+                outcome = (tid_of[f.key], False, exc)
+            self._outcomes.append(outcome)
+            self._wakeup.set()
+
+    def _on_started(self, event: tuple[float, Any]) -> None:
+        _timestamp, (token, tid, address, pid) = event
+        if token == self._token:  # not another executor's on the same cluster
+            self._starts.append((tid, address, pid))
+            self._wakeup.set()
+
+    async def _cancel_and_kill(self, futures: list[Any], addresses: Iterable[str]) -> None:
+        await self._client.cancel(futures, asynchronous=True)
+        addresses = list(addresses)
+        if addresses:
+            await asyncio.sleep(CANCEL_SETTLE)
+            # Bounded: a worker that is gone already (its task was being retried elsewhere)
+            # is retried by distributed's connect() up to its 30 s connect timeout.
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(
+                    self._client.run(
+                        _exit_worker, workers=addresses, on_error="ignore", asynchronous=True
+                    ),
+                    KILL_TIMEOUT,
+                )
+
+    def _cached_workers(self) -> int:
+        client = self._client
+        if client is None:
+            return 0
+        identity = getattr(client, "_scheduler_identity", None) or {}
+        workers = identity.get("workers")
+        if workers:
+            return len(workers)
+        return int(identity.get("n_workers", 0) or 0)
+
+    def _close_client(self) -> None:
+        client, cluster = self._client, self._cluster
+        try:
+            if self._control:
+                concurrent.futures.wait(self._control, timeout=CLOSE_TIMEOUT)
+                self._control.clear()
+            if client is not None:
+                with contextlib.suppress(Exception):
+                    client.unsubscribe_topic(STARTED_TOPIC)
+                client.close(timeout=CLOSE_TIMEOUT)
+        finally:
+            if cluster is not None:
+                cluster.close(timeout=CLOSE_TIMEOUT)
+            self._client = self._cluster = None
+
+
+def _import_distributed() -> Any:
+    try:
+        import distributed
+    except ImportError as exc:
+        raise ImportError(INSTALL_HINT) from exc
+    return distributed

@@ -1,0 +1,202 @@
+"""LocalExecutor's collect step: what comes back from the workers. Outcome frames
+(DONE, RAISED), the answers to REVOKE and to a refused BATCH, an initializer's failure,
+closed result pipes, and the start marks, read from shared memory without a syscall.
+
+``Collector`` is a mixin of ``LocalExecutor`` and nothing else, holding no state of its
+own, for the reason ``_lifecycle`` gives: these steps move tasks between the executor's
+queue, its workers' ``in_flight`` and its events, bookkeeping with one owner.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections import deque
+from collections.abc import Hashable
+from typing import TYPE_CHECKING, Any
+
+from ._api import SchedulerAPI
+from ._depth import DepthPolicy
+from ._marks import MarkTable
+from ._task import QUEUED as _QUEUED
+from ._task import RUNNING as _RUNNING
+from ._unpickle import load_failure, load_result
+from .errors import FrameError
+from .events import Event, State
+from .frames import ELAPSED, Kind
+
+if TYPE_CHECKING:
+    from ._lifecycle import _Worker
+    from ._task import Task as _Task
+
+
+# For the type checker only: the executor's own methods these steps call (``_finish``,
+# ``_publish``) and its shared state; at run time a plain mixin.
+_Executor = SchedulerAPI if TYPE_CHECKING else object
+
+
+class Collector(_Executor):  # type: ignore[misc,valid-type]
+    """Mixin of ``LocalExecutor``: the collect step and what each frame kind does."""
+
+    # The executor's state these steps read and write (set in LocalExecutor.__init__).
+    _loop: Any
+    _marks: MarkTable | None
+    _queue: deque[_Task]
+    _workers: dict[int, _Worker]
+    _timed: dict[int, Any]
+    _stats: dict[str, int]
+    _depth: DepthPolicy
+    _starting: list[tuple[_Task, int | None]]
+    _init_failures: int
+    _last_progress: float
+
+    if TYPE_CHECKING:  # the executor's, used here
+
+        def _kill_worker(self, w: _Worker, reason: BaseException | None) -> None: ...
+
+        def _note_init_failure(self, w: _Worker, error: BaseException) -> None: ...
+
+    def _collect(self) -> None:
+        frames, closed = self._loop.pump()
+        workers = self._workers
+        now = time.monotonic() if frames else 0.0  # one clock read per batch, not per frame
+        for channel, kind, ident, payload in frames:
+            w = workers.get(channel)
+            # Nothing behind a frame we cannot trust counts, not even a well-formed
+            # result in the same read: the stream is out of step or forged from there on.
+            if w is not None and w.close_error is None:
+                w.heard = True
+                self._on_frame(w, kind, ident, payload, now)
+        self._read_marks(now or time.monotonic())
+        starting = self._starting
+        if starting:
+            # RUNNING events last, and only for tasks still running: one whose outcome
+            # came in the same batch would have its RUNNING event replaced right away
+            # (newest per key), so building it is skipped: most tiny tasks.
+            for t, pid in starting:
+                if t.phase == _RUNNING:
+                    self._publish(Event(t.key, State.RUNNING, pid=pid), terminal=False)
+            starting.clear()
+        for channel, error in closed:
+            w = workers.get(channel)
+            if w is not None:
+                w.closing = True
+                w.closed_at = time.monotonic()
+                # The first reason stays: a bad frame _on_frame saw is followed by the
+                # plain EOF of the worker it killed.
+                w.close_error = w.close_error or error
+                if error is not None:  # a stream we cannot trust: the worker must go
+                    self._kill_worker(w, None)
+
+    def _read_marks(self, now: float) -> None:
+        """Note the tasks each worker began since the last look (their start marks)."""
+        assert self._marks is not None
+        read = self._marks.read
+        for w in self._workers.values():
+            if not w.in_flight:
+                continue
+            mark = read(w.slot)
+            if mark != w.mark:
+                w.mark = mark
+                self._mark_started(w, mark, now, publish=True)
+
+    def _mark_started(self, w: _Worker, mark: int, now: float, *, publish: bool) -> None:
+        """Every task of ``w`` numbered up to ``mark`` has begun; the last one runs."""
+        for t in w.in_flight.values():  # dispatch order, so numbers only grow
+            if t.seq > mark:
+                break
+            if t.started:
+                continue
+            t.started = True
+            t.began = now
+            w.current = t
+            if t.timeout is not None:
+                t.deadline = now + t.timeout
+                self._timed[t.tid] = t
+            if publish:
+                self._starting.append((t, w.pid))
+
+    def _on_frame(self, w: _Worker, kind: int, ident: int, payload: bytes, now: float) -> None:
+        if kind == Kind.DONE or kind == Kind.RAISED:
+            t = w.in_flight.get(ident)
+            if t is None:
+                return
+            self._init_failures = 0  # a task ran, so the initializer works
+            self._last_progress = now
+            t.started = True  # too short for its start mark to have been seen, mostly
+            if w.current is t:
+                w.current = None
+            # Unpickling cannot raise here: whatever it raises (SystemExit from a reducer
+            # included) is this task's failure, and the other frames of the read go on.
+            if kind == Kind.DONE:
+                try:
+                    (elapsed,) = ELAPSED.unpack_from(payload)
+                except struct.error:
+                    w.close_error = FrameError(
+                        f"a DONE frame of {len(payload)} bytes from worker pid {w.pid} "
+                        "is too short to carry its run time"
+                    )
+                    self._kill_worker(w, None)
+                    return
+                self._depth.observe(elapsed)
+                ok, value = load_result(t.key, memoryview(payload)[ELAPSED.size :], "in the parent")
+                if ok:
+                    self._finish(t, State.SUCCESS, result=value, pid=w.pid)
+                else:
+                    self._finish(t, State.FAILED, exception=value, pid=w.pid)
+            else:
+                self._finish(
+                    t, State.FAILED, exception=_remote_exception(t.key, payload), pid=w.pid
+                )
+            del w.in_flight[ident]
+            return
+        if kind == Kind.REVOKED and w.revoking:
+            self._on_revoked(w, ident)
+            return
+        if kind == Kind.REFUSED:
+            self._on_refused(w, ident)
+            return
+        if kind == Kind.INIT_FAILED:
+            # Counted now, not when the worker is retired: by then a replacement would
+            # already be on its way and the back-off would come too late.
+            self._note_init_failure(w, _remote_exception(None, payload))
+            return
+        # Any other kind from a worker is a broken stream.
+        w.close_error = FrameError(f"unexpected frame kind {kind} from worker pid {w.pid}")
+        self._kill_worker(w, None)
+
+    def _on_revoked(self, w: _Worker, last_started: int) -> None:
+        """The worker will skip everything it was sent after ``last_started``: those
+        tasks go back to the front of the queue, in their order, for any worker."""
+        upto, w.revoking = w.revoking, 0
+        # Only up to what the REVOKE covered: a task sent after it (at depth 1 a worker
+        # may get one once its queue drained) runs where it is.
+        back = [t for t in w.in_flight.values() if last_started < t.seq <= upto and not t.started]
+        for t in back:
+            del w.in_flight[t.tid]
+            t.phase = _QUEUED
+        w.sent -= len(back)
+        self._stats["revoked"] += len(back)
+        self._queue.extendleft(reversed(back))
+
+    def _on_refused(self, w: _Worker, first: int) -> None:
+        """The worker could not unpickle the BATCH whose first call is ``first`` and ran
+        none of it: queue those calls again, to go one per frame, so that only a call
+        that cannot be unpickled fails (with its own TaskUnpicklingError)."""
+        back = [t for t in w.in_flight.values() if t.batch == first]
+        for t in back:
+            del w.in_flight[t.tid]
+            # A start mark read before this frame may have covered them: they never ran.
+            if w.current is t:
+                w.current = None
+            t.started = False
+            t.deadline = None
+            t.phase = _QUEUED
+            t.solo = True
+        w.sent -= len(back)
+        self._queue.extendleft(reversed(back))
+
+
+def _remote_exception(key: Hashable, payload: bytes) -> BaseException:
+    """Rebuild a worker's exception with its traceback as ``__cause__``; never raises."""
+    return load_failure(key, payload, "in the parent")

@@ -1,0 +1,88 @@
+"""The task record both executors keep, and how a call is pickled for the trip.
+
+A task is in exactly one phase at every return to user code: queued (in the executor's
+``_queue``), running (handed to a worker or to the cluster), or done (its terminal event
+published). One record serves both executors: a few fields are only one's (marked below), which
+costs a few unused slots and saves the queue path a second ``__init__`` call per task.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable, Hashable
+from typing import Any
+
+from .errors import TaskPicklingError
+from .frames import PICKLE_PROTOCOL
+
+QUEUED, RUNNING, DONE = 0, 1, 2  # a task's phase
+
+
+class Task:
+    __slots__ = (
+        "address",
+        "args",
+        "batch",
+        "began",
+        "deadline",
+        "fn",
+        "future",
+        "key",
+        "kwargs",
+        "phase",
+        "pid",
+        "seq",
+        "solo",
+        "started",
+        "tid",
+        "timeout",
+    )
+
+    def __init__(
+        self,
+        tid: int,
+        key: Hashable,
+        fn: Callable[..., Any],
+        args: tuple,
+        kwargs: dict,
+        timeout: float | None,
+    ) -> None:
+        self.tid = tid
+        self.key = key
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+        self.timeout = timeout
+        self.phase = QUEUED
+        self.started = False  # known to have begun (start mark, start message, outcome)
+        self.deadline: float | None = None
+        # LocalExecutor's:
+        self.seq = 0  # its number in the stream of the worker it was last sent to
+        self.batch = 0  # the seq of the first call of the BATCH frame it went in (0: alone)
+        self.solo = False  # its batch was REFUSED: it goes alone from now on
+        self.began = 0.0  # when we saw its start mark
+        # ClusterExecutor's:
+        self.future: Any = None  # the Dask future, until the outcome is in
+        self.address: str | None = None  # the worker running it, from its "started"
+        self.pid: int | None = None
+
+
+def pickle_call(
+    t: Task, dumps: Callable[[Any, int], bytes] = pickle.dumps, advice: str = ""
+) -> bytes:
+    """Pickle a task's call with ``dumps``; on failure name the key and the part that
+    failed, then ``advice`` (what the caller can do about it)."""
+    try:
+        return dumps((t.fn, t.args, t.kwargs), PICKLE_PROTOCOL)
+    except Exception as exc:
+        try:
+            dumps(t.fn, PICKLE_PROTOCOL)
+        except Exception:
+            part = "function"
+        else:
+            part = "arguments"
+        raise TaskPicklingError(
+            f"task {t.key!r}: cannot pickle its {part} ({type(exc).__name__}: {exc}){advice}",
+            key=t.key,
+            part=part,
+        ) from exc
