@@ -132,3 +132,18 @@ def test_workers_whose_first_task_exits_are_not_start_up_failures(make):
         error = rec.terminal[("exit", i)].exception
         assert isinstance(error, WorkerLostError) and error.exitcode == 3, error
     assert {i: rec.terminal[i].result for i in range(5)} == {i: i for i in range(5)}
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_whose_first_task_blocks_has_got_through_start_up(make, tmp_path):
+    """Its start mark, not a frame, is the sign of life: a fresh worker whose first task
+    blocks counts as heard from (it is no start-up failure if it dies now)."""
+    release = str(tmp_path / "release")
+    ex = make(1)
+    ex.queue("blocks", tasks.wait_for, release)
+    rec = Recorder(ex)
+    rec.run_until(lambda: "blocks" in rec.running_seen)
+    (worker,) = ex._workers.values()
+    assert worker.heard
+    open(release, "w").close()
+    rec.finish()

@@ -98,6 +98,9 @@ class Collector(_Executor):  # type: ignore[misc,valid-type]
             mark = read(w.slot)
             if mark != w.mark:
                 w.mark = mark
+                # A task began: it got through start-up, as a frame would have shown (a
+                # worker whose first task blocks sends none).
+                w.heard = True
                 self._mark_started(w, mark, now, publish=True)
 
     def _mark_started(self, w: _Worker, mark: int, now: float, *, publish: bool) -> None:
