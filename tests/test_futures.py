@@ -67,6 +67,9 @@ def make_pool(flavor, start_method, no_leaks):
     the test fails if a process, thread or fd outlives them."""
     made: list[cf.Executor] = []
     threads_before, fds_before = set(threading.enumerate()), proc_table.open_fds()
+    # Children alive before this test (another suite's reusable pool, e.g. loky's under
+    # joblib's tests) are not this pool's to wind down.
+    children_before = {p.pid for p in multiprocessing.active_children()}
 
     def make(max_workers: int = 2, **kwargs) -> cf.Executor:
         pool = POOLS[flavor](
@@ -88,7 +91,7 @@ def make_pool(flavor, start_method, no_leaks):
         def wound_down() -> bool:
             gc.collect()
             return (
-                not multiprocessing.active_children()
+                {p.pid for p in multiprocessing.active_children()} <= children_before
                 and set(threading.enumerate()) <= threads_before
                 and proc_table.open_fds() <= fds_before
             )
