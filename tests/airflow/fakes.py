@@ -10,7 +10,7 @@ What a fake does is chosen by the task id's prefix:
 * ``oom_*`` moves its worker into a small memory cgroup and fills it: the real OOM killer;
 * ``tree_*`` behaves like the real supervisor: forks a task runner into a process group
   of its own, which starts ``sleep`` (a grandchild in that group) and waits forever;
-* ``grow_*`` keeps 64 MiB alive in its worker (for the RSS recycling test).
+* ``grow_*`` keeps 256 MiB alive in its worker (for the RSS recycling test).
 """
 
 from __future__ import annotations
@@ -60,7 +60,9 @@ def run(name: str, **kwargs) -> int:
     elif kind == "tree":
         return _tree(name)
     elif kind == "grow":
-        _KEEP.append(bytearray(64 * 1024 * 1024))
+        grown = bytearray(256 * 1024 * 1024)  # well past the test's margin, whatever the
+        grown[::4096] = b"\x01" * len(grown[::4096])  # parent's size; every page touched
+        _KEEP.append(grown)
     record(event="end", name=name, pid=os.getpid(), at=time.time())
     return 0
 
