@@ -1,4 +1,4 @@
-"""Only the extension: pyx/_loop.pyx -> pipepool._loop (skipped with PIPEPOOL_PURE=1).
+"""Only the extension: pyx/_loop.pyx -> pipepool.loop._loop (skipped with PIPEPOOL_PURE=1).
 
 Everything else about the build lives in pyproject.toml. Interpreters other than CPython
 get the pure-Python loop: the compiled one uses CPython's C API (GC pause, GIL release).
@@ -13,14 +13,14 @@ PXD_ALIASES = os.path.join("build", "pxd")
 
 
 def alias_pxds() -> str:
-    """Make pyx/_loop.pxd findable as the declarations of module ``pipepool._loop``.
+    """Make pyx/_loop.pxd findable as the declarations of module ``pipepool.loop._loop``.
 
-    Cython looks a module's .pxd up by its full name (``pipepool/_loop.pxd`` on the include
+    Cython looks a module's .pxd up by its full name (``pipepool/loop/_loop.pxd`` on the include
     path), while the layout keeps it beside its .pyx under the short name; a link in the
     build directory bridges them (it follows edits, so Cython's rebuild check sees the
     real file).
     """
-    package = os.path.join(PXD_ALIASES, "pipepool")
+    package = os.path.join(PXD_ALIASES, "pipepool", "loop")
     os.makedirs(package, exist_ok=True)
     for name in os.listdir("pyx"):
         if name.endswith(".pxd"):
@@ -50,7 +50,7 @@ if want_extension():
     from setuptools import Extension
 
     ext_modules = cythonize(
-        [Extension("pipepool._loop", ["pyx/_loop.pyx"], include_dirs=["pyx"])],
+        [Extension("pipepool.loop._loop", ["pyx/_loop.pyx"], include_dirs=["pyx"])],
         include_path=[alias_pxds()],
         language_level=3,
         compiler_directives={"boundscheck": False, "wraparound": False, "cdivision": True},

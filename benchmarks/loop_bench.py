@@ -36,7 +36,7 @@ except ImportError:  # a source checkout without an install: use src/ (build the
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
     import pipepool
 
-from pipepool import _impl
+from pipepool import loop as _impl
 from pipepool._bench import run_local
 
 IMPLS = ("python", "cython")

@@ -1,9 +1,9 @@
 # The compiled PipeLoop, declared: the design document of the hot path.
 #
-# src/pipepool/_pyloop.py is the readable specification (signatures and docstrings live
-# there, once); this twin keeps the same state in C. Sources: _loop.pyx (the loop: poll
-# set, system calls), _channel.pxi (a channel's buffers), _wire.pxi (header, splitter,
-# FrameReader). Every method is one of two kinds:
+# src/pipepool/loop/_pyloop.py is the readable specification (signatures and docstrings
+# live there, once); this twin keeps the same state in C. Sources: _loop.pyx (the loop:
+# poll set, system calls), _channel.pxi (a channel's buffers), _wire.pxi (header,
+# splitter, FrameReader). Every method is one of two kinds:
 #   [buffers]  moves bytes or references between Python objects and C buffers, no I/O
 #   [syscall]  makes the system call; EINTR is retried, EAGAIN is a count ("wait for
 #              POLLOUT" / "nothing more to read"), only a real error takes the error path

@@ -1,16 +1,15 @@
 # cython: language_level=3
-"""The compiled PipeLoop and FrameReader: the twin of ``pipepool._pyloop``.
+"""The compiled PipeLoop and FrameReader: the twin of ``pipepool.loop._pyloop``.
 
 Same names, signatures, exceptions and behaviour, down to the order of frames and closed
-reports and what ``remove`` hands back; ``src/pipepool/_pyloop.py`` is the specification
-and carries the docstrings, ``pyx/_loop.pxd`` declares the state. What changes is where
-the work happens: frames are queued as C records that point into the caller's bytes
-(the unsent tail of a partial write is an offset, never a copy), written with
-``writev``, read into one reusable chunk and split in C (one copy per payload, into its
-bytes object; a big frame's rest is read straight into its bytearray), and ``wait``
-polls with the GIL released. Python's ``select.poll`` is
-replaced by a C array kept in the same (registration) order, so both twins visit ready
-pipes in the same order.
+reports and what ``remove`` hands back; ``src/pipepool/loop/_pyloop.py`` is the
+specification and carries the docstrings, ``pyx/_loop.pxd`` declares the state. What
+changes is where the work happens: frames are queued as C records that point into the
+caller's bytes (the unsent tail of a partial write is an offset, never a copy), written
+with ``writev``, read into one reusable chunk and split in C (one copy per payload, into
+its bytes object; a big frame's rest is read straight into its bytearray), and ``wait``
+polls with the GIL released. Python's ``select.poll`` is replaced by a C array kept in
+the same (registration) order, so both twins visit ready pipes in the same order.
 """
 
 import math
@@ -50,7 +49,7 @@ __all__ = ["FrameReader", "PipeLoop"]  # the twins export exactly these
 
 MAX_PAYLOAD = _frames.MAX_PAYLOAD
 if _frames.HEADER_SIZE != HEADER_SIZE or _frames.MAGIC != MAGIC:
-    raise ImportError("pipepool._loop was built for another wire format than frames.py; rebuild it")
+    raise ImportError("pipepool.loop._loop was built for another wire format than frames.py; rebuild it")
 
 
 cdef extern from "Python.h":
@@ -95,7 +94,7 @@ include "_channel.pxi"
 cdef class PipeLoop:
     """Non-blocking frame transport over many pipe pairs, polled together.
 
-    The compiled twin of ``pipepool._pyloop.PipeLoop`` (same methods, arguments,
+    The compiled twin of ``pipepool.loop._pyloop.PipeLoop`` (same methods, arguments,
     exceptions and behaviour); each method's docstring is the pure loop's, shared at import.
     """
 
@@ -566,7 +565,7 @@ def _share_docstrings():
     A Cython function's ``__doc__`` is writable; a cdef class's own docstring is not,
     so the two class docstrings are literals (PipeLoop above, FrameReader in _wire.pxi).
     """
-    from pipepool import _pyloop
+    from pipepool.loop import _pyloop
 
     for name in __all__:
         spec, twin = getattr(_pyloop, name), globals()[name]

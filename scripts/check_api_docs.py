@@ -30,7 +30,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "docs" / "reference"
 MODULES = ("pipepool", "pipepool.joblib", "pipepool.airflow")
-COMPILED = {"pipepool._loop": ("PipeLoop", "FrameReader")}  # not in any __all__: internal
+COMPILED = {"pipepool.loop._loop": ("PipeLoop", "FrameReader")}  # not in any __all__: internal
 ENTRY = re.compile(r"^::: ([\w.]+)\s*$", re.MULTILINE)
 
 

@@ -179,7 +179,7 @@ for entry in "${PYTHONS[@]}"; do
     wheel=$(ls "$WORK"/wheelhouse/pipepool-*-"$tag"-"$tag"-*manylinux*.whl)
     contents=$(unzip -Z1 "$wheel")
     if grep -E '\.(pyx|pxd|pxi|c)$' <<<"$contents"; then fail "$(basename "$wheel") carries sources"; fi
-    grep -qE '^pipepool/_loop\..*\.so$' <<<"$contents" || fail "$(basename "$wheel") lacks pipepool/_loop*.so"
+    grep -qE '^pipepool/loop/_loop\..*\.so$' <<<"$contents" || fail "$(basename "$wheel") lacks pipepool/loop/_loop*.so"
     size=$(stat -c %s "$wheel")
     SUMMARY_WHEELS+=("$(printf '%-62s %8d bytes (%d KiB)' "$(basename "$wheel")" "$size" $((size / 1024)))")
     echo "repaired: $(basename "$wheel") ($size bytes); no .pyx/.pxd/.pxi/.c inside"
@@ -189,7 +189,7 @@ for entry in "${PYTHONS[@]}"; do
     run "$LOGS/install-$v.log" "$py" -m venv "$tvenv"
     run "$LOGS/install-$v.log" "$tvenv/bin/pip" install "${wheel}[test]"
     impl=$(cd "$WORK" && PIPEPOOL_IMPL=cython "$tvenv/bin/python" -c \
-        'import pipepool, pipepool._loop as m; print(pipepool.IMPLEMENTATION, m.__file__)') ||
+        'import pipepool, pipepool.loop._loop as m; print(pipepool.IMPLEMENTATION, m.__file__)') ||
         { fail "the compiled loop does not import from the $v wheel"; continue; }
     echo "imports: $impl"
     [[ "$impl" == "cython $tvenv/"* ]] || fail "$v: pipepool is not the installed wheel: $impl"
@@ -206,7 +206,7 @@ run "$LOGS/pure.log" env PIPEPOOL_PURE=1 "$pvenv/bin/pip" install --no-cache-dir
 pure=$(cd "$WORK" && env -u PIPEPOOL_IMPL "$pvenv/bin/python" -c '
 import pathlib, pipepool
 pkg = pathlib.Path(pipepool.__file__).parent
-print(pipepool.IMPLEMENTATION, len(list(pkg.glob("_loop*"))), pkg)')
+print(pipepool.IMPLEMENTATION, len(list(pkg.glob("loop/_loop*"))), pkg)')
 echo "imports: $pure  (IMPLEMENTATION, number of compiled _loop files, package dir)"
 read -r pure_impl pure_ext _ <<<"$pure"
 [[ "$pure_impl" == python && "$pure_ext" == 0 ]] ||

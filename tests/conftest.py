@@ -8,7 +8,7 @@ import threading
 import pytest
 
 import proc_table
-from pipepool import _impl
+from pipepool import loop as _impl
 from proc_table import open_fds
 
 START_METHODS = ["fork", "spawn", "forkserver"]

@@ -34,8 +34,8 @@ from pipepool import (
     TaskTimeoutError,
     TaskUnpicklingError,
     WorkerLostError,
-    _impl,
 )
+from pipepool import loop as _impl
 
 CLUSTER_WORKERS = 2
 # A task whose worker dies runs once more elsewhere, then is reported lost: Dask's

@@ -10,7 +10,8 @@ import sys
 import pytest
 
 import pipepool
-from pipepool import _impl, _pyloop
+from pipepool import loop as _impl
+from pipepool.loop import _pyloop
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -36,7 +37,7 @@ def test_load_cython_is_the_compiled_loop():
         pytest.skip("PIPEPOOL_IMPL=python: a pure build has no compiled loop")
     name, module = _impl.load("cython")
     assert name == "cython"
-    assert module.__name__ == "pipepool._loop"
+    assert module.__name__ == "pipepool.loop._loop"
     assert module.__file__.endswith((".so", ".pyd"))
 
 
@@ -58,8 +59,8 @@ def test_load_reads_the_environment(monkeypatch):
 
 def test_a_missing_extension_is_an_error_only_when_required(monkeypatch):
     # Make the compiled module unimportable, whether or not this build has it.
-    monkeypatch.setitem(sys.modules, "pipepool._loop", None)
-    monkeypatch.delattr(pipepool, "_loop", raising=False)
+    monkeypatch.setitem(sys.modules, "pipepool.loop._loop", None)
+    monkeypatch.delattr(_impl, "_loop", raising=False)
     with pytest.raises(ImportError, match="PIPEPOOL_IMPL=cython"):
         _impl.load("cython")
     assert _impl.load("auto") == ("python", _pyloop)

@@ -273,7 +273,7 @@ def test_a_big_frame_is_read_into_the_buffer_it_is_delivered_as(loop_module):
     read chunk into a carry-over buffer, then copying that into bytes, held two.)"""
     import pickle
 
-    from pipepool._pyloop import BIG_FRAME, BIG_TRUST
+    from pipepool.loop._pyloop import BIG_FRAME, BIG_TRUST
 
     result = os.urandom(3 << 20)
     payload = pickle.dumps(result, 5)
@@ -300,7 +300,7 @@ def test_a_big_frame_is_read_into_the_buffer_it_is_delivered_as(loop_module):
 def test_a_lying_length_costs_what_arrives_not_what_it_says(loop_module):
     """4 GiB announced (legal at the default limit): BIG_TRUST is allocated up front, the
     buffer then doubles only as bytes fill it, and the EOF is a FrameError."""
-    from pipepool._pyloop import BIG_TRUST
+    from pipepool.loop._pyloop import BIG_TRUST
 
     loop = loop_module.PipeLoop()
     peer = Peer(loop, 1)

@@ -31,9 +31,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from pipepool import FrameError, _impl
-from pipepool._pyloop import BIG_FRAME, BIG_TRUST
+from pipepool import FrameError
+from pipepool import loop as _impl
 from pipepool.frames import MAGIC, MAX_PAYLOAD, encode_header, split_frames
+from pipepool.loop._pyloop import BIG_FRAME, BIG_TRUST
 
 pytestmark = pytest.mark.timeout(120)
 

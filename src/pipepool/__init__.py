@@ -6,7 +6,6 @@ Public API: ``LocalExecutor`` (scheduler style: queue, sync, event buffer),
 compiled hot loop is in use, "python" for its pure-Python twin).
 """
 
-from ._impl import IMPLEMENTATION
 from .errors import (
     FrameError,
     PipepoolError,
@@ -17,6 +16,7 @@ from .errors import (
     TaskUnpicklingError,
 )
 from .events import Event, State
+from .loop import IMPLEMENTATION
 
 __version__ = "0.1.0"
 """pipepool's version (as in ``pyproject.toml``)."""

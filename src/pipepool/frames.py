@@ -12,7 +12,7 @@ A frame is a 16-byte little-endian header followed by ``length`` payload bytes::
 The payload, where a kind has one, is a pickle (protocol 5). ``kind`` and ``ident`` sit
 in the header so that the hot path (dispatch bookkeeping, REVOKED) never unpickles.
 There is no frame for "a task started": the worker stores a start mark in memory it
-shares with the parent instead (``_marks``; docs/design.md, "Start marks").
+shares with the parent instead (``worker/_marks.py``; docs/design.md, "Start marks").
 
 A decoder trusts nothing: a bad magic, non-zero flags or a length above the reader's
 limit is a ``FrameError`` at once, and a reader allocates for the bytes that actually

@@ -1,5 +1,5 @@
 """The units of work a ProcessPoolExecutor's driver completes: ``PoolFuture`` (what
-``submit`` returns) and, in ``_futures_map``, a map's lighter items."""
+``submit`` returns) and, in ``_map``, a map's lighter items."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from concurrent.futures._base import (  # the states behind Future's public meth
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from ._futures_driver import Driver
+    from ._driver import Driver
 
 
 class Item(Protocol):

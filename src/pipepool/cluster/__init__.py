@@ -35,8 +35,8 @@ terminal event however often Dask runs it. Outcomes map as follows:
 
 Calls and outcomes are pickled with cloudpickle (what Dask itself uses): functions
 defined in ``__main__``, lambdas and closures travel by value. ``pipepool`` must be
-installed on every worker (the task wrapper lives in ``_cluster_remote``; the IO thread's
-side is ``_cluster_link``).
+installed on every worker (the task wrapper lives in ``_remote``; the IO thread's
+side is ``_link``).
 """
 
 from __future__ import annotations
@@ -53,25 +53,25 @@ from collections import deque
 from collections.abc import Hashable, Iterable
 from typing import Any
 
-from . import _signals
-from ._api import SchedulerAPI
-from ._cluster_link import CANCEL_SETTLE as CANCEL_SETTLE  # re-exported: the public names
-from ._cluster_link import CLOSE_TIMEOUT, DaskLink, _import_distributed
-from ._cluster_link import INSTALL_HINT as INSTALL_HINT
-from ._cluster_link import KILL_TIMEOUT as KILL_TIMEOUT
-from ._cluster_link import ClusterWorkerLostError as ClusterWorkerLostError
-from ._cluster_link import _rebuild_cluster_lost as _rebuild_cluster_lost
-from ._cluster_remote import STARTED_TOPIC, _ignore_sigint_plugin, _run_task
-from ._task import RUNNING as _RUNNING
-from ._task import Task as _Task
-from ._task import pickle_call
-from ._unpickle import load_exception, load_result
-from .errors import (
+from .. import _signals
+from .._api import SchedulerAPI
+from .._outcome import load_exception, load_result
+from .._task import RUNNING as _RUNNING
+from .._task import Task as _Task
+from .._task import pickle_call
+from ..errors import (
     TaskKilledError,
     TaskPicklingError,
     TaskTimeoutError,
 )
-from .events import Event, State
+from ..events import Event, State
+from ._link import CANCEL_SETTLE as CANCEL_SETTLE  # re-exported: the public names
+from ._link import CLOSE_TIMEOUT, DaskLink, _import_distributed
+from ._link import INSTALL_HINT as INSTALL_HINT
+from ._link import KILL_TIMEOUT as KILL_TIMEOUT
+from ._link import ClusterWorkerLostError as ClusterWorkerLostError
+from ._link import _rebuild_cluster_lost as _rebuild_cluster_lost
+from ._remote import STARTED_TOPIC, _ignore_sigint_plugin, _run_task
 
 CONNECT_TIMEOUT = 30.0  # s start() waits for the scheduler and for its first worker
 WORKER_SATURATION = 1.0  # tasks a LocalCluster's scheduler hands a worker per thread: 1.0
@@ -336,7 +336,7 @@ class ClusterExecutor(SchedulerAPI, DaskLink):
             self._stats["lost"] += 1
             self._finish(t, State.FAILED, exception=self._lost_error(t, value), pid=t.pid)
             return
-        # Unpickling cannot raise here (``_unpickle``): whatever it raises, SystemExit
+        # Unpickling cannot raise here (``_outcome``): whatever it raises, SystemExit
         # from a reducer included, is this task's failure, and the round goes on.
         if value[0] == "done":
             _, data, _address, pid = value

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from .frames import Kind, encode_header
+from ..frames import Kind, encode_header
 
 BACKLOG = 0.002  # s of predicted work queued per worker: the wait a short task may pay
 MAX_DEPTH = 64  # beyond this, bigger batches stop paying and fairness suffers

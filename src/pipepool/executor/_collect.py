@@ -15,19 +15,19 @@ from collections import deque
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
-from ._api import SchedulerAPI
+from .._api import SchedulerAPI
+from .._outcome import load_failure, load_result
+from .._task import QUEUED as _QUEUED
+from .._task import RUNNING as _RUNNING
+from ..errors import FrameError
+from ..events import Event, State
+from ..frames import ELAPSED, Kind
+from ..worker._marks import MarkTable
 from ._depth import DepthPolicy
-from ._marks import MarkTable
-from ._task import QUEUED as _QUEUED
-from ._task import RUNNING as _RUNNING
-from ._unpickle import load_failure, load_result
-from .errors import FrameError
-from .events import Event, State
-from .frames import ELAPSED, Kind
 
 if TYPE_CHECKING:
+    from .._task import Task as _Task
     from ._lifecycle import _Worker
-    from ._task import Task as _Task
 
 
 # For the type checker only: the executor's own methods these steps call (``_finish``,

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import CancelledError
 from typing import Any
 
-from ._futures_driver import Driver
+from ._driver import Driver
 
 _PENDING, _RUNNING, _OK, _ERROR, _CANCELLED = range(5)  # a MapItem's states, in order
 

@@ -10,7 +10,7 @@ Data flow (one token holder at a time touches the LocalExecutor)::
 A user thread appends a work item to ``pending`` under the pool's lock; the first of a
 batch wakes whoever holds the token (or the driver thread, if nobody does). A thread
 that then waits for a result takes the token itself when it is free and runs the rounds
-(``_futures_driver``): the worker's result wakes the waiting thread's own poll, no thread
+(``_driver``): the worker's result wakes the waiting thread's own poll, no thread
 hop in between. The driver thread holds the token only while work is outstanding and no
 caller wants it: fire-and-forget work, done-callbacks, shutdown. Commands (``kill``)
 travel the same way. Futures share their pool's lock, so a batch of results completes
@@ -68,11 +68,11 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future
 from typing import Any, Literal
 
-from . import _signals
-from ._futures_driver import SUBMIT_KILL, Driver, Shared
-from ._futures_item import Entry, PoolFuture
-from ._futures_map import MapItem, map_calls
-from .executor import LocalExecutor
+from .. import _signals
+from ..executor import LocalExecutor
+from ._driver import SUBMIT_KILL, Driver, Shared
+from ._item import Entry, PoolFuture
+from ._map import MapItem, map_calls
 
 __all__ = ["ProcessPoolExecutor"]
 

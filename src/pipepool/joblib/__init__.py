@@ -57,9 +57,9 @@ from joblib.parallel import (  # type: ignore[import-untyped]
     register_parallel_backend,
 )
 
-from pipepool._joblib_wire import _Cloudpickled, _Job, _worker_init, np
 from pipepool.errors import WorkerLostError, describe_exit
 from pipepool.futures import ProcessPoolExecutor
+from pipepool.joblib._wire import _Cloudpickled, _Job, _worker_init, np
 
 __all__ = ["BACKEND_NAME", "PipepoolBackend", "WorkerCrashedError", "shutdown_pool"]
 

@@ -2,8 +2,8 @@
 
 The other steps of a round live beside it, as methods of the same object (one owner of
 the bookkeeping): ``_collect.py`` (collect), ``_lifecycle.py`` (reap, start and retire
-workers), ``_api.py`` (expire, and what ClusterExecutor shares); the adaptive depth and
-revocation policy is ``_depth.py``.
+workers), ``pipepool._api`` (expire, and what ClusterExecutor shares); the adaptive depth
+and revocation policy is ``_depth.py``.
 
 Data flow (one pipe pair per worker, whose parent ends only the PipeLoop touches; plus a
 control pipe per worker that carries nothing but REVOKE, written here directly)::
@@ -39,8 +39,23 @@ from collections import deque
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
-from . import _impl, _signals, _tree
-from ._api import SchedulerAPI
+from .. import _signals
+from .. import loop as _impl
+from .._api import SchedulerAPI
+from .._task import QUEUED as _QUEUED
+from .._task import RUNNING as _RUNNING
+from .._task import Task as _Task
+from .._task import pickle_call
+from ..errors import (
+    InitializerError,
+    TaskKilledError,
+    TaskPicklingError,
+    TaskTimeoutError,
+)
+from ..events import Event, State
+from ..frames import MAX_PAYLOAD, PICKLE_PROTOCOL, Kind
+from ..worker import _tree
+from ..worker._marks import MarkTable
 from ._collect import Collector
 from ._depth import DepthPolicy
 from ._lifecycle import (
@@ -55,19 +70,6 @@ from ._lifecycle import EXIT_GRACE as EXIT_GRACE  # re-exported: the names tests
 from ._lifecycle import INIT_BACKOFF as INIT_BACKOFF
 from ._lifecycle import INIT_RETRIES as INIT_RETRIES
 from ._lifecycle import STOP_GRACE as STOP_GRACE
-from ._marks import MarkTable
-from ._task import QUEUED as _QUEUED
-from ._task import RUNNING as _RUNNING
-from ._task import Task as _Task
-from ._task import pickle_call
-from .errors import (
-    InitializerError,
-    TaskKilledError,
-    TaskPicklingError,
-    TaskTimeoutError,
-)
-from .events import Event, State
-from .frames import MAX_PAYLOAD, PICKLE_PROTOCOL, Kind
 
 START_POLL = 0.002  # s a wait may last while a worker holds tasks and none is known to
 # run: no frame says "started" (start marks do, without a wake-up), so timeouts, RUNNING

@@ -1,4 +1,8 @@
-"""The one switch between the compiled loop and its pure-Python twin.
+"""The parent's poll loop, and the one switch between its compiled and pure-Python twins.
+
+This room is the loop (``PipeLoop``, ``FrameReader``): ``_pyloop.py`` is the readable
+specification, ``_loop`` its compiled twin (built from ``pyx/_loop.pyx``), and this module
+chooses between them. It knows file descriptors and bytes, nothing about tasks.
 
 ``PIPEPOOL_IMPL=python`` forces the pure-Python loop, ``PIPEPOOL_IMPL=cython`` makes a
 missing extension an ImportError, unset means "compiled when importable". Workers read
@@ -7,6 +11,7 @@ the same variable (spawned children inherit the environment), so parent and work
 
 from __future__ import annotations
 
+import importlib
 import os
 from types import ModuleType
 
@@ -19,11 +24,12 @@ def load(choice: str | None = None) -> tuple[str, ModuleType]:
         raise ValueError(f"PIPEPOOL_IMPL must be 'python' or 'cython', not {choice!r}")
     if choice != "python":
         try:
-            from . import _loop
+            # By name: the compiled module has no source for a type checker to read.
+            _loop = importlib.import_module(f"{__name__}._loop")
         except ImportError as exc:
             if choice == "cython":
                 raise ImportError(
-                    "PIPEPOOL_IMPL=cython but the compiled loop pipepool._loop did not load "
+                    "PIPEPOOL_IMPL=cython but the compiled loop pipepool.loop._loop did not load "
                     f"({exc}); rebuild with 'pip install .' (without PIPEPOOL_PURE=1)"
                 ) from exc
         else:
@@ -35,7 +41,8 @@ def load(choice: str | None = None) -> tuple[str, ModuleType]:
 
 _name, _module = load()
 IMPLEMENTATION: str = _name
-"""Which loop this process runs: "cython" (the compiled ``pipepool._loop``) or "python"
-(its pure-Python twin ``pipepool._pyloop``); ``PIPEPOOL_IMPL`` chooses, see above."""
+"""Which loop this process runs: "cython" (the compiled ``pipepool.loop._loop``) or
+"python" (its pure-Python twin ``pipepool.loop._pyloop``); ``PIPEPOOL_IMPL`` chooses, see
+above."""
 PipeLoop = _module.PipeLoop
 FrameReader = _module.FrameReader

@@ -1,46 +1,27 @@
-"""The worker process: read a frame, mark the task started, run it, send the outcome.
+"""The worker's task loop: read a frame, mark the task started, run it, send the outcome.
 
-A worker holds exactly four pipe ends: the read end of its activity pipe, the write end
-of its result pipe, the read end of its control pipe, and the read end of its pool's
-lifeline; plus its slot in the pool's page of start marks (``_marks``). It blocks freely
-(only the parent must never block). Its invariants (docs/design.md):
-
-* The start mark is stored before the task runs, so a worker that dies mid-task is known
-  to have started it (the task fails as lost, not re-run), and one that dies before is
-  known not to have (the task is dispatched again). No frame says "started".
-* A task's outcome is in the result pipe before the next task's mark is stored, so a
-  later crash never loses a finished result, and at most one task (the one running)
-  is ever lost with a worker.
-* Nothing the task does (raise, BaseException, sys.exit, return something unpicklable)
-  breaks the loop; only the process dying does, and the parent sees that as EOF.
-* The parent's death ends the worker even while a task runs: a thread blocks on the
-  lifeline pipe, whose only writer is the parent, and exits the process at its EOF.
-* Tasks sent ahead can be taken back while a long task runs. The same thread reads
-  REVOKE from the control pipe and answers REVOKED with the sequence number of the last
-  task this worker decided to start; every later task up to the REVOKE's number is then
-  skipped unrun. Deciding to start (and storing the mark) and answering a REVOKE hold
-  one lock, so for each task exactly one of the two happens, and the parent can hand
-  the skipped ones to other workers at once instead of waiting for the long task to end.
+``serve`` runs in the worker's main thread; ``_watch``, its second thread, ends the
+process when the lifeline closes and answers REVOKE through the ``_Gate`` both share.
+The invariants they keep are listed in ``pipepool.worker`` (docs/design.md, "Start
+marks" and "The revoke protocol").
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pickle
 import select
-import signal
-import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
-from . import _fault, _impl, _signals, _tree
+from .. import loop as _impl
+from .._outcome import encode_failure
+from ..errors import FrameError, TaskPicklingError, TaskUnpicklingError
+from ..frames import ELAPSED, PICKLE_PROTOCOL, Kind, encode_header, split_frames
+from . import _tree
 from ._marks import StartMark
-from ._outcome import encode_failure
-from .errors import FrameError, TaskPicklingError, TaskUnpicklingError
-from .frames import ELAPSED, PICKLE_PROTOCOL, Kind, encode_header, split_frames
 
 EXIT_PARENT_DIED = 70  # the lifeline closed: the parent is gone
 EXIT_INIT_FAILED = 71  # the initializer raised; the parent got an INIT_FAILED frame
@@ -58,25 +39,6 @@ def retire_after_task() -> None:
     Integrations use it to recycle a worker whose memory grew past a limit."""
     global _retiring
     _retiring = True
-
-
-class ChildFd:
-    """An fd handed to a worker: the same number under fork, duplicated into the child
-    under spawn and forkserver (``multiprocessing.reduction.DupFd`` does the passing)."""
-
-    __slots__ = ("fd",)
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-
-    def __reduce__(self):
-        from multiprocessing import reduction
-
-        return (_rebuild_child_fd, (reduction.DupFd(self.fd),))
-
-
-def _rebuild_child_fd(dup: Any) -> ChildFd:
-    return ChildFd(dup.detach())
 
 
 def _write_all(fd: int, buffers: list[bytes]) -> None:
@@ -329,58 +291,3 @@ def serve(
                     break
         # A worker never gets more calls than max_tasks_per_child allows, so a batch is
         # never cut short by it; ``served`` is checked again before the next read.
-
-
-def main(
-    activity: ChildFd,
-    result: ChildFd,
-    lifeline: ChildFd,
-    control: ChildFd,
-    marks: ChildFd,
-    mark_slot: int,
-    close_fds: Sequence[int],
-    initializer: Callable[..., object] | None,
-    initargs: tuple,
-    max_tasks: int | None,
-    impl: str | None = None,
-    crash: ChildFd | None = None,
-) -> None:
-    """Entry point of a worker process (the ``multiprocessing.Process`` target).
-
-    ``crash`` is the file a fatal signal's Python stack goes to (``_fault``)."""
-    # First of all: a process group of our own, which every process a task starts joins,
-    # so that killing the worker kills them too (``_tree``).
-    _tree.lead_own_group()
-    if crash is not None:  # before the initializer: a crash there is reported too
-        _fault.enable(crash.fd)
-    # A parent thread may have had every signal blocked, or its handlers deferred, while
-    # it started us; undo both, and leave Ctrl-C to the parent, which decides what
-    # happens to running work.
-    signal.pthread_sigmask(signal.SIG_SETMASK, ())
-    _signals.reset_in_child()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # A forked worker inherits the parent's Python SIGTERM handler: it would run the
-    # parent's clean-up code here and survive terminate()'s SIGTERM until the SIGKILL.
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    # Under fork we inherited the parent's ends of every other pipe: a worker holding
-    # another worker's activity write end would hide the parent's death from it.
-    for fd in close_fds:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    mark = StartMark(marks.fd, mark_slot)
-    os.close(marks.fd)  # the mapping stays; the fd is not needed any more
-    gate = _Gate(result.fd, mark)
-    threading.Thread(
-        target=_watch,
-        args=(lifeline.fd, control.fd, gate),
-        name="pipepool-watcher",
-        daemon=True,
-    ).start()
-    if initializer is not None:
-        try:
-            initializer(*initargs)
-        except BaseException as exc:
-            gate.write(_failure_frame(Kind.INIT_FAILED, 0, exc))
-            sys.stderr.flush()
-            os._exit(EXIT_INIT_FAILED)
-    serve(activity.fd, result.fd, max_tasks, impl, gate)

@@ -1,6 +1,6 @@
 """What ``ClusterExecutor`` runs on the Dask workers: the task wrapper, the kill and the
 SIGINT plugin. Dask pickles these by reference, so this module (and pipepool) must be
-installed on every worker; the client side is ``cluster.py``.
+installed on every worker; the client side is ``pipepool.cluster``.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import signal
 import threading
 from typing import Any
 
-from ._outcome import encode_failure
-from .errors import TaskPicklingError, TaskUnpicklingError
-from .frames import PICKLE_PROTOCOL
+from .._outcome import encode_failure
+from ..errors import TaskPicklingError, TaskUnpicklingError
+from ..frames import PICKLE_PROTOCOL
 
 EXIT_DELAY = 0.02  # s between a worker's reply to the kill request and its death
 STARTED_TOPIC = "pipepool-started"  # one topic for every executor (the scheduler keeps

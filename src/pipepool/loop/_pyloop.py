@@ -1,6 +1,6 @@
 """The pure-Python PipeLoop: the readable specification of the hot loop.
 
-The compiled twin (``pipepool._loop``, from ``pyx/_loop.pyx``) has the same names,
+The compiled twin (``pipepool.loop._loop``, from ``pyx/_loop.pyx``) has the same names,
 signatures, exceptions and behaviour; the docstrings live here, once.
 
 A PipeLoop knows file descriptors and bytes, nothing about tasks. Each channel is a pair
@@ -35,8 +35,8 @@ import os
 import select
 from collections import deque
 
-from .errors import FrameError
-from .frames import (
+from ..errors import FrameError
+from ..frames import (
     HEADER,
     HEADER_SIZE,
     MAGIC,

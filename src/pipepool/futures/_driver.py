@@ -29,11 +29,11 @@ from concurrent.futures import CancelledError
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-from . import _signals
-from ._futures_item import Entry, Item
-from .errors import RemoteTraceback, TaskKilledError
-from .events import State
-from .executor import LocalExecutor
+from .. import _signals
+from ..errors import RemoteTraceback, TaskKilledError
+from ..events import State
+from ..executor import LocalExecutor
+from ._item import Entry, Item
 
 IDLE_WAIT = 1.0  # s a token holder may sleep in the poll; the LocalExecutor shortens it
 # to its own next deadline (worker reaping, task timeouts), and wake() cuts it short.

@@ -22,17 +22,17 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from . import _fault, _signals, _tree
-from ._api import SchedulerAPI
-from ._marks import MarkTable
-from ._task import QUEUED as _QUEUED
-from .errors import InitializerError, WorkerLostError, describe_exit
-from .events import State
-from .worker import ChildFd
-from .worker import main as worker_main
+from .. import _signals
+from .._api import SchedulerAPI
+from .._task import QUEUED as _QUEUED
+from ..errors import InitializerError, WorkerLostError, describe_exit
+from ..events import State
+from ..worker import ChildFd, _fault, _tree
+from ..worker import main as worker_main
+from ..worker._marks import MarkTable
 
 if TYPE_CHECKING:
-    from ._task import Task as _Task
+    from .._task import Task as _Task
 
 log = logging.getLogger("pipepool")
 

@@ -4,7 +4,7 @@ and kill), closing the connection, and turning what Dask raised into the task's 
 
 ``DaskLink`` is a mixin of ``ClusterExecutor`` and nothing else, holding no state of its
 own. The IO thread and the caller's thread meet only at the executor's two deques and
-its wake-up flag (see ``cluster.py``); the methods here are the IO thread's side of
+its wake-up flag (see ``pipepool.cluster``); the methods here are the IO thread's side of
 that, kept apart from the caller's side that owns every piece of bookkeeping.
 """
 
@@ -19,11 +19,11 @@ from collections.abc import Iterable
 from concurrent.futures import CancelledError
 from typing import TYPE_CHECKING, Any
 
-from ._cluster_remote import STARTED_TOPIC, _exit_worker
-from .errors import WorkerLostError
+from ..errors import WorkerLostError
+from ._remote import STARTED_TOPIC, _exit_worker
 
 if TYPE_CHECKING:
-    from ._task import Task as _Task
+    from .._task import Task as _Task
 
 INSTALL_HINT = (
     "ClusterExecutor needs Dask's distributed package: "

@@ -27,7 +27,7 @@ MAX_REPORT = 1 << 16  # bytes read of a report: every thread's stack, 100 frames
 MAX_FRAMES = 10  # frames of the crashing thread quoted in the error message
 # The task's frames end where the worker's loop begins: what lies below is the same for
 # every task, and stays in the logged report.
-_WORKER_FRAME = 'File "{}"'.format(os.path.join(os.path.dirname(__file__), "worker.py"))
+_WORKER_FRAME = 'File "{}"'.format(os.path.join(os.path.dirname(__file__), "_serve.py"))
 
 
 def open_report_file() -> int:
