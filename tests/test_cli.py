@@ -345,14 +345,15 @@ def test_retries_rerun_a_failing_job(tmp_path: Path) -> None:
 
 
 def test_halt_soon_starts_no_new_job(tmp_path: Path) -> None:
+    """The summary says why the run stopped (every --halt form: test_cli_halt.py)."""
     log = tmp_path / "log"
     jobs = ["true", "exit 4"] + ["true"] * 20
     proc = run_cli(
         "run", "-j", "1", "--halt", "soon,fail=1", "--joblog", str(log), input="\n".join(jobs)
     )
-    assert proc.returncode == 1, proc.stderr
-    assert "--halt soon,fail=1" in proc.stderr
-    assert len(joblog_rows(log)) < 10
+    assert proc.returncode == 4, proc.stderr  # fail=1: the failed job's own status
+    assert "stopped early (--halt soon,fail=1): 20 not started" in proc.stderr
+    assert [r[0] for r in joblog_rows(log)] == ["1", "2"]
 
 
 def test_halt_now_kills_running_jobs(tmp_path: Path, mark: str) -> None:
@@ -372,7 +373,7 @@ def test_halt_now_kills_running_jobs(tmp_path: Path, mark: str) -> None:
         "sleep 0.5; exit 7",
     )
     assert time.monotonic() - started < 10
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == 7, proc.stderr  # fail=1: the failed job's own status
     summary = json.loads(proc.stdout.splitlines()[-1])
     assert summary["aborted"] == 1 and summary["failures"][0]["exitval"] == 7
     rows = joblog_rows(log)

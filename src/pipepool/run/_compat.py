@@ -114,12 +114,13 @@ class _Refuse(argparse.Action):
         parser.error(f"{name} (GNU parallel) is not supported by pipepool run: {REJECTED[name]}")
 
 
-_NUMBER_OPTIONS = ("-j", "-P", "--jobs", "--max-procs", "--load")
+_NUMBER_OPTIONS = ("-j", "-P", "--jobs", "--max-procs", "--load", "--halt")
 
 
 def join_negative_values(head: list[str]) -> list[str]:
     """``-j -1`` as ``-j=-1``: with ``-0`` among its options argparse takes ``-1`` for
-    an option, while GNU parallel reads it as "one less than the cores"."""
+    an option, while GNU parallel reads it as "one less than the cores" (and
+    ``--halt -1`` as ``soon,success=1``)."""
     out: list[str] = []
     words = iter(head)
     for word in words:

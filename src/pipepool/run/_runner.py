@@ -9,7 +9,8 @@ One loop, as named steps::
 Jobs run in pool workers through ``_job.run_job`` (timeouts and process-tree cleanup
 happen there, so a timed-out job does not cost a worker). The runner feeds the executor
 only a few jobs ahead of the free workers: stopping early then means cancelling a
-handful of queued tasks, not a million.
+handful of queued tasks, not a million. With ``--halt`` it feeds none ahead: each job
+starts only after the runner saw every outcome before it (``_check_halt``).
 
 With ``{%}``, ``--pin``, ``--delay``, ``--load`` or ``--memfree`` the ``Gate`` decides
 instead: a job is sent only when a slot is free and the gate is open (``_gate``).
@@ -111,6 +112,7 @@ class Runner:
             jobs=options.jobs,
             skipped=len(self.jobs) - len(to_run),
             repeat=options.repeat,
+            halt=options.halt,
         )
         self._pending.extend((job, 1) for job in to_run)
         progress_on = options.progress
@@ -199,7 +201,11 @@ class Runner:
     def _feed(self, ex: LocalExecutor) -> bool:
         """Queue jobs until every worker has FEED_AHEAD waiting; True if any was queued."""
         gate = self.gate
-        limit = self.options.jobs * (1 if gate.exclusive else 1 + FEED_AHEAD)
+        # With --halt, no job waits in the executor for a worker: the executor would start
+        # it the moment a job ends, before the runner saw that job's outcome and could
+        # decide to halt (GNU parallel checks the condition before it starts the next).
+        ahead = 0 if gate.exclusive or self.options.halt.when != "never" else FEED_AHEAD
+        limit = self.options.jobs * (1 + ahead)
         fed = False
         while self._pending and not self._stopping and len(self._inflight) < limit:
             if gate.exclusive:
@@ -324,15 +330,21 @@ class Runner:
         self._runtime_sum += outcome.runtime
         if outcome.status == "failed":
             self._failed += 1
-        self._check_halt(ex)
+        self._check_halt(ex, outcome)
 
-    def _check_halt(self, ex: LocalExecutor) -> None:
+    def _check_halt(self, ex: LocalExecutor, outcome: Outcome) -> None:
+        """After each finished job, before any other starts: is ``--halt`` met?"""
         halt = self.options.halt
         if self._aborting or (self._stopping and halt.when == "soon"):
             return
         failed = self._failed
         succeeded = len(self.summary.outcomes) - failed
-        if halt.reached(failed=failed, succeeded=succeeded, total=self.progress.total):
+        total = self.progress.total
+        if halt.reached(failed=failed, succeeded=succeeded, total=total):
+            if self.summary.halt_status is None:  # decided by the job that met it
+                self.summary.halt_status = halt.status_when_reached(
+                    failed=failed, total=total, exitval=outcome.exitval, signal=outcome.signal
+                )
             self._stop(ex, f"--halt {halt}")
             if halt.when == "now":
                 self._abort(ex)
