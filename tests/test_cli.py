@@ -487,6 +487,44 @@ def test_setsid_descendant_of_a_timed_out_job_is_killed(mark: str) -> None:
     assert survivors(mark) == []
 
 
+# A worker that stops right after it forked its job, before it noted the job's group for
+# its guardian: where `--halt now` or a second Ctrl-C kill a job that has just started.
+STALLED_WORKER = """
+import os, sys, time
+from pipepool.run import _job
+ready, command = int(sys.argv[1]), sys.argv[2]
+noted = _job.tell_guardian
+def stall(pgid):
+    if pgid > 0:  # the job runs; its group is not noted yet
+        os.write(ready, b"x")
+        time.sleep(60)
+    noted(pgid)
+_job.tell_guardian = stall
+_job.run_job(_job.JobSpec(1, 1, ("/bin/sh", "-c", command), os.devnull, os.devnull))
+"""
+
+
+def test_a_job_whose_worker_dies_while_starting_it_is_killed(mark: str) -> None:
+    read, write = os.pipe()
+    worker = subprocess.Popen(
+        [sys.executable, "-c", STALLED_WORKER, str(write), f"sleep 1000.{mark}"],
+        env=ENV,
+        pass_fds=(write,),
+    )
+    os.close(write)
+    try:
+        assert select.select([read], [], [], 30)[0], "the worker never started its job"
+        assert os.read(read, 1) == b"x"
+        # (its command line shows a moment after its exec)
+        assert wait_for(lambda: survivors(mark, jobs_only=True)), "the job is not running"
+        worker.kill()
+        worker.wait(timeout=10)
+    finally:
+        worker.kill()
+        os.close(read)
+    assert wait_for(lambda: not survivors(mark, jobs_only=True), timeout=5), survivors(mark)
+
+
 # -- joblog ------------------------------------------------------------------------------------
 
 
