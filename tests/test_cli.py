@@ -23,6 +23,7 @@ from cli_helpers import (
     marked,
     marker,  # noqa: F401  (test_cluster.py imports it from here)
     run_cli,
+    run_cli_impl,
     start_cli,
     survivors,
     wait_for,
@@ -176,6 +177,43 @@ def test_thousand_true_jobs() -> None:
     proc = run_cli("run", "--no-summary", "--json", input="true\n" * 1000)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["succeeded"] == 1000
+
+
+@pytest.mark.parametrize(
+    ("options", "before"),
+    [
+        ((), "abcdef\n"),  # grouped: what the jobs printed, then the line break they lacked
+        (("-k",), "abcdef\n"),
+        (("--line-buffer",), "abcdef\n"),
+        (("--tag",), "printf abc\tabc\nprintf def\tdef\n"),  # tagged lines always end
+        (("--ungroup",), "abcdef\n"),  # unseen by pipepool: a newline whenever a job ran
+    ],
+    ids=["group", "keep-order", "line-buffer", "tag", "ungroup"],
+)
+def test_json_is_a_line_of_its_own(impl: str, options: tuple[str, ...], before: str) -> None:
+    """Jobs whose output lacks a trailing newline: the JSON is still the whole last line."""
+    proc = run_cli_impl(
+        impl,
+        "run",
+        "-j",
+        "1",
+        "--no-summary",
+        "--json",
+        *options,
+        ":::",
+        "printf abc",
+        "printf def",
+    )
+    assert proc.returncode == 0, proc.stderr
+    *printed, last, after = proc.stdout.split("\n")
+    assert after == "" and json.loads(last)["succeeded"] == 2, proc.stdout
+    assert "\n".join(printed) + "\n" == before, proc.stdout
+
+
+def test_json_after_output_that_ends_its_line_adds_no_blank_line(impl: str) -> None:
+    proc = run_cli_impl(impl, "run", "-j", "1", "--no-summary", "--json", ":::", "echo a")
+    first, last = proc.stdout.splitlines()
+    assert first == "a" and json.loads(last)["succeeded"] == 1, proc.stdout
 
 
 def test_progress_bar_render() -> None:

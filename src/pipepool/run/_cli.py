@@ -136,7 +136,10 @@ def add_run_parser(sub) -> None:
         help="print no summary on stderr at the end",
     )
     run.add_argument(
-        "--json", action="store_true", help="print a JSON summary as the last line of stdout"
+        "--json",
+        action="store_true",
+        help="print a JSON summary as the last line of stdout, a line of its own (after "
+        "a newline if the jobs' output did not end with one)",
     )
     run.add_argument(
         "--pin",
@@ -271,17 +274,18 @@ def run_command(args: argparse.Namespace, groups: list, parser: argparse.Argumen
     )
     if args.halt is not None:
         options.halt = args.halt
+    runner = Runner(jobs, options)
     try:
-        summary = Runner(jobs, options).run()
+        summary = runner.run()
     except (OSError, ImportError, GateError) as exc:  # an unwritable joblog, no scheduler
         # at --cluster ADDRESS, --cluster without Dask installed (the message says how),
         # more -j than --pin has cores for
         print(f"pipepool run: {exc}", file=sys.stderr)
         return EXIT_ERROR
     try:
-        if args.json:
-            sys.stdout.flush()
-            print(json.dumps(summary.as_dict()))
+        if args.json:  # the last line of stdout, whatever the jobs printed before it
+            line = json.dumps(summary.as_dict()) + "\n"
+            sys.stdout.write(line if runner.stdout_ends_line() else "\n" + line)
         sys.stdout.flush()
     except BrokenPipeError:  # `| head`: the reader left; the exit status still tells
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

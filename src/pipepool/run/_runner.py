@@ -436,6 +436,14 @@ class Runner:
             note="stopping" if self._stopping else "",
         )
 
+    def stdout_ends_line(self) -> bool:
+        """Whether the jobs' output on stdout ended a line (or there was none), so that
+        ``--json`` knows if its line needs a newline first. With ``--ungroup`` the jobs
+        wrote to the descriptor themselves, unseen: a line is assumed open once any ran."""
+        if self.options.ungroup:
+            return not self.summary.outcomes
+        return self.output.ends_line
+
     def _before_output(self) -> None:
         self.progress.clear()
 
