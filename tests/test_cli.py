@@ -580,20 +580,49 @@ def test_resume_failed_reruns_only_failed_jobs(tmp_path: Path) -> None:
     assert [r[0] for r in rows].count("2") == 2  # the failed row, then the new one
 
 
-def test_resume_ignores_a_torn_last_row(tmp_path: Path) -> None:
+def test_resume_repairs_a_torn_last_row_and_says_so(tmp_path: Path, impl: str) -> None:
     from pipepool.run._joblog import read_joblog
 
     log = tmp_path / "log"
-    run_cli("run", "--joblog", str(log), input="echo 1\necho 2\n")
+    run_cli_impl(impl, "run", "--joblog", str(log), input="echo 1\necho 2\n")
     text = log.read_text()
     torn = text + "3\t:\t17000"  # a row cut short without its newline
     log.write_text(torn)
     assert sorted(read_joblog(str(log))) == [1, 2]
-    proc = run_cli("run", "--joblog", str(log), "--resume", input="echo 1\necho 2\necho 3\n")
+    jobs = "echo 1\necho 2\necho 3\n"
+    proc = run_cli_impl(impl, "run", "--joblog", str(log), "--resume", input=jobs)
     assert proc.stdout == "3\n"
+    assert f"--resume: the last line of {log} was cut short" in proc.stderr
+    assert "9 bytes without a newline" in proc.stderr
     rows = joblog_rows(log)
     assert sorted(r[0] for r in rows) == ["1", "2", "3"]
     assert all(len(r) == 9 for r in rows)
+    again = run_cli_impl(impl, "run", "--joblog", str(log), "--resume", input=jobs)
+    assert again.stdout == "" and "cut short" not in again.stderr  # a whole log: no note
+
+
+@pytest.mark.parametrize("option", ["--resume", "--resume-failed"])
+def test_resume_refuses_a_file_that_is_not_a_joblog(tmp_path: Path, option: str) -> None:
+    """A file of notes given by mistake: refused before it is touched, nothing runs."""
+    notes = tmp_path / "notes.txt"
+    original = b"shopping\nmilk\neggs, and"  # its last line has no newline yet
+    notes.write_bytes(original)
+    proc = run_cli("run", option, "--joblog", str(notes), "echo", ":::", "a")
+    assert proc.returncode == 255, proc.stderr
+    assert proc.stderr.startswith(f"pipepool run: --resume: {notes} is not a joblog")
+    assert "'shopping'" in proc.stderr and len(proc.stderr.splitlines()) == 1
+    assert proc.stdout == ""
+    assert notes.read_bytes() == original
+
+
+def test_resume_with_a_missing_or_empty_joblog_runs_everything(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.touch()
+    for log in (empty, tmp_path / "missing"):
+        proc = run_cli("run", "--resume", "--joblog", str(log), "echo", ":::", "a", "b")
+        assert proc.returncode == 0, proc.stderr
+        assert sorted(proc.stdout.split()) == ["a", "b"]
+        assert len(joblog_rows(log)) == 2
 
 
 def test_joblog_without_resume_starts_afresh(tmp_path: Path) -> None:

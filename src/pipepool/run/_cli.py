@@ -183,6 +183,7 @@ def run_command(args: argparse.Namespace, groups: list, parser: argparse.Argumen
     from ._compat import parse_delimiter, parse_jobs, parse_load
     from ._gate import GateError
     from ._inputs import InputError, Source, group_rows, rows_from_sources
+    from ._joblog import JoblogError
     from ._runner import Runner, RunOptions
     from ._template import Template, build_jobs
 
@@ -277,9 +278,9 @@ def run_command(args: argparse.Namespace, groups: list, parser: argparse.Argumen
     runner = Runner(jobs, options)
     try:
         summary = runner.run()
-    except (OSError, ImportError, GateError) as exc:  # an unwritable joblog, no scheduler
-        # at --cluster ADDRESS, --cluster without Dask installed (the message says how),
-        # more -j than --pin has cores for
+    except (OSError, ImportError, GateError, JoblogError) as exc:  # an unwritable joblog,
+        # no scheduler at --cluster ADDRESS, --cluster without Dask installed (the message
+        # says how), more -j than --pin has cores for, --resume on a file not a joblog
         print(f"pipepool run: {exc}", file=sys.stderr)
         return EXIT_ERROR
     try:

@@ -133,6 +133,12 @@ class Runner:
             if options.joblog
             else None
         )
+        if self.joblog is not None and self.joblog.torn:
+            self._note(
+                f"--resume: the last line of {options.joblog} was cut short (a row torn by "
+                f"a crash, {self.joblog.torn} bytes without a newline); removed it, so its "
+                "job runs again"
+            )
         self.tmpdir = make_tmpdir()
         started = time.monotonic()
         previous = self._install_signal_handlers()
