@@ -632,56 +632,6 @@ def test_joblog_without_resume_starts_afresh(tmp_path: Path) -> None:
     assert len(joblog_rows(log)) == 1
 
 
-# -- bench ------------------------------------------------------------------------------------
-
-
-def test_bench_still_works() -> None:
-    proc = run_cli("bench", "--tasks", "300", "--rounds", "1", "-j", "2", timeout=90)
-    assert proc.returncode == 0, proc.stderr
-    assert "tasks/s" in proc.stdout and "ProcessPoolExecutor" in proc.stdout
-
-
-FAKE_SUITE = "import pathlib\npathlib.Path({ran!r}).write_text('ran')\nraise SystemExit(3)\n"
-
-
-def fake_checkout(folder: Path) -> Path:
-    """Make ``folder`` look like a checkout's root whose benchmarks/suite.py, when
-    imported, leaves the file this returns."""
-    (folder / "benchmarks").mkdir(parents=True)
-    (folder / "benchmarks" / "__init__.py").write_text("")
-    ran = folder / "fake-suite-ran"
-    (folder / "benchmarks" / "suite.py").write_text(FAKE_SUITE.format(ran=str(ran)))
-    (folder / "pyproject.toml").write_text("")
-    return ran
-
-
-def test_bench_full_never_runs_a_suite_from_the_current_directory(tmp_path: Path) -> None:
-    """An installed pipepool (a copy of the package, outside any checkout) run from a
-    folder holding its own benchmarks/suite.py: it says how to run the suite from a
-    checkout and imports nothing from the folder."""
-    import pipepool
-
-    site = tmp_path / "site"
-    shutil.copytree(
-        Path(pipepool.__file__).parent,
-        site / "pipepool",
-        ignore=shutil.ignore_patterns("__pycache__"),
-    )
-    work = tmp_path / "work"
-    ran = fake_checkout(work)
-    proc = subprocess.run(
-        [sys.executable, "-m", "pipepool", "bench", "--full", "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**ENV, "PYTHONPATH": str(site)},
-        cwd=work,
-    )
-    assert not ran.exists(), "pipepool bench --full ran benchmarks/suite.py of the cwd"
-    assert proc.returncode == 2, proc.stderr
-    assert "python -m benchmarks --quick" in proc.stderr
-
-
 # -- found while building the runner ------------------------------------------------------
 
 

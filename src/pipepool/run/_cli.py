@@ -8,7 +8,7 @@ import json
 import os
 import sys
 
-from ..cli import EXIT_ERROR, default_jobs
+from .._cli_common import EXIT_ERROR, default_jobs, non_negative_int, positive_int
 
 RUN_EPILOG = """\
 input:
@@ -28,14 +28,15 @@ Ctrl-C once: start no new job, let running ones finish; twice: kill them.
 """
 
 
-def add_run_parser(sub) -> None:
-    """Add ``run`` to the ``pipepool`` subcommands."""
+def add_run_parser(sub) -> argparse.ArgumentParser:
+    """Add ``run`` to the ``pipepool`` subcommands; return its parser."""
     run = sub.add_parser(
         "run",
         help="run a batch of commands in parallel (like GNU parallel)",
         description="Run one job per input line, or per argument after :::, in parallel.",
         epilog=RUN_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        short_usage="pipepool run [OPTIONS] [COMMAND [ARG ...]] [::: ARG ...]",
     )
     run.add_argument(
         "-j",
@@ -70,7 +71,7 @@ def add_run_parser(sub) -> None:
     )
     run.add_argument(
         "--retries",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=0,
         metavar="N",
         help="run a failed job up to N more times (default 0)",
@@ -152,13 +153,13 @@ def add_run_parser(sub) -> None:
     run.add_argument(
         "--cpus-per-job",
         dest="cpus_per_job",
-        type=_positive_int,
+        type=positive_int,
         metavar="K",
         help="as --pin, with K cores per job slot; -j at most cores/K",
     )
     run.add_argument(
         "--repeat",
-        type=_positive_int,
+        type=positive_int,
         default=1,
         metavar="N",
         help="run every job N times, the repetitions interleaved (all jobs, then all "
@@ -177,6 +178,7 @@ def add_run_parser(sub) -> None:
         metavar="COMMAND",
         help="command template; {} is replaced by each argument",
     )
+    return run
 
 
 def run_command(args: argparse.Namespace, groups: list, parser: argparse.ArgumentParser) -> int:
@@ -321,7 +323,7 @@ def _add_gnu_options(run: argparse.ArgumentParser) -> None:
         "--max-args",
         "--max-replace-args",
         dest="max_args",
-        type=_non_negative_int,
+        type=non_negative_int,
         metavar="N",
         help="N arguments per job: {} is all of them, {1}..{N} each (0: read one, insert none)",
     )
@@ -391,20 +393,6 @@ def _add_gnu_options(run: argparse.ArgumentParser) -> None:
     for flag in ("--will-cite", "--no-notice", "--silent"):  # nothing to do: no notice
         run.add_argument(flag, action="store_true", help=argparse.SUPPRESS)
     add_rejected(run)
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
-    return value
 
 
 def _positive_float(text: str) -> float:
