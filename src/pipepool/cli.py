@@ -26,7 +26,7 @@ checkout.
 
 
 def build_parser() -> Parser:
-    from . import __version__, _impl
+    from . import IMPLEMENTATION, __version__
     from .run._cli import add_run_parser
 
     parser = Parser(
@@ -35,7 +35,7 @@ def build_parser() -> Parser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         short_usage="pipepool {run,bench} ...",
     )
-    loop = "compiled" if _impl.IMPLEMENTATION == "cython" else "pure-Python"
+    loop = "compiled" if IMPLEMENTATION == "cython" else "pure-Python"
     parser.add_argument(
         "--version", action="version", version=f"pipepool {__version__} ({loop} loop)"
     )
