@@ -277,8 +277,8 @@ def run_command(args: argparse.Namespace, groups: list, parser: argparse.Argumen
     )
     if args.halt is not None:
         options.halt = args.halt
-    runner = Runner(jobs, options)
     try:
+        runner = Runner(jobs, options)  # first: a -j that --pin cannot honour fails here
         summary = runner.run()
     except (OSError, ImportError, GateError, JoblogError) as exc:  # an unwritable joblog,
         # no scheduler at --cluster ADDRESS, --cluster without Dask installed (the message

@@ -103,8 +103,10 @@ def add_rejected(parser: argparse.ArgumentParser) -> None:
     """Register every refused option on ``parser`` (as one argument: argparse's cost is
     per argument): seeing one stops parsing with its message (argparse then exits 255
     through the parser's ``error``)."""
+    # nargs="?": "--sshlogin=host" must reach the refusal too (nargs=0 makes argparse
+    # stop at "ignored explicit argument" first, without the reason).
     parser.add_argument(
-        *REJECTED, action=_Refuse, nargs=0, default=argparse.SUPPRESS, help=argparse.SUPPRESS
+        *REJECTED, action=_Refuse, nargs="?", default=argparse.SUPPRESS, help=argparse.SUPPRESS
     )
 
 
