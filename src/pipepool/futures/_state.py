@@ -50,7 +50,8 @@ class Feed(enum.Enum):
 
 
 # The members as plain names: ``Stage.OPEN`` is a look-up through the enum class's own
-# machinery (about 150 ns on Python 3.11), and these are read on every submit and round.
+# machinery (about 60 ns on Python 3.11, against 6 for a module name), and these are
+# read on every submit and round.
 OPEN, FINISHING, TERMINATING = Stage
 FED, FRESH, FULL = Feed
 
