@@ -19,8 +19,9 @@ dispatch (one ``Client.map`` for everything queued). None of them waits for the 
 ``Client.map`` hands its message to the IO thread, and results are fetched there.
 
 Keys stay the caller's: each queued task gets its own Dask key (``pipepool-<token>-<tid>``),
-so the same key may be queued again while it runs, and every task ends with exactly one
-terminal event however often Dask runs it. Outcomes map as follows:
+so a key may be queued again once its terminal event was read (a key takes one task at a
+time, as in LocalExecutor), and every task ends with exactly one terminal event however
+often Dask runs it. Outcomes map as follows:
 
 * the function returned: SUCCESS; it raised (BaseException included): FAILED with the
   exception, the worker's formatted traceback as its ``__cause__`` (``RemoteTraceback``);
@@ -130,6 +131,7 @@ class ClusterExecutor(SchedulerAPI, DaskLink):
         self._timed: dict[int, _Task] = {}  # started tasks with a deadline
         self._events: dict[Hashable, Event] = {}
         self._tids = itertools.count(1)
+        self._held: dict[Hashable, _Task] = {}  # key -> its task until its event is read
         # Written by the Client's IO thread, read by the caller's: (tid, address, pid) of
         # each started message, (tid, ok, value) of each outcome, and the wake-up flag.
         self._starts: deque[tuple[int, str, int]] = deque()

@@ -122,6 +122,7 @@ class LocalExecutor(SchedulerAPI, Collector, WorkerLifecycle):
         self._workers: dict[int, _Worker] = {}
         self._events: dict[Hashable, Event] = {}
         self._tids = itertools.count(1)
+        self._held: dict[Hashable, _Task] = {}  # key -> its task until its event is read
         self._wids = itertools.count(1)
         self._lifeline: tuple[int, int] | None = None
         self._state = "new"  # new -> started -> ended
