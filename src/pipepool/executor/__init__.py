@@ -42,6 +42,7 @@ from typing import Any
 from .. import _signals
 from .. import loop as _impl
 from .._api import SchedulerAPI
+from .._task import DONE as _DONE
 from .._task import QUEUED as _QUEUED
 from .._task import RUNNING as _RUNNING
 from .._task import Task as _Task
@@ -56,8 +57,8 @@ from ..events import Event, State
 from ..frames import MAX_PAYLOAD, PICKLE_PROTOCOL, Kind
 from ..worker import _tree
 from ..worker._marks import MarkTable
-from ._collect import Collector
-from ._depth import DepthPolicy
+from ._collect import Collector, cancelled_error
+from ._depth import DepthPolicy, send_revoke
 from ._lifecycle import (
     _PARENT_FDS,
     REAP_INTERVAL,
@@ -205,6 +206,62 @@ class LocalExecutor(SchedulerAPI, Collector, WorkerLifecycle):
                     self._kill_worker(w, TaskKilledError(f"task {key!r} was killed on request"))
                     killed += 1
         return killed
+
+    def cancel(self, key: Hashable) -> int:
+        """Cancel ``key``'s task unless it has started; 1 if it is cancelled or being
+        cancelled, 0 if it started, ended or is unknown.
+
+        Queued: it fails with ``concurrent.futures.CancelledError`` now. Sent to a worker
+        and not started (the adaptive depth sends tasks ahead): the worker is told to
+        skip what it holds and has not started (REVOKE, at any ``prefetch``); the task
+        fails with ``CancelledError`` once the worker confirms, a round or so later, and
+        the other tasks skipped run elsewhere. A worker that started it first runs it
+        on, and it reports as usual: started or cancelled, never both. Its event says
+        which.
+        """
+        deferred = None
+        try:
+            deferred = _signals.defer()
+            return len(self._cancel((key,)))
+        finally:
+            _signals.undefer(deferred)
+
+    def _cancel(self, keys: Iterable[Hashable]) -> set[Hashable]:
+        """``cancel`` for many keys in one pass (signals deferred by the caller); the keys
+        cancelled now or being cancelled."""
+        held = self._held
+        tasks = [t for k in keys if (t := held.get(k)) is not None and t.phase != _DONE]
+        cancelling: set[Hashable] = set()
+        queued = {t.tid for t in tasks if t.phase == _QUEUED}
+        if queued:
+            queue = self._queue
+            doomed = [t for t in queue if t.tid in queued]
+            if doomed:
+                kept = [t for t in queue if t.tid not in queued]
+                queue.clear()
+                queue.extend(kept)
+                for t in doomed:
+                    self._finish(t, State.FAILED, exception=cancelled_error(t.key))
+                    cancelling.add(t.key)
+        sent = {t.tid for t in tasks if t.phase == _RUNNING}
+        if sent and self._state == "started":
+            self._read_marks(time.monotonic())  # a task that began since the last round runs
+            for w in self._workers.values():
+                hit = False
+                for t in w.in_flight.values():
+                    if t.tid in sent and not t.started:
+                        t.cancelling = hit = True
+                        cancelling.add(t.key)
+                if hit:
+                    send_revoke(w)
+        return cancelling
+
+    def _uncancel(self, key: Hashable) -> None:
+        """Withdraw a ``cancel`` still waiting for its worker's answer: if that worker
+        skips the task, it runs elsewhere after all."""
+        t = self._held.get(key)
+        if t is not None and t.phase == _RUNNING:
+            t.cancelling = False
 
     def _shut_down(self) -> None:
         self._stop_workers()

@@ -13,6 +13,7 @@ import struct
 import time
 from collections import deque
 from collections.abc import Hashable
+from concurrent.futures import CancelledError
 from typing import TYPE_CHECKING, Any
 
 from .._api import SchedulerAPI
@@ -179,8 +180,19 @@ class Collector(_Executor):  # type: ignore[misc,valid-type]
             del w.in_flight[t.tid]
             t.phase = _QUEUED
         w.sent -= len(back)
-        self._stats["revoked"] += len(back)
-        self._queue.extendleft(reversed(back))
+        self._requeue_or_cancel(back, revoked=True)
+
+    def _requeue_or_cancel(self, back: list[_Task], *, revoked: bool = False) -> None:
+        """Tasks taken back unstarted: to the front of the queue, in their order, but
+        the ones ``cancel()`` asked for, which end here (CancelledError)."""
+        requeue = [t for t in back if not t.cancelling]
+        if revoked:
+            self._stats["revoked"] += len(requeue)
+        self._queue.extendleft(reversed(requeue))
+        if len(requeue) < len(back):
+            for t in back:
+                if t.cancelling:
+                    self._finish(t, State.FAILED, exception=cancelled_error(t.key))
 
     def _on_refused(self, w: _Worker, first: int) -> None:
         """The worker could not unpickle the BATCH whose first call is ``first`` and ran
@@ -197,7 +209,15 @@ class Collector(_Executor):  # type: ignore[misc,valid-type]
             t.phase = _QUEUED
             t.solo = True
         w.sent -= len(back)
-        self._queue.extendleft(reversed(back))
+        requeue = [t for t in back if not t.cancelling]
+        self._queue.extendleft(reversed(requeue))
+        for t in back:
+            if t.cancelling:
+                self._finish(t, State.FAILED, exception=cancelled_error(t.key))
+
+
+def cancelled_error(key: Hashable) -> CancelledError:
+    return CancelledError(f"task {key!r} cancelled")
 
 
 def _remote_exception(key: Hashable, payload: bytes) -> BaseException:

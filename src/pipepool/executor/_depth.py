@@ -88,8 +88,19 @@ class DepthPolicy:
             deadline = self.trap_deadline(w, after)
             if deadline is None or deadline > now:
                 continue
-            try:
-                os.write(w.control_fd, encode_header(Kind.REVOKE, w.seq, 0))
-            except OSError:  # gone (EPIPE): its exit will re-dispatch what it never started
-                continue
-            w.revoking = w.seq
+            send_revoke(w)
+
+
+def send_revoke(w: Any) -> None:
+    """Ask ``w`` to skip every task it was sent and has not started (a REVOKE on its
+    control pipe, a 16-byte write into a pipe that holds at most one, so it cannot
+    block); its REVOKED answer says which it skipped. Nothing if one is out already (it
+    covers every task ``w`` holds: a worker with a REVOKE out is sent nothing new) or
+    if ``w`` is closing (its exit re-dispatches, or cancels, what it never started)."""
+    if w.revoking or w.closing:
+        return
+    try:
+        os.write(w.control_fd, encode_header(Kind.REVOKE, w.seq, 0))
+    except OSError:  # gone (EPIPE): its exit will re-dispatch what it never started
+        return
+    w.revoking = w.seq

@@ -145,6 +145,8 @@ class WorkerLifecycle(_Executor):  # type: ignore[misc,valid-type]
 
         def _mark_started(self, w: _Worker, mark: int, now: float, *, publish: bool) -> None: ...
 
+        def _requeue_or_cancel(self, back: list[_Task], *, revoked: bool = False) -> None: ...
+
     def _reap(self) -> None:
         now = time.monotonic()
         periodic = now >= self._next_reap
@@ -287,7 +289,7 @@ class WorkerLifecycle(_Executor):  # type: ignore[misc,valid-type]
                 t.phase = _QUEUED
                 unstarted.append(t)
         w.in_flight.clear()
-        self._queue.extendleft(reversed(unstarted))  # back to the front, in their order
+        self._requeue_or_cancel(unstarted)  # back to the front, in their order
         if died_running or w.killed:  # its task's processes end with it (``_tree``)
             _tree.signal_group(w.pid, signal.SIGKILL)
         if w.init_error is None and not w.heard and not w.killed and exitcode != 0:
