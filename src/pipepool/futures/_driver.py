@@ -44,7 +44,13 @@ LINGER = 0.001  # s: while callers drive, the driver looks this often instead of
 LINGER_IDLE = 0.1  # s without a caller driving before the driver goes back to sleeping
 # until woken (no periodic look-ups in an idle pool)
 
+CANCEL_WAIT = 1.0  # s a cancel of a future handed over and not started waits for its
+# worker's answer to REVOKE. Its watcher thread answers within a GIL switch (5 ms) unless
+# the task before it holds the GIL (a long C call); past this the cancel is withdrawn
+# (the task runs when its turn comes) and cancel() returns False rather than hang.
+
 SUBMIT_KILL = "kill"
+SUBMIT_CANCEL = "cancel"
 
 
 class Shared:
@@ -89,6 +95,8 @@ class Driver:
         self.callbacks_due: deque[Item] = deque()  # settled, callbacks not yet run
         self.running: dict[int, Item] = {}  # handed to the LocalExecutor, not finished
         self.kill_on_start: set[int] = set()  # kill requested before the task started
+        self.cancelling: dict[int, float] = {}  # key -> deadline: a cancel() waits for
+        # the LocalExecutor's word on a future handed over (SUBMIT_CANCEL, then its event)
         self.pids: tuple[int, ...] = ()  # live worker pids after the last round
         self.pool_ref: Any = None  # weakref.ref whose callback shuts down a lost pool
 
@@ -142,6 +150,23 @@ class Driver:
             self.shutdown = True
             self.terminate = self.terminate or terminate
             self.poke()
+
+    def request_cancel(self, key: int) -> None:
+        """Ask the token holder to cancel a future handed over (lock held); the caller
+        waits until ``key`` leaves ``cancelling``: its event came, or the deadline."""
+        if self.loop_closed or key in self.cancelling:
+            return
+        self.cancelling[key] = time.monotonic() + CANCEL_WAIT
+        self.commands.append((SUBMIT_CANCEL, key))
+        self.poke()
+
+    def cancel_handed_over(self) -> list[int]:
+        """``request_cancel`` for every future handed over (lock held): the ones started
+        stay, the LocalExecutor says which. Returns their keys."""
+        keys = [key for key in self.running if key not in self.cancelling]
+        for key in keys:
+            self.request_cancel(key)
+        return keys
 
     def drain_pending(self) -> list[Item]:
         """Take every pending (never handed over) item out of the queue (lock held)."""
@@ -235,8 +260,11 @@ class Driver:
     def _drive(self, done: Callable[[], bool], end: float | None) -> None:
         """Rounds in a caller's thread until ``done()``, ``end`` or a terminate."""
 
+        ex = self.executor
+
         def ready() -> bool:
-            return done() or self.fresh or bool(self.commands) or self.terminate
+            # ex._events: a step before the round (a cancel) published events to deliver
+            return done() or self.fresh or bool(self.commands or self.terminate or ex._events)
 
         while True:
             if self.pending or self.commands:
@@ -244,6 +272,7 @@ class Driver:
             timeout = IDLE_WAIT if end is None else min(IDLE_WAIT, end - time.monotonic())
             self._sync(max(timeout, 0.0), ready)
             self._step(self._deliver)
+            self._expire_cancels()
             self._run_callbacks()
             if done() or self.terminate or (end is not None and time.monotonic() >= end):
                 return
@@ -261,6 +290,8 @@ class Driver:
     def _sync(self, timeout: float, ready: Callable[[], bool]) -> None:
         """The LocalExecutor's round; at interpreter shutdown, do without new workers."""
         ex = self.executor
+        if self.cancelling:  # wake up in time to withdraw a cancel nobody answered
+            timeout = min(timeout, max(0.0, min(self.cancelling.values()) - time.monotonic()))
         try:
             ex.sync(timeout, ready)
         except RuntimeError:
@@ -295,16 +326,25 @@ class Driver:
             self.commands.clear()
         if failed:
             self._settle([(item, False, exc) for item, exc in failed])
+        cancels = []
         for command, key in commands:
-            # Running: kill its worker. Queued in the LocalExecutor: cancel it there.
-            # Sent to a worker but not started: kill it when its RUNNING event comes.
-            if (
-                command == SUBMIT_KILL
-                and key in running
-                and not ex.kill(key)
-                and not ex.cancel(key)
-            ):
+            if command == SUBMIT_CANCEL:
+                cancels.append(key)
+            elif command == SUBMIT_KILL and key in running and not ex.kill(key):
+                # Not started: cancel it (queued in the LocalExecutor: now; sent to a
+                # worker: once it skips it), and kill it if it starts first.
+                ex.cancel(key)
                 self.kill_on_start.add(key)
+        if cancels:
+            # Queued in the LocalExecutor: cancelled now. Sent to a worker and not
+            # started: REVOKE; its CancelledError (or RUNNING) event settles it. Started
+            # or ended: nothing to wait for.
+            cancelling = ex._cancel(cancels)
+            with self.lock:
+                for key in cancels:
+                    if key not in cancelling:
+                        self.cancelling.pop(key, None)
+                self.cond.notify_all()
 
     def _deliver(self) -> None:
         """Complete the items of every terminal event; act on RUNNING ones."""
@@ -314,6 +354,7 @@ class Driver:
             return
         broken = ex.broken
         outcomes: list[tuple[Item, bool, Any]] = []
+        began: list[Item] = []
         breaking = None
         running, kill_on_start, success = self.running, self.kill_on_start, State.SUCCESS
         for key, event in events.items():
@@ -326,9 +367,13 @@ class Driver:
                     outcomes.append((item, True, event.result))
                 continue
             if not state.terminal:
-                if state is State.RUNNING and key in kill_on_start:
-                    kill_on_start.discard(key)
-                    ex.kill(key)
+                if state is State.RUNNING:
+                    item = running.get(key)  # type: ignore[call-overload]
+                    if item is not None:
+                        began.append(item)
+                    if key in kill_on_start:
+                        kill_on_start.discard(key)
+                        ex.kill(key)
                 continue
             kill_on_start.discard(key)
             item = running.pop(key, None)  # type: ignore[call-overload]
@@ -340,29 +385,56 @@ class Driver:
             elif isinstance(error, CancelledError) and not isinstance(
                 error.__cause__, RemoteTraceback
             ):  # (a task's own error has one)
-                # The LocalExecutor cancelled a task that was queued in it: on kill()
-                # before it started, or by terminate(). Its future is already RUNNING
-                # (it cannot turn CANCELLED now), so it fails instead.
-                error = TaskKilledError(
-                    "the executor was terminated before the task started"
-                    if self.terminate
-                    else "the task was killed on request before it started"
-                )
+                if not self.terminate:
+                    # Cancelled in the LocalExecutor before it started (cancel(),
+                    # shutdown(cancel_futures=True), kill()): its future is still
+                    # PENDING, and turns CANCELLED.
+                    outcomes.append((item, False, None))
+                    continue
+                error = TaskKilledError("the executor was terminated before the task started")
             outcomes.append((item, False, error))
-        self._settle(outcomes)
+        self._settle(outcomes, began, events if self.cancelling else None)
         if breaking is not None:
             self._break(breaking)
 
-    def _settle(self, outcomes: list[tuple[Item, bool, Any]]) -> None:
-        """Complete a batch under one lock and one notify; queue their callbacks."""
-        if not outcomes:
+    def _settle(
+        self,
+        outcomes: list[tuple[Item, bool, Any]],
+        began: list[Item] | None = None,
+        decided: Any = None,
+    ) -> None:
+        """Complete a batch under one lock and one notify; queue their callbacks. An
+        outcome (item, False, None) cancels it (it never started); ``began`` items run;
+        ``decided`` keys had an event: a cancel() waiting on one has its answer."""
+        if not (outcomes or began or decided):
             return
         with self.lock:
             due = self.callbacks_due
             for item, ok, value in outcomes:
-                if item.settle(ok, value):
+                if item.revoked() if value is None and not ok else item.settle(ok, value):
                     due.append(item)
+            if began:
+                for item in began:
+                    item.began()
+            if decided:
+                cancelling = self.cancelling
+                for key in decided:
+                    cancelling.pop(key, None)
             self.cond.notify_all()
+
+    def _expire_cancels(self) -> None:
+        """Withdraw each cancel its worker did not answer within CANCEL_WAIT (a task
+        before it holds the GIL): the task runs in its turn, and cancel() says False."""
+        if not self.cancelling:
+            return
+        now = time.monotonic()
+        with self.lock:
+            late = [key for key, deadline in self.cancelling.items() if deadline <= now]
+            for key in late:
+                self.executor._uncancel(key)
+                del self.cancelling[key]
+            if late:
+                self.cond.notify_all()
 
     def _run_callbacks(self) -> None:
         """Done-callbacks, outside the lock and any deferred step: they may block, submit
@@ -424,12 +496,15 @@ class Driver:
         pool is stopped (True)."""
 
         def ready() -> bool:
-            return bool(self.fresh or self.commands or self.terminate or self.want)
+            # Shut down with nothing left: stop now, not after the round's wait.
+            finished = self.shutdown and not (self.pending or self.running or self.commands)
+            return bool(self.fresh or self.commands or self.terminate or self.want or finished)
 
         while True:
             self._feed()
             self._sync(IDLE_WAIT, ready)
             self._deliver()
+            self._expire_cancels()
             self._run_callbacks()
             if self.terminate:
                 self._stop(terminate=True)
