@@ -29,6 +29,7 @@ one, so each task is at every return to user code in exactly one place: ``_queue
 
 from __future__ import annotations
 
+import itertools
 import logging
 import multiprocessing
 import os
@@ -178,11 +179,18 @@ class LocalExecutor(Reaper, Dispatcher):
         finally:
             _signals.undefer(deferred)
 
-    def _cancel(self, keys: Iterable[Hashable]) -> set[Hashable]:
+    def _cancel(self, keys: Iterable[Hashable], *, spare_next: bool = False) -> set[Hashable]:
         """``cancel`` for many keys in one pass (signals deferred by the caller); the keys
-        cancelled now or being cancelled."""
+        cancelled now or being cancelled. ``spare_next`` (a pool's shutdown with
+        cancel_futures) keeps one task per worker slot: the one a worker runs or starts
+        next, as the standard library's call queue does."""
         held = self._held
-        tasks = [t for k in keys if (t := held.get(k)) is not None and t.phase != _DONE]
+        spared = self._next_tasks() if spare_next else set()
+        tasks = [
+            t
+            for k in keys
+            if (t := held.get(k)) is not None and t.phase != _DONE and t.tid not in spared
+        ]
         cancelling: set[Hashable] = set()
         queued = {t.tid for t in tasks if t.phase == _QUEUED}
         if queued:
@@ -207,6 +215,15 @@ class LocalExecutor(Reaper, Dispatcher):
                 if hit:
                     self._send_revoke(w)
         return cancelling
+
+    def _next_tasks(self) -> set[int]:
+        """The task each worker slot runs or starts next: a busy worker's first, then as
+        many queued tasks as slots hold nothing."""
+        busy = [w for w in self._workers.values() if w.in_flight and not w.closing]
+        nxt = {next(iter(w.in_flight.values())).tid for w in busy}
+        free = max(0, self.parallelism - len(busy))
+        nxt.update(t.tid for t in itertools.islice(self._queue, free))
+        return nxt
 
     def _uncancel(self, key: Hashable) -> None:
         """Withdraw a ``cancel`` still waiting for its worker's answer: if that worker

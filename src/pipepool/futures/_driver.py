@@ -29,7 +29,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 from .. import _signals
 from ._item import Entry, Item
-from ._round import CANCEL_WAIT, SUBMIT_CANCEL, Round
+from ._round import CANCEL_WAIT, SUBMIT_CANCEL, SUBMIT_CANCEL_REST, Round
 from ._state import FED, FINISHING, FRESH, OPEN, TERMINATING, Shared
 
 IDLE_WAIT = 1.0  # s a token holder may sleep in the poll; the LocalExecutor shortens it
@@ -93,21 +93,21 @@ class Driver(Round):
                 self._hand_off()
             self.cond.notify_all()
 
-    def request_cancel(self, key: int) -> None:
+    def request_cancel(self, key: int, command: str = SUBMIT_CANCEL) -> None:
         """Ask the token holder to cancel a future handed over (lock held); the caller
         waits until ``key`` leaves ``cancelling``: its event came, or the deadline."""
         if self.loop_closed or key in self.cancelling:
             return
         self.cancelling[key] = time.monotonic() + CANCEL_WAIT
-        self.commands.append((SUBMIT_CANCEL, key))
+        self.commands.append((command, key))
         self.poke()
 
     def cancel_handed_over(self) -> list[int]:
         """``request_cancel`` for every future handed over (lock held): the ones started
         stay, the LocalExecutor says which. Returns their keys."""
         keys = [key for key in self.running if key not in self.cancelling]
-        for key in keys:
-            self.request_cancel(key)
+        for key in keys:  # each worker's next call runs, as in the stdlib's call queue
+            self.request_cancel(key, SUBMIT_CANCEL_REST)
         return keys
 
     def request_shutdown(self, *, terminate: bool = False) -> None:

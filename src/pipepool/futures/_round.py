@@ -19,6 +19,7 @@ from ._state import FED, FINISHING, FULL, TERMINATING, DriverState, Shared
 
 SUBMIT_KILL = "kill"  # a command: kill (or cancel) the call with this key
 SUBMIT_CANCEL = "cancel"  # a command: cancel the call with this key if it has not started
+SUBMIT_CANCEL_REST = "cancel-rest"  # the same, but each worker's next call runs (shutdown)
 CANCEL_WAIT = 1.0  # s a cancel of a future handed over and not started waits for its
 # worker's answer to REVOKE. Its watcher thread answers within a GIL switch (5 ms) unless
 # the task before it holds the GIL (a long C call); past this the cancel is withdrawn
@@ -80,21 +81,26 @@ class Round(DriverState):
         if failed:
             self._settle([(item, False, exc) for item, exc in failed])
         cancels = []
+        rest = []
         for command, key in commands:
             if command == SUBMIT_CANCEL:
                 cancels.append(key)
+            elif command == SUBMIT_CANCEL_REST:
+                rest.append(key)
             elif command == SUBMIT_KILL and key in running and not ex.kill(key):
                 # Not started: cancel it (queued in the LocalExecutor: now; sent to a
                 # worker: once it skips it), and kill it if it starts first.
                 ex.cancel(key)
                 self.kill_on_start.add(key)
-        if cancels:
+        for keys, spare_next in ((cancels, False), (rest, True)):
+            if not keys:
+                continue
             # Queued in the LocalExecutor: cancelled now. Sent to a worker and not
             # started: REVOKE; its CancelledError (or RUNNING) event settles it. Started
             # or ended: nothing to wait for.
-            cancelling = ex._cancel(cancels)
+            cancelling = ex._cancel(keys, spare_next=spare_next)
             with self.lock:
-                for key in cancels:
+                for key in keys:
                     if key not in cancelling:
                         self.cancelling.pop(key, None)
                 self.cond.notify_all()
