@@ -26,6 +26,7 @@ import tasks
 from conftest import START_METHODS, implementations
 from executor_helpers import Recorder
 from pipepool import (
+    DuplicateKeyError,
     LocalExecutor,
     RemoteTraceback,
     State,
@@ -281,23 +282,57 @@ def test_running_events_name_the_worker_before_the_outcome(make):
     assert rec.terminal["slow"].result == "done" and rec.terminal["slow"].pid
 
 
-def test_the_same_key_queued_twice_runs_twice(make):
-    """Keys are the caller's: a key queued again while it runs is a second task, and each
-    of the two ends with its own terminal event."""
+def test_a_key_takes_one_task_until_its_terminal_event_is_read(make, tmp_path):
+    """A key already queued, running, or reported with its terminal event unread is
+    refused with DuplicateKeyError (the first task untouched: it runs once, reports
+    once); once get_event_buffer() handed out that event the key is free again, as a
+    scheduler's retry under the same key needs."""
+    release = str(tmp_path / "release")
     ex = make(2)
-    ex.queue("same", tasks.sleep, 0.8, "first")
-    ex.queue("same", tasks.echo, "second")
-    results = []
-    deadline = time.monotonic() + 60
-    while ex.has_work():
-        assert time.monotonic() < deadline
+    ex.queue("k", tasks.wait_for, release, "first")
+
+    def refused(where: str) -> None:
+        for again in (
+            lambda: ex.queue("k", tasks.echo, "second"),
+            lambda: ex.queue_call("k", tasks.echo, ("second",), timeout=5),
+        ):
+            with pytest.raises(DuplicateKeyError, match="'k' is already") as info:
+                again()
+            assert info.value.key == "k" and info.value.where == where
+            assert isinstance(info.value, ValueError)
+
+    refused("queued")
+    assert ex.queued == {"k"} and ex.stats()["tasks_queued"] == 1
+    rec = Recorder(ex)
+    wait_running(rec, "k")
+    refused("running")
+    assert ex.running_counts() == {"k": 1}
+    open(release, "w").close()
+    while ex.has_work():  # no rec.take(): the terminal event stays unread
         ex.sync(timeout=0.01)
-        event = ex.get_event_buffer().get("same")
-        if event is not None and event.state.terminal:
-            results.append(event.result)
-    ex.end()
-    results += [e.result for e in ex.get_event_buffer().values() if e.state.terminal]
-    assert sorted(results) == ["first", "second"]
+    refused("reported")
+    events = ex.get_event_buffer(["other"])  # reading another key frees nothing
+    assert events == {}
+    refused("reported")
+    assert ex.get_event_buffer(["k"])["k"].result == ("first", 0)
+    ex.queue("k", tasks.echo, "second")  # read: free again
+    rec.finish()
+    assert rec.terminal["k"].result == "second" and not rec.duplicates
+
+
+def test_a_cancelled_key_is_free_once_its_event_is_read(make):
+    ex = make(1)
+    ex.queue("first", tasks.sleep, 0.2)
+    ex.queue("k", tasks.echo, "cancelled")
+    assert ex.cancel("k") == 1
+    with pytest.raises(DuplicateKeyError) as info:
+        ex.queue("k", tasks.echo, "again")
+    assert info.value.where == "reported"
+    assert isinstance(ex.get_event_buffer(["k"])["k"].exception, CancelledError)
+    ex.queue("k", tasks.echo, "again")
+    rec = Recorder(ex)
+    rec.finish()
+    assert rec.terminal["k"].result == "again"
 
 
 # -- stopping work ---------------------------------------------------------------------------

@@ -671,16 +671,82 @@ def test_kill_before_start_and_kill_pending(make_pipepool, tmp_path):
     first = pool.submit(ft.wait_for_file, str(gate), "first")
     handed = pool.submit(ft.announce_and_sleep, str(marker), 60)  # queued behind first
     pending = [pool.submit(ft.square, i) for i in range(5)]
-    wait_until(handed.running, what="the second task to be handed over")
-    assert pool.kill(handed) is True
+    wait_until(first.running, what="the first task to start")
+    wait_until(lambda: handed._handed, what="the second task to be handed over")
+    assert not handed.running()  # handed over, not started: pending to its user
+    assert pool.kill(handed) is True  # not started: cancelled, its worker kept
     assert pool.kill(pending[-1]) is True  # still pending: simply cancelled
     assert pending[-1].cancelled()
-    with pytest.raises(TaskKilledError):
+    with pytest.raises(cf.CancelledError):
         handed.result(timeout=WAIT)
+    assert handed.cancelled()
     gate.touch()
     assert first.result(timeout=WAIT) == "first"
     assert [f.result(timeout=WAIT) for f in pending[:-1]] == [0, 1, 4, 9]
     assert not marker.exists(), "a task killed before it started ran anyway"
+
+
+def warm_depth(pool) -> int:
+    """Maps of tiny tasks until the adaptive depth has grown (tasks are then sent to the
+    workers many at once, long before they start); returns the depth."""
+    for _ in range(5):
+        assert list(pool.map(ft.square, range(2000))) == [i * i for i in range(2000)]
+    depth = pool._driver.executor.dispatch_depth
+    assert depth > 8, "precondition: the adaptive depth grew"
+    return depth
+
+
+@pytest.fixture
+def on_impl(impl, monkeypatch):
+    """The pool's loop (and its workers') on this test's implementation."""
+    monkeypatch.setenv("PIPEPOOL_IMPL", impl)
+
+
+def test_warm_pool_shutdown_cancel_futures_revokes_what_was_sent_ahead(make_pipepool, on_impl):
+    """Issue 23: after a few maps of tiny tasks, 50 sleep(0.1) go to the workers at once;
+    shutdown(cancel_futures=True) must cancel every one not started (it cancelled none:
+    handed over counted as running), and the others finish."""
+    pool = make_pipepool(2)
+    warm_depth(pool)
+    fs = [pool.submit(time.sleep, 0.1) for _ in range(50)]
+    wait_until(fs[0].running, what="the first sleep to start")
+    # All 50 handed over (to the workers, or taken back from them by the revoke trap into
+    # the LocalExecutor's queue), none left in the pool's own queue: before, they all
+    # counted as running and none could be cancelled.
+    stats = pool._driver.executor.stats()
+    assert stats["tasks_running"] + stats["tasks_queued"] == 50, "precondition: handed over"
+    pool.shutdown(cancel_futures=True)
+    cancelled = [f for f in fs if f.cancelled()]
+    assert len(cancelled) >= 40
+    others = [f for f in fs if not f.cancelled()]
+    assert others and all(f.done() and f.exception() is None for f in others)
+
+
+def test_a_future_handed_over_is_pending_until_it_starts_and_cancels(
+    make_pipepool, on_impl, tmp_path
+):
+    """A future handed over behind a running one (sent to its worker, or taken back
+    from it) is not running(); cancel() is True and it never runs; the running one
+    cannot be cancelled."""
+    pool = make_pipepool(1)
+    warm_depth(pool)
+    gate = tmp_path / "gate"
+    first = pool.submit(ft.wait_for_file, str(gate), "first")
+    behind = [pool.submit(ft.sleep_then_touch, str(tmp_path / f"ran{i}"), 0) for i in range(3)]
+    wait_until(first.running, what="the first task to start")
+    wait_until(lambda: all(f._handed for f in behind), what="the others to be handed over")
+    assert not any(f.running() or f.done() for f in behind)
+    assert behind[1].cancel() is True
+    assert behind[1].cancelled() and behind[1].done() and not behind[1].running()
+    assert behind[1].cancel() is True  # again: still cancelled
+    assert first.cancel() is False and first.running()
+    gate.touch()
+    assert first.result(timeout=WAIT) == "first"
+    behind[0].result(timeout=WAIT), behind[2].result(timeout=WAIT)
+    with pytest.raises(cf.CancelledError):
+        behind[1].result(timeout=0)
+    assert not (tmp_path / "ran1").exists(), "a cancelled future's task ran"
+    assert (tmp_path / "ran0").exists() and (tmp_path / "ran2").exists()
 
 
 def test_shutdown_of_an_idle_pool_is_prompt(make_pipepool):

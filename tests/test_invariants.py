@@ -9,9 +9,18 @@ import signal
 import time
 from collections import Counter
 
+import pytest
+
 import tasks
 from executor_helpers import Recorder
-from pipepool import LocalExecutor, State, TaskPicklingError, WorkerLostError
+from pipepool import (
+    DuplicateKeyError,
+    LocalExecutor,
+    State,
+    TaskPicklingError,
+    WorkerLostError,
+)
+from pipepool._task import Task
 
 PAGE = 4096
 
@@ -196,35 +205,42 @@ def test_interrupts_during_sync_leave_bookkeeping_exact(impl, start_method):
         ex.terminate()
 
 
-# 6. The same key queued again while its first dispatch runs ---------------------------
+# 6. A key queued again while it is held: refused, the first task untouched ----------
 
 
-def test_same_key_twice_both_complete(make, tmp_path):
+def test_same_key_refused_while_held_and_the_first_completes_once(make, tmp_path):
+    """Two tasks under one key would report two terminal events, and two landing in one
+    round would leave one in the buffer (newest per key): the second queue() is refused,
+    and the first runs and reports exactly once."""
     release = str(tmp_path / "release")
+    log = str(tmp_path / "runs.log")
     ex = make(2)
-    ex.queue("k", tasks.wait_for, release, "first")
+    ex.queue("k", tasks.record, log, "k", 0.0, "first")
+    ex.queue("gate", tasks.wait_for, release)
     rec = Recorder(ex)
+    rec.run_until(lambda: "k" in rec.terminal)
+    del rec.terminal["k"]
+    ex.queue("k", tasks.wait_for, release, "second")  # read: free again
     rec.run_until(lambda: "k" in rec.running_seen)
-    ex.queue("k", tasks.echo, ("second", 0))
-    seen: list = []
-
-    def collect() -> bool:
-        ex.sync(timeout=0.01)
-        for _key, event in ex.get_event_buffer().items():
-            if event.state.terminal:
-                seen.append(event.result)
-        return len(seen) >= 1
-
-    deadline = time.monotonic() + 60
-    while not collect():
-        assert time.monotonic() < deadline
-    assert seen == [("second", 0)]
-    assert ex.running == {"k"} and ex.running_counts() == {"k": 1}  # the first still runs
+    with pytest.raises(DuplicateKeyError):
+        ex.queue("k", tasks.record, log, "k", 0.0, "third")
     open(release, "w").close()
-    while len(seen) < 2:
-        collect()
-        assert time.monotonic() < deadline
-    assert seen == [("second", 0), ("first", 0)]
+    rec.finish()
+    assert rec.history["k"].count("success") == 2 and not rec.duplicates
+    assert rec.terminal["k"].result == ("second", 0)
+    assert runs(log) == Counter({"k": 1})  # the refused one never ran
+    assert ex._held == {}, "keys whose events were read are forgotten"
+
+
+def test_a_queue_cut_short_by_ctrl_c_does_not_hold_its_key(make):
+    """queue() notes the key, then appends the task: a KeyboardInterrupt between the two
+    leaves the key noted for a task that does not exist. That key is not held."""
+    ex = make(1)
+    ex._held["k"] = Task(0, "k", tasks.echo, (), {}, None)  # noted, never appended
+    ex.queue("k", tasks.echo, "real")
+    rec = Recorder(ex)
+    rec.finish()
+    assert rec.terminal["k"].result == "real"
 
 
 def test_undoing_second_dispatch_leaves_first_running(make, tmp_path):
@@ -233,11 +249,10 @@ def test_undoing_second_dispatch_leaves_first_running(make, tmp_path):
     ex.queue("k", tasks.wait_for, release, "first")
     rec = Recorder(ex)
     rec.run_until(lambda: "k" in rec.running_seen)
-    ex.queue("k", tasks.echo, tasks.Unpicklable())
-    rec.run_until(lambda: "k" in rec.terminal)
-    assert isinstance(rec.terminal["k"].exception, TaskPicklingError)
+    ex.queue("k2", tasks.echo, tasks.Unpicklable())
+    rec.run_until(lambda: "k2" in rec.terminal)
+    assert isinstance(rec.terminal["k2"].exception, TaskPicklingError)
     assert ex.running_counts() == {"k": 1} and ex.queued == set()
-    del rec.terminal["k"]
     open(release, "w").close()
     rec.finish()
     assert rec.terminal["k"].result == ("first", 0)

@@ -10,6 +10,7 @@ cannot answer loses nothing. Every start method, both loops.
 from __future__ import annotations
 
 import random
+from concurrent.futures import CancelledError
 
 import pytest
 
@@ -132,3 +133,88 @@ def test_fixed_depth_sends_no_revoke(make, tmp_path):
     rec.finish()
     assert ex.stats()["tasks_revoked"] == 0
     assert len(rec.terminal) == 41
+
+
+# -- cancel(): a task sent ahead and not started is cancelled, never run ---------------------
+
+
+def sent_ahead(ex, rec, keys) -> None:
+    """Drive until the first key runs and every one of ``keys`` is held by a worker."""
+    rec.run_until(lambda: keys[0] in rec.running_seen)
+    rec.run_until(lambda: ex.stats()["tasks_running"] == len(keys))
+
+
+@pytest.mark.timeout(120)
+def test_cancel_takes_back_a_task_sent_ahead_and_not_started(make, tmp_path):
+    """prefetch=4 (the trap never revokes a fixed depth): three tasks wait in the worker's
+    pipe behind a blocked one. cancel() of the middle one revokes them; it ends cancelled
+    without running, the other two run once; the running one cannot be cancelled."""
+    log, release = str(tmp_path / "runs"), str(tmp_path / "release")
+    ex = make(1, prefetch=4)
+    ex.queue("block", tasks.wait_for, release)
+    for key in "abc":
+        ex.queue(key, tasks.record, log, key)
+    rec = Recorder(ex)
+    sent_ahead(ex, rec, ["block", "a", "b", "c"])
+    assert ex.cancel("b") == 1
+    assert ex.cancel("block") == 0 and ex.cancel("unknown") == 0
+    rec.run_until(lambda: "b" in rec.terminal)
+    assert isinstance(rec.terminal["b"].exception, CancelledError)
+    assert "block" not in rec.terminal and not runs(log)
+    open(release, "w").close()
+    rec.finish()
+    assert runs(log) == {"a": 1, "c": 1}  # "b" never ran
+    assert rec.history["b"] == ["failed"] and not rec.duplicates
+    assert ex.stats()["tasks_revoked"] == 2  # "a" and "c", sent again
+
+
+@pytest.mark.timeout(120)
+def test_a_cancel_the_worker_cannot_answer_ends_with_the_worker(make, tmp_path):
+    """A task hogs the GIL, so its worker cannot answer the REVOKE: the cancelled task
+    stays sent. When that worker dies it is cancelled, not dispatched again."""
+    log = str(tmp_path / "runs")
+    ex = make(1, prefetch=4)
+    ex.queue("hog", tasks.hog_gil, log, "hog")
+    ex.queue("b", tasks.record, log, "b")
+    rec = Recorder(ex)
+    sent_ahead(ex, rec, ["hog", "b"])
+    assert ex.cancel("b") == 1
+    for _ in range(20):
+        rec.round()
+    assert "b" not in rec.terminal  # no answer: the hog holds the GIL
+    assert ex.kill("hog") == 1
+    rec.finish()
+    assert isinstance(rec.terminal["b"].exception, CancelledError)
+    assert isinstance(rec.terminal["hog"].exception, TaskKilledError)
+    assert runs(log) == {"hog": 1}
+
+
+@pytest.mark.timeout(120)
+def test_cancels_racing_starts_each_task_started_or_cancelled_never_both(make, tmp_path):
+    """Cancels at random moments on a warm pool, many tasks sent ahead: each task either
+    ran once and reported its result, or never ran and reported CancelledError."""
+    log = str(tmp_path / "runs")
+    ex = make(2, prefetch=None)
+    warm(ex)
+    rng = random.Random(23)
+    keys = list(range(400))
+    for i in keys:
+        ex.queue(i, tasks.record, log, i, rng.choice([0.0, 0.0005, 0.002]))
+    rec = Recorder(ex)
+    pending = keys[:]
+    rng.shuffle(pending)
+    while pending:
+        rec.round(timeout=0.0)
+        for _ in range(rng.randint(0, 6)):
+            if pending:
+                ex.cancel(pending.pop())
+    rec.finish()
+    ran = runs(log)
+    cancelled = {k for k, e in rec.terminal.items() if isinstance(e.exception, CancelledError)}
+    assert set(rec.terminal) >= set(keys) and not rec.duplicates
+    for k in keys:
+        if k in cancelled:
+            assert str(k) not in ran, f"task {k} ran and was reported cancelled"
+        else:
+            assert ran[str(k)] == 1 and rec.terminal[k].result == k
+    assert cancelled and len(cancelled) < len(keys)

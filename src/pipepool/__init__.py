@@ -7,6 +7,7 @@ compiled hot loop is in use, "python" for its pure-Python twin).
 """
 
 from .errors import (
+    DuplicateKeyError,
     FrameError,
     PipepoolError,
     RemoteTraceback,
@@ -51,6 +52,7 @@ __all__ = [
     "IMPLEMENTATION",
     "ClusterExecutor",
     "ClusterWorkerLostError",
+    "DuplicateKeyError",
     "Event",
     "FrameError",
     "InitializerError",

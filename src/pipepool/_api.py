@@ -14,7 +14,14 @@ from typing import Any, Self
 
 from . import _signals
 from ._task import DONE, RUNNING, Task
+from .errors import DuplicateKeyError
 from .events import Event, State
+
+_WHERE = {
+    "queued": "queued",
+    "running": "running",
+    "reported": "reported and its terminal event not yet read by get_event_buffer()",
+}
 
 
 class SchedulerAPI:
@@ -29,6 +36,8 @@ class SchedulerAPI:
         self._events: dict[Hashable, Event] = {}  # key -> newest event, until read
         self._published = 0  # events published so far: did a round produce any?
         self._tids = itertools.count(1)  # task ids, unique per executor
+        self._held: dict[Hashable, Task] = {}  # key -> its task, from queue() until its
+        # terminal event is read (a key takes one task at a time); a hint: see _holding()
         self._stats = dict.fromkeys(counters, 0)  # counters stats() reports
         self._last_progress = time.monotonic()  # when a task last ended (stats())
 
@@ -80,11 +89,27 @@ class SchedulerAPI:
             raise RuntimeError(f"cannot queue on an ended {type(self).__name__}")
         if not callable(fn):
             raise TypeError(f"{fn!r} is not callable")
+        held = self._held
+        if key in held and (where := self._holding(key)):
+            raise DuplicateKeyError(
+                f"key {key!r} is already {_WHERE[where]}: a key takes one task at a time, "
+                "from queue() until get_event_buffer() hands out its terminal event "
+                "(the task under it is untouched)",
+                key=key,
+                where=where,
+            )
         task = Task(next(self._tids), key, fn, tuple(args), kwargs or {}, timeout)
+        held[key] = task  # first: interrupted before the append, the key is held by
+        # nothing that exists, and _holding() says so the next time it is queued
         self._queue.append(task)  # one atomic append: queued, or (if interrupted) not at all
 
     def queue(self, key: Hashable, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> None:
-        """Queue ``fn(*args, **kwargs)`` under ``key``; pickled when it is dispatched."""
+        """Queue ``fn(*args, **kwargs)`` under ``key``; pickled when it is dispatched.
+
+        A key takes one task at a time: from here until ``get_event_buffer()`` hands out
+        its terminal event, queueing it again raises ``DuplicateKeyError`` (a
+        ``ValueError``) and leaves the first task untouched. Once that event is read, the
+        key is free again (a scheduler's retry under the same key, say)."""
         self.queue_call(key, fn, args, kwargs)
 
     def heartbeat(self, timeout: float = 0.0) -> None:
@@ -95,8 +120,13 @@ class SchedulerAPI:
         """Pop and return ``{key: newest event}``, for all keys or only ``keys``."""
         if keys is None:
             events, self._events = self._events, {}
-            return events
-        return {k: self._events.pop(k) for k in list(keys) if k in self._events}
+        else:
+            events = {k: self._events.pop(k) for k in list(keys) if k in self._events}
+        held = self._held
+        for key, event in events.items():
+            if event.state.terminal:
+                held.pop(key, None)  # read: the key is free for a new task
+        return events
 
     @property
     def queued(self) -> set[Hashable]:
@@ -109,12 +139,27 @@ class SchedulerAPI:
         return {t.key for t in self._dispatched()}
 
     def running_counts(self) -> dict[Hashable, int]:
-        """``{key: tasks dispatched and not reported}``, for keys queued again while
-        running."""
+        """``{key: tasks dispatched and not reported}``: 1 for each key in ``running``
+        (a key takes one task at a time); kept for callers written when it could be more."""
         counts: dict[Hashable, int] = {}
         for t in self._dispatched():
             counts[t.key] = counts.get(t.key, 0) + 1
         return counts
+
+    def _holding(self, key: Hashable) -> str:
+        """Why ``key`` is held ("queued", "running", "reported"), or "" if it is free.
+
+        Computed from where tasks are, so it is the truth: ``_held`` only says which keys
+        to ask about (it may name a key whose queue() a Ctrl-C cut short)."""
+        t = self._held.get(key)
+        if t is None:
+            return ""
+        if t.phase == RUNNING:
+            return "running"
+        if t.phase == DONE:
+            event = self._events.get(key)
+            return "reported" if event is not None and event.state.terminal else ""
+        return "queued" if any(q is t for q in self._queue) else ""
 
     def cancel(self, key: Hashable) -> int:
         """Cancel the queued (never dispatched) tasks of ``key``; returns how many.
@@ -226,7 +271,7 @@ class SchedulerAPI:
 
     def _publish(self, event: Event, *, terminal: bool) -> None:
         # Newest event per key, except that a RUNNING event never hides an unread
-        # terminal one (the same key may be queued again while its first run ends).
+        # terminal one (a defence: a key takes one task at a time, so none should follow).
         if not terminal:
             old = self._events.get(event.key)
             if old is not None and old.state.terminal:

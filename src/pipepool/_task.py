@@ -24,6 +24,7 @@ class Task:
         "args",
         "batch",
         "began",
+        "cancelling",
         "deadline",
         "fn",
         "future",
@@ -60,6 +61,8 @@ class Task:
         self.seq = 0  # its number in the stream of the worker it was last sent to
         self.batch = 0  # the seq of the first call of the BATCH frame it went in (0: alone)
         self.solo = False  # its batch was REFUSED: it goes alone from now on
+        self.cancelling = False  # cancel() asked while it was sent and not started: if
+        # its worker skips it (REVOKED), or dies before starting it, it is cancelled
         self.began = 0.0  # when we saw its start mark
         # ClusterExecutor's:
         self.future: Any = None  # the Dask future, until the outcome is in

@@ -76,6 +76,30 @@ class TaskKilledError(PipepoolError):
     """A running task was killed on request; its worker was replaced."""
 
 
+class DuplicateKeyError(PipepoolError, ValueError):
+    """``queue()`` refused a key the executor still holds; the task under it is untouched.
+
+    A key is held from ``queue()`` until ``get_event_buffer()`` hands out its terminal
+    event: while it is queued, running, or reported with that event unread. Two tasks under
+    one key would report two terminal events where a scheduler expects one, and the buffer
+    (newest event per key) could lose one of them. A ``ValueError``: the argument is
+    wrong for the executor's state, not missing (``KeyError`` means the latter).
+    ``key`` is the key; ``where`` says why it is held: "queued", "running" or "reported".
+    """
+
+    def __init__(self, message: str, *, key: object = None, where: str = "") -> None:
+        super().__init__(message)
+        self.key = key
+        self.where = where
+
+    def __reduce__(self):
+        return (_rebuild_duplicate_key, (str(self), self.key, self.where))
+
+
+def _rebuild_duplicate_key(message: str, key: object, where: str) -> DuplicateKeyError:
+    return DuplicateKeyError(message, key=key, where=where)
+
+
 def signal_name(exitcode: int | None) -> str | None:
     """Name of the signal behind a negative exit code (``-9`` → ``"SIGKILL"``)."""
     if exitcode is None or exitcode >= 0:

@@ -421,3 +421,43 @@ def test_revoke_task_drops_queued_and_running_workloads_without_events(make, fak
     drive(ex, lambda: len(ex.event_buffer) == 1, "the next workload's outcome")
     assert [k.task_id for k in ex.event_buffer] == ["ok_after"]  # none for the revoked
     assert [r["name"] for r in records(fake_log, "start")] == ["block_1", "ok_after"]
+
+
+def test_a_workload_queued_again_while_its_key_runs_waits_for_that_run(make, fake_log):
+    """The pool takes one task per key: a workload queued again while the first run of its
+    key is held stays in queued_tasks (nothing raised into the scheduler's loop) and runs
+    after the first one's outcome was read, never beside it."""
+    ex = make(2)
+    first = task("block_1")
+    submit(ex, first)
+    ex.heartbeat()
+    drive(ex, lambda: len(records(fake_log, "start")) == 1, "the first start")
+    submit(ex, first)  # the same key again, while it runs
+    for _ in range(5):
+        ex.heartbeat()
+    assert list(ex.queued_tasks) == [first.ti.key] and ex.pool.running == {first.ti.key}
+    assert len(records(fake_log, "start")) == 1
+    open(os.environ["PIPEPOOL_FAKE_GATE"], "w").close()
+    drive(ex, lambda: len(records(fake_log, "end")) == 2, "both runs to end")
+    drive(ex, lambda: not ex.running and not ex.queued_tasks, "the second outcome")
+    starts, ends = records(fake_log, "start"), records(fake_log, "end")
+    assert ends[0]["at"] <= starts[1]["at"]  # one after the other, never both at once
+    assert ex.event_buffer[first.ti.key][0] == "success"
+
+
+def test_a_revoked_workload_queued_again_before_its_worker_died(make, fake_log):
+    """revoke_task kills a running workload's worker; the scheduler may queue the key again
+    before the pool has seen that worker die. The new run waits for it, then runs."""
+    ex = make(1)
+    victim = task("block_1")
+    submit(ex, victim)
+    ex.heartbeat()
+    drive(ex, lambda: len(records(fake_log, "start")) == 1, "the first start")
+    ex.revoke_task(ti=victim.ti)
+    submit(ex, victim)
+    ex.heartbeat()  # must not raise: the pool still holds the key
+    open(os.environ["PIPEPOOL_FAKE_GATE"], "w").close()
+    drive(ex, lambda: len(records(fake_log, "end")) == 1, "the second run to end")
+    drive(ex, lambda: victim.ti.key in ex.event_buffer, "the second run's outcome")
+    assert ex.event_buffer[victim.ti.key][0] == "success"
+    assert len(records(fake_log, "start")) == 2

@@ -18,7 +18,9 @@ What this adds to the upstream executor (each cites the Airflow issue it answers
 * ``end()`` waits for running workloads, a second signal during that wait kills them;
   ``terminate()`` signals each workload's whole process group (47011);
 * the GC is frozen while workers fork (Airflow PR 58365), and workers are recycled after
-  ``[pipepool] max_tasks_per_child`` workloads or above ``max_rss_mib`` of memory.
+  ``[pipepool] max_tasks_per_child`` workloads or above ``max_rss_mib`` of memory;
+* a workload queued again while its key still runs (or was revoked and has not ended)
+  waits in ``queued_tasks`` for that run's end instead of running twice under one key.
 
 Threads: the scheduler's, and a driver that runs a round every ``DRIVE_INTERVAL`` while
 workloads wait for a worker (so the next one starts without waiting for the scheduler's
@@ -39,7 +41,7 @@ from typing import Any
 
 from airflow.executors.base_executor import BaseExecutor, get_execution_api_server_url
 
-from ..errors import TaskKilledError, signal_name
+from ..errors import DuplicateKeyError, TaskKilledError, signal_name
 from ..events import Event, State
 from ..executor import LocalExecutor
 from . import _procs
@@ -96,6 +98,7 @@ class PipepoolExecutor(BaseExecutor):
         self._workloads: dict[Hashable, Any] = {}  # key -> workload, handed over to the pool
         self._oom_at: dict[Hashable, int | None] = {}  # key -> OOM-kill count when handed over
         self._groups: dict[int, set[int]] = {}  # worker pid -> process groups it started
+        self._deferred: set[Hashable] = set()  # queued again while the pool holds the key
         self._next_scan = 0.0
 
     # -- BaseExecutor -------------------------------------------------------------------
@@ -144,20 +147,44 @@ class PipepoolExecutor(BaseExecutor):
         max_rss = self.max_rss_mib * 1024 * 1024
         for workload in workload_list:
             key = workload.key
-            removed = (
-                self.queued_tasks.pop(key, None)
-                or self.queued_callbacks.pop(key, None)
-                or self.queued_connection_tests.pop(key, None)
+            queued = next(
+                (
+                    q
+                    for q in (
+                        self.queued_tasks,
+                        self.queued_callbacks,
+                        self.queued_connection_tests,
+                    )
+                    if key in q
+                ),
+                None,
             )
-            if not removed:
+            if queued is None:
                 raise KeyError(f"Workload {key} was not found in any queue")
+            try:
+                with self._lock:
+                    pool.queue_call(
+                        key, run_workload, (workload, self._server, self._prefix, max_rss)
+                    )
+            except DuplicateKeyError:
+                # The pool still holds this key: it runs (or was revoked and its end is not
+                # in yet). Two runs under one key would report twice; the new one stays
+                # queued here and goes at a later heartbeat, once the first one's outcome is
+                # read, as BaseExecutor once did with keys still in ``running``.
+                if key not in self._deferred:
+                    self._deferred.add(key)
+                    self.log.warning(
+                        "Workload %s is still running; queued again, it waits for that run's end",
+                        key,
+                    )
+                continue
+            self._deferred.discard(key)
+            del queued[key]
             self._workloads[key] = workload
             self._oom_at[key] = _procs.oom_kills()
             # Its slot is taken from now until its outcome is read (BaseExecutor counts
             # open slots as parallelism - len(running)).
             self.running.add(key)
-            with self._lock:
-                pool.queue_call(key, run_workload, (workload, self._server, self._prefix, max_rss))
         self._round()
 
     def sync(self) -> None:

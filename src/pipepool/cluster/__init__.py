@@ -19,8 +19,9 @@ dispatch (one ``Client.map`` for everything queued). None of them waits for the 
 ``Client.map`` hands its message to the IO thread, and results are fetched there.
 
 Keys stay the caller's: each queued task gets its own Dask key (``pipepool-<token>-<tid>``),
-so the same key may be queued again while it runs, and every task ends with exactly one
-terminal event however often Dask runs it. Outcomes map as follows:
+so a key may be queued again once its terminal event was read (a key takes one task at a
+time, as in LocalExecutor), and every task ends with exactly one terminal event however
+often Dask runs it. Outcomes map as follows:
 
 * the function returned: SUCCESS; it raised (BaseException included): FAILED with the
   exception, the worker's formatted traceback as its ``__cause__`` (``RemoteTraceback``);

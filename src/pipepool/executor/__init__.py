@@ -29,6 +29,7 @@ one, so each task is at every return to user code in exactly one place: ``_queue
 
 from __future__ import annotations
 
+import itertools
 import logging
 import multiprocessing
 import os
@@ -38,9 +39,14 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from .. import _signals
+from .._task import DONE as _DONE
+from .._task import QUEUED as _QUEUED
+from .._task import RUNNING as _RUNNING
 from .._task import Task as _Task
 from ..errors import InitializerError, TaskKilledError, TaskTimeoutError
+from ..events import State
 from ..worker import _tree
+from ._collect import cancelled_error
 from ._dispatch import Dispatcher
 from ._lifecycle import INIT_BACKOFF as INIT_BACKOFF  # re-exported: the names tests and users know
 from ._lifecycle import INIT_RETRIES as INIT_RETRIES
@@ -153,6 +159,78 @@ class LocalExecutor(Reaper, Dispatcher):
                     self._kill_worker(w, TaskKilledError(f"task {key!r} was killed on request"))
                     killed += 1
         return killed
+
+    def cancel(self, key: Hashable) -> int:
+        """Cancel ``key``'s task unless it has started; 1 if it is cancelled or being
+        cancelled, 0 if it started, ended or is unknown.
+
+        Queued: it fails with ``concurrent.futures.CancelledError`` now. Sent to a worker
+        and not started (the adaptive depth sends tasks ahead): the worker is told to
+        skip what it holds and has not started (REVOKE, at any ``prefetch``); the task
+        fails with ``CancelledError`` once the worker confirms, a round or so later, and
+        the other tasks skipped run elsewhere. A worker that started it first runs it
+        on, and it reports as usual: started or cancelled, never both. Its event says
+        which.
+        """
+        deferred = None
+        try:
+            deferred = _signals.defer()
+            return len(self._cancel((key,)))
+        finally:
+            _signals.undefer(deferred)
+
+    def _cancel(self, keys: Iterable[Hashable], *, spare_next: bool = False) -> set[Hashable]:
+        """``cancel`` for many keys in one pass (signals deferred by the caller); the keys
+        cancelled now or being cancelled. ``spare_next`` (a pool's shutdown with
+        cancel_futures) keeps one task per worker slot: the one a worker runs or starts
+        next, as the standard library's call queue does."""
+        held = self._held
+        spared = self._next_tasks() if spare_next else set()
+        tasks = [
+            t
+            for k in keys
+            if (t := held.get(k)) is not None and t.phase != _DONE and t.tid not in spared
+        ]
+        cancelling: set[Hashable] = set()
+        queued = {t.tid for t in tasks if t.phase == _QUEUED}
+        if queued:
+            queue = self._queue
+            doomed = [t for t in queue if t.tid in queued]
+            if doomed:
+                kept = [t for t in queue if t.tid not in queued]
+                queue.clear()
+                queue.extend(kept)
+                for t in doomed:
+                    self._finish(t, State.FAILED, exception=cancelled_error(t.key))
+                    cancelling.add(t.key)
+        sent = {t.tid for t in tasks if t.phase == _RUNNING}
+        if sent and self._state == "started":
+            self._read_marks(time.monotonic())  # a task that began since the last round runs
+            for w in self._workers.values():
+                hit = False
+                for t in w.in_flight.values():
+                    if t.tid in sent and not t.started:
+                        t.cancelling = hit = True
+                        cancelling.add(t.key)
+                if hit:
+                    self._send_revoke(w)
+        return cancelling
+
+    def _next_tasks(self) -> set[int]:
+        """The task each worker slot runs or starts next: a busy worker's first, then as
+        many queued tasks as slots hold nothing."""
+        busy = [w for w in self._workers.values() if w.in_flight and not w.closing]
+        nxt = {next(iter(w.in_flight.values())).tid for w in busy}
+        free = max(0, self.parallelism - len(busy))
+        nxt.update(t.tid for t in itertools.islice(self._queue, free))
+        return nxt
+
+    def _uncancel(self, key: Hashable) -> None:
+        """Withdraw a ``cancel`` still waiting for its worker's answer: if that worker
+        skips the task, it runs elsewhere after all."""
+        t = self._held.get(key)
+        if t is not None and t.phase == _RUNNING:
+            t.cancelling = False
 
     def _shut_down(self) -> None:
         self._stop_workers()

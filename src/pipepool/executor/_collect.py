@@ -8,10 +8,12 @@ from __future__ import annotations
 import struct
 import time
 from collections.abc import Hashable
+from concurrent.futures import CancelledError
 
 from .._outcome import load_failure, load_result
 from .._task import QUEUED as _QUEUED
 from .._task import RUNNING as _RUNNING
+from .._task import Task as _Task
 from ..errors import FrameError
 from ..events import Event, State
 from ..frames import ELAPSED, Kind
@@ -146,8 +148,19 @@ class Collector(WorkerLifecycle):
             del w.in_flight[t.tid]
             t.phase = _QUEUED
         w.sent -= len(back)
-        self._stats["revoked"] += len(back)
-        self._queue.extendleft(reversed(back))
+        self._requeue_or_cancel(back, revoked=True)
+
+    def _requeue_or_cancel(self, back: list[_Task], *, revoked: bool = False) -> None:
+        """Tasks taken back unstarted: to the front of the queue, in their order, but
+        the ones ``cancel()`` asked for, which end here (CancelledError)."""
+        requeue = [t for t in back if not t.cancelling]
+        if revoked:
+            self._stats["revoked"] += len(requeue)
+        self._queue.extendleft(reversed(requeue))
+        if len(requeue) < len(back):
+            for t in back:
+                if t.cancelling:
+                    self._finish(t, State.FAILED, exception=cancelled_error(t.key))
 
     def _on_refused(self, w: _Worker, first: int) -> None:
         """The worker could not unpickle the BATCH whose first call is ``first`` and ran
@@ -164,7 +177,11 @@ class Collector(WorkerLifecycle):
             t.phase = _QUEUED
             t.solo = True
         w.sent -= len(back)
-        self._queue.extendleft(reversed(back))
+        self._requeue_or_cancel(back)
+
+
+def cancelled_error(key: Hashable) -> CancelledError:
+    return CancelledError(f"task {key!r} cancelled")
 
 
 def _remote_exception(key: Hashable, payload: bytes) -> BaseException:

@@ -134,11 +134,21 @@ class Dispatcher(LocalState):
         and ``_on_revoked`` queues them again.
         """
         for w in self._depth.trapped(self._workers.values()):
-            try:
-                os.write(w.control_fd, encode_header(Kind.REVOKE, w.seq, 0))
-            except OSError:  # gone (EPIPE): its exit will re-dispatch what it never started
-                continue
-            w.revoking = w.seq
+            self._send_revoke(w)
+
+    @staticmethod
+    def _send_revoke(w: _Worker) -> None:
+        """Ask ``w`` to skip every task it holds and has not started (REVOKE); its REVOKED
+        answer says which. Nothing if one is out already (it covers every task ``w``
+        holds: a worker with a REVOKE out is sent nothing new) or if ``w`` is closing (its
+        exit re-dispatches, or cancels, what it never started)."""
+        if w.revoking or w.closing:
+            return
+        try:
+            os.write(w.control_fd, encode_header(Kind.REVOKE, w.seq, 0))
+        except OSError:  # gone (EPIPE): its exit will re-dispatch what it never started
+            return
+        w.revoking = w.seq
 
 
 def _pickle_call(t: _Task) -> bytes:

@@ -100,7 +100,7 @@ class Reaper(Collector):
                 t.phase = QUEUED
                 unstarted.append(t)
         w.in_flight.clear()
-        self._queue.extendleft(reversed(unstarted))
+        self._requeue_or_cancel(unstarted)  # or cancelled, if cancel() asked for them
         return died_running
 
     def _count_exit(self, w: _Worker, exitcode: int | None, died_running: bool) -> None:

@@ -16,13 +16,16 @@ caller wants it: fire-and-forget work, done-callbacks, shutdown. Commands (``kil
 travel the same way. Futures share their pool's lock, so a batch of results completes
 under one lock and one notify.
 
-Future states follow the standard library: a future is PENDING (cancellable) while it
-waits in ``_pending`` and becomes RUNNING when the driver hands it to the LocalExecutor,
-which happens at most ``max_workers + EXTRA_QUEUED`` tasks ahead of the workers (the
-standard library's call queue holds ``max_workers + 1``), plus ``depth - 1`` per worker
-while the LocalExecutor's adaptive dispatch depth is above 1 (tiny tasks: up to 63 more
-per worker; tasks that take milliseconds or more: none).
-A cancelled future's function therefore never runs. Done-callbacks run in the thread
+Future states follow the start marks: a future is PENDING (cancellable) until its worker
+starts it, and RUNNING from then on (``running()`` is true only then). The driver hands
+futures to the LocalExecutor at most ``max_workers + EXTRA_QUEUED`` tasks ahead of the
+workers, plus ``depth - 1`` per worker while the adaptive dispatch depth is above 1
+(tiny tasks: up to 63 more per worker), and the LocalExecutor sends them ahead to the
+workers. ``cancel()`` of a future still waiting in ``_pending`` is immediate; of one
+handed over, the LocalExecutor cancels it (queued there) or revokes it from its worker,
+and ``cancel()`` waits for the worker's answer (``CANCEL_WAIT`` at most): started or
+cancelled, never both. A cancelled future's function therefore never runs.
+Done-callbacks run in the thread
 that holds the token when the result comes in, the driver or a waiting caller (the
 stdlib runs them in its manager thread); they may submit more work, and wait for it.
 
@@ -47,10 +50,12 @@ Where it differs from the standard library, on purpose:
 * ``max_tasks_per_child`` is allowed with the fork start method (replacements are forked
   from the driver thread whatever the option, so it adds no new hazard), and values
   above 1 do not deadlock (CPython gh-115634, Python 3.11 to 3.13).
-* ``shutdown(cancel_futures=True)`` cancels before it returns, even with ``wait=False``,
-  and those futures notify ``wait()``/``as_completed()`` (the stdlib's do not).
-* A future stopped by ``kill()`` or ``terminate_workers()`` after it was handed over
-  fails with ``TaskKilledError`` (it is RUNNING and cannot turn CANCELLED).
+* ``shutdown(cancel_futures=True)`` cancels every future not started, the ones already
+  handed to the workers included (the stdlib's call queue keeps ``max_workers + 1`` it
+  cannot cancel), before it returns, even with ``wait=False``, and those futures notify
+  ``wait()``/``as_completed()`` (the stdlib's do not).
+* A future stopped by ``kill()`` before it started is CANCELLED; after, or by
+  ``terminate_workers()`` once handed over, it fails with ``TaskKilledError``.
 * ``with_options(timeout=...)`` bounds single tasks and ``kill(future)`` stops one.
 * KeyboardInterrupt leaving a ``with`` block, or ending the program, stops the workers
   at once instead of waiting for the queued work.
@@ -203,14 +208,14 @@ class ProcessPoolExecutor(Executor):
         return _PoolView(self, timeout)
 
     def kill(self, future: Future) -> bool:
-        """Stop one task. Pending: cancel it (True). Started: kill its worker, which is
-        replaced; the future fails with ``TaskKilledError`` unless it finishes first.
-        Handed over but not started: it fails with ``TaskKilledError`` without running,
-        or is killed as soon as it starts. False if it had already finished."""
+        """Stop one task, without waiting. Not handed over: cancel it (True). Started:
+        kill its worker, which is replaced; the future fails with ``TaskKilledError``
+        unless it finishes first. Handed over but not started: it is cancelled (its
+        worker skips it), or killed if it starts first. False if it had already finished."""
         owner_key = getattr(future, "_pipepool", None)
         if owner_key is None or owner_key[0] is not self._driver:
             raise ValueError("this future does not belong to this pool")
-        if future.cancel():
+        if future.cancel_pending():  # type: ignore[attr-defined]
             return True
         if future.done():
             return False
@@ -309,9 +314,13 @@ class ProcessPoolExecutor(Executor):
             with d.lock:
                 d.request_shutdown(terminate=terminate)
                 doomed = d.drain_pending() if cancel_futures else []
+                # Handed over and not started is pending too: revoked from the workers.
+                handed = d.cancel_handed_over() if cancel_futures and not terminate else []
             d.cancel(doomed)
         finally:
             _signals.undefer(deferred)
+        if handed:  # their cancels are answered (or withdrawn) before this returns
+            d.wait_for(lambda: not any(key in d.cancelling for key in handed), None)
 
     def _join(self) -> None:
         thread = self._driver.thread

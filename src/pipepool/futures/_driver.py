@@ -29,7 +29,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 from .. import _signals
 from ._item import Entry, Item
-from ._round import Round
+from ._round import CANCEL_WAIT, SUBMIT_CANCEL, SUBMIT_CANCEL_REST, Round
 from ._state import FED, FINISHING, FRESH, OPEN, TERMINATING, Shared
 
 IDLE_WAIT = 1.0  # s a token holder may sleep in the poll; the LocalExecutor shortens it
@@ -92,6 +92,23 @@ class Driver(Round):
             else:
                 self._hand_off()
             self.cond.notify_all()
+
+    def request_cancel(self, key: int, command: str = SUBMIT_CANCEL) -> None:
+        """Ask the token holder to cancel a future handed over (lock held); the caller
+        waits until ``key`` leaves ``cancelling``: its event came, or the deadline."""
+        if self.loop_closed or key in self.cancelling:
+            return
+        self.cancelling[key] = time.monotonic() + CANCEL_WAIT
+        self.commands.append((command, key))
+        self.poke()
+
+    def cancel_handed_over(self) -> list[int]:
+        """``request_cancel`` for every future handed over (lock held): the ones started
+        stay, the LocalExecutor says which. Returns their keys."""
+        keys = [key for key in self.running if key not in self.cancelling]
+        for key in keys:  # each worker's next call runs, as in the stdlib's call queue
+            self.request_cancel(key, SUBMIT_CANCEL_REST)
+        return keys
 
     def request_shutdown(self, *, terminate: bool = False) -> None:
         """Take no more work: finish what was submitted, or stop now (``terminate``)."""
@@ -176,8 +193,16 @@ class Driver(Round):
     def _drive(self, done: Callable[[], bool], end: float | None) -> None:
         """Rounds in a caller's thread until ``done()``, ``end`` or a terminate."""
 
+        ex = self.executor
+
         def ready() -> bool:
-            return done() or self.feed is FRESH or bool(self.commands) or self.stage is TERMINATING
+            # ex._events: a step before the round (a cancel) published events to deliver
+            return (
+                done()
+                or self.feed is FRESH
+                or bool(self.commands or ex._events)
+                or self.stage is TERMINATING
+            )
 
         while True:
             if self.pending or self.commands:
@@ -185,6 +210,7 @@ class Driver(Round):
             timeout = IDLE_WAIT if end is None else min(IDLE_WAIT, end - time.monotonic())
             self._sync(max(timeout, 0.0), ready)
             self._step(self._deliver)
+            self._expire_cancels()
             self._run_callbacks()
             if done() or self.stage is TERMINATING:
                 return
@@ -231,14 +257,21 @@ class Driver(Round):
         pool is stopped (True)."""
 
         def ready() -> bool:
+            # Shut down with nothing left: stop now, not after the round's wait.
+            finished = self.stage is not OPEN and not (self.pending or self.running)
             return bool(
-                self.feed is FRESH or self.commands or self.stage is TERMINATING or self.want
+                self.feed is FRESH
+                or self.commands
+                or self.stage is TERMINATING
+                or self.want
+                or finished
             )
 
         while True:
             self._feed()
             self._sync(IDLE_WAIT, ready)
             self._deliver()
+            self._expire_cancels()
             self._run_callbacks()
             if self.stage is TERMINATING:
                 self._stop(terminate=True)

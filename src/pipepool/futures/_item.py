@@ -20,9 +20,15 @@ if TYPE_CHECKING:
 
 
 class Item(Protocol):
-    """What the driver needs of a unit of work: a PoolFuture or a map's item."""
+    """What the driver needs of a unit of work: a PoolFuture or a map's item.
+
+    ``start`` hands it over to the LocalExecutor; it is pending (cancellable) until
+    ``began`` (its worker's start mark was seen), and ``revoked`` cancels it after the
+    hand-over, once the LocalExecutor confirmed it never started."""
 
     def start(self) -> bool: ...
+    def began(self) -> None: ...
+    def revoked(self) -> bool: ...
     def quiet_cancel(self) -> bool: ...
     def settle(self, ok: bool, value: Any) -> bool: ...
     def run_callbacks(self) -> None: ...
@@ -159,26 +165,68 @@ class PoolFuture(Future):
         return super().exception()
 
     def cancel(self) -> bool:
-        cancelled = super().cancel()
-        if cancelled:  # a token holder may be waiting for it
-            self._pipepool[0].poke()
-        return cancelled
+        """Cancel it unless it has started: True if it is cancelled.
+
+        Handed over to the pool (sent to a worker, maybe) and not started, its worker is
+        told to skip it, and this waits for the answer (within ``CANCEL_WAIT``, else the
+        cancel is withdrawn and this returns False): started or cancelled, never both.
+        """
+        driver, key = self._pipepool
+        if self.cancel_pending():
+            return True
+        with driver.lock:
+            if self._state != PENDING:
+                return self._state in (CANCELLED, CANCELLED_AND_NOTIFIED)
+            driver.request_cancel(key)
+        driver.wait_for(lambda: self._state != PENDING or key not in driver.cancelling, None)
+        return self._state in (CANCELLED, CANCELLED_AND_NOTIFIED)
+
+    def cancel_pending(self) -> bool:
+        """Cancel it now if it was never handed over (or is cancelled): True; else False."""
+        driver = self._pipepool[0]
+        with driver.lock:
+            if self._state in (CANCELLED, CANCELLED_AND_NOTIFIED):
+                return True
+            if self._state != PENDING or self._handed:
+                return False
+            self._state = CANCELLED
+            driver.cond.notify_all()
+        self._invoke_callbacks()  # type: ignore[attr-defined]
+        driver.poke()  # a token holder may be waiting for it
+        return True
 
     # -- for the driver, its lock held: the stdlib's set_* without a lock per future --
 
+    _handed = False  # given to the LocalExecutor: cancelling it takes the pool's word
+
     def quiet_cancel(self) -> bool:
-        """``cancel()`` without waking the token holder: the caller does, once."""
+        """``cancel()`` of a future never handed over, without waking the token holder:
+        the caller does, once."""
         return super().cancel()
 
     def start(self) -> bool:
-        """``set_running_or_notify_cancel``: False if it was cancelled while pending."""
+        """Hand over (``set_running_or_notify_cancel`` without RUNNING: that waits for
+        its start): False if it was cancelled while pending."""
         if self._state == CANCELLED:
             self._state = CANCELLED_AND_NOTIFIED
             for waiter in self.__dict__.get("_waiters", ()):
                 waiter.add_cancelled(self)
             return False
-        self._state = RUNNING
+        self._handed = True
         return True
+
+    def began(self) -> None:
+        """Its worker started it: RUNNING, no longer cancellable."""
+        if self._state == PENDING:
+            self._state = RUNNING
+
+    def revoked(self) -> bool:
+        """The pool cancelled it before it started: CANCELLED, its waiters told; True if
+        callbacks are due."""
+        self._state = CANCELLED_AND_NOTIFIED
+        for waiter in self.__dict__.get("_waiters", ()):
+            waiter.add_cancelled(self)
+        return bool(self.__dict__.get("_done_callbacks"))  # (not made here if none)
 
     def settle(self, ok: bool, value: Any) -> bool:
         """``set_result``/``set_exception`` but the notify and the callbacks, which the

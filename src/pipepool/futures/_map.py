@@ -33,6 +33,13 @@ class MapItem:
         self.state = _RUNNING
         return True
 
+    def began(self) -> None:
+        pass  # nobody asks whether a map's item runs
+
+    def revoked(self) -> bool:
+        self.state = _CANCELLED
+        return False  # no callbacks
+
     def settle(self, ok: bool, value: Any) -> bool:
         self.value = value
         self.state = _OK if ok else _ERROR
@@ -49,7 +56,7 @@ class MapItem:
     quiet_cancel = cancel  # nobody but its own consumer waits on it
 
     def done(self) -> bool:
-        return self.state >= _OK
+        return self.state >= _OK  # _CANCELLED included
 
     def result(self, timeout: float | None = None) -> Any:
         if self.state < _OK:

@@ -6,6 +6,7 @@ the done-callbacks. Who holds the token, and when, is ``_driver.py``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from concurrent.futures import CancelledError
 from typing import Any
@@ -17,6 +18,12 @@ from ._item import Item
 from ._state import FED, FINISHING, FULL, TERMINATING, DriverState, Shared
 
 SUBMIT_KILL = "kill"  # a command: kill (or cancel) the call with this key
+SUBMIT_CANCEL = "cancel"  # a command: cancel the call with this key if it has not started
+SUBMIT_CANCEL_REST = "cancel-rest"  # the same, but each worker's next call runs (shutdown)
+CANCEL_WAIT = 1.0  # s a cancel of a future handed over and not started waits for its
+# worker's answer to REVOKE. Its watcher thread answers within a GIL switch (5 ms) unless
+# the task before it holds the GIL (a long C call); past this the cancel is withdrawn
+# (the task runs when its turn comes) and cancel() returns False rather than hang.
 
 
 class Round(DriverState):
@@ -35,6 +42,8 @@ class Round(DriverState):
     def _sync(self, timeout: float, ready: Callable[[], bool]) -> None:
         """The LocalExecutor's round; at interpreter shutdown, do without new workers."""
         ex = self.executor
+        if self.cancelling:  # wake up in time to withdraw a cancel nobody answered
+            timeout = min(timeout, max(0.0, min(self.cancelling.values()) - time.monotonic()))
         try:
             ex.sync(timeout, ready)
         except RuntimeError:
@@ -71,16 +80,30 @@ class Round(DriverState):
             self.commands.clear()
         if failed:
             self._settle([(item, False, exc) for item, exc in failed])
+        cancels = []
+        rest = []
         for command, key in commands:
-            # Running: kill its worker. Queued in the LocalExecutor: cancel it there.
-            # Sent to a worker but not started: kill it when its RUNNING event comes.
-            if (
-                command == SUBMIT_KILL
-                and key in running
-                and not ex.kill(key)
-                and not ex.cancel(key)
-            ):
+            if command == SUBMIT_CANCEL:
+                cancels.append(key)
+            elif command == SUBMIT_CANCEL_REST:
+                rest.append(key)
+            elif command == SUBMIT_KILL and key in running and not ex.kill(key):
+                # Not started: cancel it (queued in the LocalExecutor: now; sent to a
+                # worker: once it skips it), and kill it if it starts first.
+                ex.cancel(key)
                 self.kill_on_start.add(key)
+        for keys, spare_next in ((cancels, False), (rest, True)):
+            if not keys:
+                continue
+            # Queued in the LocalExecutor: cancelled now. Sent to a worker and not
+            # started: REVOKE; its CancelledError (or RUNNING) event settles it. Started
+            # or ended: nothing to wait for.
+            cancelling = ex._cancel(keys, spare_next=spare_next)
+            with self.lock:
+                for key in keys:
+                    if key not in cancelling:
+                        self.cancelling.pop(key, None)
+                self.cond.notify_all()
 
     def _deliver(self) -> None:
         """Complete the items of every terminal event; act on RUNNING ones."""
@@ -90,6 +113,7 @@ class Round(DriverState):
             return
         broken = ex.broken
         outcomes: list[tuple[Item, bool, Any]] = []
+        began: list[Item] = []
         breaking = None
         running, kill_on_start, success = self.running, self.kill_on_start, State.SUCCESS
         for key, event in events.items():
@@ -102,9 +126,13 @@ class Round(DriverState):
                     outcomes.append((item, True, event.result))
                 continue
             if not state.terminal:
-                if state is State.RUNNING and key in kill_on_start:
-                    kill_on_start.discard(key)
-                    ex.kill(key)
+                if state is State.RUNNING:
+                    item = running.get(key)  # type: ignore[call-overload]
+                    if item is not None:
+                        began.append(item)
+                    if key in kill_on_start:
+                        kill_on_start.discard(key)
+                        ex.kill(key)
                 continue
             kill_on_start.discard(key)
             item = running.pop(key, None)  # type: ignore[call-overload]
@@ -116,29 +144,56 @@ class Round(DriverState):
             elif isinstance(error, CancelledError) and not isinstance(
                 error.__cause__, RemoteTraceback
             ):  # (a task's own error has one)
-                # The LocalExecutor cancelled a task that was queued in it: on kill()
-                # before it started, or by terminate(). Its future is already RUNNING
-                # (it cannot turn CANCELLED now), so it fails instead.
-                error = TaskKilledError(
-                    "the executor was terminated before the task started"
-                    if self.stage is TERMINATING
-                    else "the task was killed on request before it started"
-                )
+                if self.stage is not TERMINATING:
+                    # Cancelled in the LocalExecutor before it started (cancel(),
+                    # shutdown(cancel_futures=True), kill()): its future is still
+                    # PENDING, and turns CANCELLED.
+                    outcomes.append((item, False, None))
+                    continue
+                error = TaskKilledError("the executor was terminated before the task started")
             outcomes.append((item, False, error))
-        self._settle(outcomes)
+        self._settle(outcomes, began, events if self.cancelling else None)
         if breaking is not None:
             self._break(breaking)
 
-    def _settle(self, outcomes: list[tuple[Item, bool, Any]]) -> None:
-        """Complete a batch under one lock and one notify; queue their callbacks."""
-        if not outcomes:
+    def _settle(
+        self,
+        outcomes: list[tuple[Item, bool, Any]],
+        began: list[Item] | None = None,
+        decided: Any = None,
+    ) -> None:
+        """Complete a batch under one lock and one notify; queue their callbacks. An
+        outcome (item, False, None) cancels it (it never started); ``began`` items run;
+        ``decided`` keys had an event: a cancel() waiting on one has its answer."""
+        if not (outcomes or began or decided):
             return
         with self.lock:
             due = self.callbacks_due
             for item, ok, value in outcomes:
-                if item.settle(ok, value):
+                if item.revoked() if value is None and not ok else item.settle(ok, value):
                     due.append(item)
+            if began:
+                for item in began:
+                    item.began()
+            if decided:
+                cancelling = self.cancelling
+                for key in decided:
+                    cancelling.pop(key, None)
             self.cond.notify_all()
+
+    def _expire_cancels(self) -> None:
+        """Withdraw each cancel its worker did not answer within CANCEL_WAIT (a task
+        before it holds the GIL): the task runs in its turn, and cancel() says False."""
+        if not self.cancelling:
+            return
+        now = time.monotonic()
+        with self.lock:
+            late = [key for key, deadline in self.cancelling.items() if deadline <= now]
+            for key in late:
+                self.executor._uncancel(key)
+                del self.cancelling[key]
+            if late:
+                self.cond.notify_all()
 
     def _run_callbacks(self) -> None:
         """Done-callbacks, outside the lock and any deferred step: they may block, submit

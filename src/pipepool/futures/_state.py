@@ -95,9 +95,11 @@ class DriverState:
         # -- the work -----------------------------------------------------------------------
         self.keys = itertools.count()  # LocalExecutor keys, one per submitted call
         self.pending: deque[Entry] = deque()  # submitted, not yet handed over (PENDING)
-        self.commands: deque[tuple[str, int]] = deque()  # (SUBMIT_KILL, key) for the holder
+        self.commands: deque[tuple[str, int]] = deque()  # (SUBMIT_*, key) for the holder
         self.running: dict[int, Item] = {}  # handed to the LocalExecutor, not finished
         self.kill_on_start: set[int] = set()  # kill requested before the task started
+        self.cancelling: dict[int, float] = {}  # key -> deadline: a cancel() waits for the
+        # LocalExecutor's word on a future handed over (SUBMIT_CANCEL, then its event)
         self.callbacks_due: deque[Item] = deque()  # settled, callbacks not yet run
         self.pids: tuple[int, ...] = ()  # live worker pids after the last round
         self.pool_ref: Any = None  # weakref.ref whose callback shuts down a lost pool
