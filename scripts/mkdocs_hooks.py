@@ -5,8 +5,8 @@ that read the same on GitHub's view of the repository as on the site.
   PATH (relative to the page) on the site. Between the markers the page says, for
   GitHub's view, where that file is: GitHub shows the markers as nothing and the text
   between them as written (a ``--8<--`` snippet line would show literally there).
-- Images and links that point into benchmarks/results/ (the one copy of the plots, which
-  ``python -m benchmarks`` rewrites) are served by the site as ``benchmarks/<name>``:
+- Images that point into benchmarks/results/ (the one copy of the plots, which
+  ``python -m benchmarks`` rewrites) are served by the site as ``benchmarks/<name>.png``:
   the path GitHub resolves is the path in the page, and the site follows it here.
 - A line ``<!-- cli-help pipepool run -->`` becomes that command's ``--help``, printed by
   the parser the command uses (``pipepool.cli.build_parser``), like the man pages.
@@ -42,12 +42,12 @@ def expand_includes(markdown: str, page: Path) -> str:
 
 
 def site_result_links(markdown: str, page: Path) -> str:
-    """Links into benchmarks/results/ (relative to ``page``), pointed where the site has
-    them: ``benchmarks/<name>`` under the docs root."""
+    """Links to the plots in benchmarks/results/ (relative to ``page``), pointed where the
+    site has them: ``benchmarks/<name>.png`` under the docs root."""
 
     def moved(m: re.Match[str]) -> str:
         target = (page.parent / m.group("target")).resolve()
-        if target.parent != RESULTS:
+        if target.parent != RESULTS or target.suffix != ".png":  # what on_files serves
             return m.group(0)
         site = os.path.relpath(DOCS / SITE_RESULTS / target.name, page.parent)
         return f"{m.group('open')}{site}{m.group('close')}"

@@ -163,6 +163,74 @@ def test_python_block_runs(block: Block, start_method: str, tmp_path: Path) -> N
     assert proc.returncode == 0, f"{block.where} failed:\n{proc.stdout}\n{proc.stderr}"
 
 
+# An unguarded script (the README's snippet before it had its guard): spawn and forkserver
+# workers import it, and each would start a pool of its own there. The stdlib refuses
+# that in every worker with a 40-line traceback; pipepool stops the pool at the first
+# such worker, and the user reads one line that names the cause and the fix.
+UNGUARDED = {
+    "futures": (
+        "from pipepool import ProcessPoolExecutor\n\n"
+        "with ProcessPoolExecutor(max_workers=4) as pool:\n"
+        "    print(sum(pool.map(abs, range(-1000, 0), chunksize=50)))\n"
+    ),
+    "scheduler": (
+        "from pipepool import LocalExecutor\n\n"
+        "with LocalExecutor(4) as ex:\n"
+        "    ex.queue('k', abs, -1)\n"
+        "    ex.wait_until_done(60)\n"
+        "    error = ex.get_event_buffer()['k'].exception\n"
+        "    print(f'{type(error).__name__}: {error}')\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
+@pytest.mark.parametrize("face", list(UNGUARDED))
+def test_an_unguarded_script_fails_in_one_line(face: str, start_method: str, tmp_path) -> None:
+    script = tmp_path / "unguarded.py"
+    script.write_text(UNGUARDED[face])
+    proc = run_script(script, start_method)
+    err = proc.stderr
+    said = (
+        f"workers cannot start: the main module ({script}) starts a pool when it is "
+        f"imported, and every {start_method} worker imports it; start the pool under "
+        'if __name__ == "__main__":'
+    )
+    if face == "futures":  # raised from map(): the script's own traceback, then the line
+        assert proc.returncode == 1
+        assert err.splitlines()[-1] == f"pipepool.errors.InitializerError: {said}", err
+        assert err.count("Traceback (most recent call last)") == 1, err
+    else:  # the task failed with it; nothing else is printed
+        assert proc.stdout == f"InitializerError: {said}\n" and not err, (proc.stdout, err)
+    assert "initializer None" not in err and "bootstrapping phase" not in err, err
+    assert len(err.splitlines()) < 30, err  # was 600-800 lines
+
+
+def test_a_pool_in_another_bootstrapping_process_is_refused_as_multiprocessing_does(
+    tmp_path,
+) -> None:
+    # A user's own spawn child imports the same unguarded script: it is not a pipepool
+    # worker, so it gets the RuntimeError multiprocessing would raise, in pipepool's words.
+    script = tmp_path / "child.py"
+    script.write_text(
+        "import multiprocessing, sys\n"
+        "from pipepool import LocalExecutor\n\n"
+        "LocalExecutor(1, start_method='spawn').start()  # unguarded: runs in the child too\n"
+        "if __name__ == '__main__':\n"
+        "    child = multiprocessing.get_context('spawn').Process(target=print)\n"
+        "    child.start()\n"
+        "    child.join()\n"
+        "    sys.exit(child.exitcode)\n"
+    )
+    proc = run_script(script, "fork")
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.splitlines()[-1] == (
+        f"RuntimeError: workers cannot start: the main module ({script}) starts a pool when "
+        "it is imported, and spawn and forkserver children import it; start the pool "
+        'under if __name__ == "__main__":'
+    ), proc.stderr
+
+
 # -- shell ---------------------------------------------------------------------------------
 
 
@@ -218,6 +286,7 @@ def test_shell_commands_run(code: str) -> None:
         for step in line:
             if step in NOT_RUN:
                 continue
+            assert not step.startswith("pip "), f"{where}: `{step}`: list an install in NOT_RUN"
             program = step.split()[0]
             if program in NEEDS_EXTRA and shutil.which(program, path=env["PATH"]) is None:
                 pytest.skip(f"{program} is not installed: the {NEEDS_EXTRA[program]} extra")

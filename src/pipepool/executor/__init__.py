@@ -39,7 +39,7 @@ from collections import deque
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
-from .. import _signals
+from .. import _oom, _signals
 from .. import loop as _impl
 from .._api import SchedulerAPI
 from .._task import QUEUED as _QUEUED
@@ -55,6 +55,7 @@ from ..errors import (
 from ..events import Event, State
 from ..frames import MAX_PAYLOAD, PICKLE_PROTOCOL, Kind
 from ..worker import _tree
+from ..worker._bootstrap import refuse_while_bootstrapping
 from ..worker._marks import MarkTable
 from ._collect import Collector
 from ._depth import DepthPolicy
@@ -96,6 +97,7 @@ class LocalExecutor(SchedulerAPI, Collector, WorkerLifecycle):
         initializer: Callable[..., object] | None = None,
         initargs: Iterable[Any] = (),
         _loop_impl: str | None = None,
+        _oom_counters: tuple[_oom.Counter, ...] | None = None,
     ) -> None:
         if parallelism is None:
             parallelism = os.cpu_count() or 1
@@ -135,6 +137,9 @@ class LocalExecutor(SchedulerAPI, Collector, WorkerLifecycle):
         )
         self._last_progress = time.monotonic()
         self._starting: list[tuple[_Task, int | None]] = []  # seen started, event not yet out
+        # The counts of OOM kills a worker's SIGKILL is checked against (``_oom``; the
+        # tests pass files of their own).
+        self._oom_counters = _oom.counters() if _oom_counters is None else _oom_counters
 
     # -- public API -------------------------------------------------------------------
 
@@ -142,6 +147,9 @@ class LocalExecutor(SchedulerAPI, Collector, WorkerLifecycle):
         """Create the loop and the lifeline; workers start as soon as work is queued."""
         if self._state != "new":
             raise RuntimeError(f"LocalExecutor already {self._state}")
+        # In a spawn or forkserver worker importing an unguarded main module: stop here,
+        # before any process starts (``worker._bootstrap``).
+        refuse_while_bootstrapping()
         if self.start_method == "forkserver":
             # Start the server now, with signals unblocked: it would inherit a blocked
             # mask if it were started lazily from inside a bookkeeping step.

@@ -22,14 +22,16 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .. import _signals
+from .. import _oom, _signals
 from .._api import SchedulerAPI
 from .._task import QUEUED as _QUEUED
-from ..errors import InitializerError, WorkerLostError, describe_exit
+from ..errors import InitializerError, WorkerLostError
 from ..events import State
 from ..worker import ChildFd, _fault, _tree
 from ..worker import main as worker_main
+from ..worker._bootstrap import EXIT_UNGUARDED_MAIN, WORKER_NAME, unguarded_main
 from ..worker._marks import MarkTable
+from . import _death
 
 if TYPE_CHECKING:
     from .._task import Task as _Task
@@ -67,6 +69,7 @@ class _Worker:
         "kill_reason",
         "killed",
         "mark",
+        "oom_at",
         "pid",
         "proc",
         "revoking",
@@ -107,6 +110,7 @@ class _Worker:
         self.current: _Task | None = None  # the task its start mark names, until its outcome
         self.crash_fd = -1  # its faulthandler's file (``_fault``), read after its death
         self.crash_report = ""
+        self.oom_at: _oom.Snapshot = ()  # the counts of OOM kills before its current task
 
 
 # For the type checker only: the executor's own methods these steps call (``_finish``,
@@ -138,6 +142,7 @@ class WorkerLifecycle(_Executor):  # type: ignore[misc,valid-type]
     _broken: InitializerError | None
     _next_reap: float
     _state: str
+    _oom_counters: tuple[_oom.Counter, ...]
 
     if TYPE_CHECKING:  # the executor's, used here
 
@@ -150,6 +155,7 @@ class WorkerLifecycle(_Executor):  # type: ignore[misc,valid-type]
         periodic = now >= self._next_reap
         if periodic:
             self._next_reap = now + REAP_INTERVAL
+            self._note_oom_counts()
         if not periodic and not any(w.closing for w in self._workers.values()):
             return
         exited: list[tuple[_Worker, int]] = []
@@ -168,6 +174,17 @@ class WorkerLifecycle(_Executor):  # type: ignore[misc,valid-type]
             self._collect()
         for w, code in exited:
             self._retire(w, code)
+
+    def _note_oom_counts(self) -> None:
+        """The counts of OOM kills now, as the baseline of each worker running no task: a
+        SIGKILL under its next task names the OOM killer only if a count rose after
+        that task began (``_oom``; not since its start, which may be hours ago)."""
+        if not self._oom_counters:
+            return
+        counts = _oom.snapshot(self._oom_counters)
+        for w in self._workers.values():
+            if w.current is None:
+                w.oom_at = counts
 
     def _start_workers(self) -> None:
         if self._broken is not None:
@@ -228,7 +245,7 @@ class WorkerLifecycle(_Executor):  # type: ignore[misc,valid-type]
                 self.implementation,
                 ChildFd(crash_fd),
             ),
-            name=f"pipepool-worker-{wid}",
+            name=f"{WORKER_NAME}-{wid}",
             daemon=True,
         )
         try:
@@ -245,6 +262,7 @@ class WorkerLifecycle(_Executor):  # type: ignore[misc,valid-type]
                 os.close(fd)
         w = _Worker(wid, proc, (activity_w, result_r), control_w, slot, self._init_failures)
         w.crash_fd = crash_fd
+        w.oom_at = _oom.snapshot(self._oom_counters)
         self._loop.add(wid, activity_w, result_r)
         self._workers[wid] = w
         self._stats["started_workers"] += 1
@@ -291,19 +309,7 @@ class WorkerLifecycle(_Executor):  # type: ignore[misc,valid-type]
         if died_running or w.killed:  # its task's processes end with it (``_tree``)
             _tree.signal_group(w.pid, signal.SIGKILL)
         if w.init_error is None and not w.heard and not w.killed and exitcode != 0:
-            # Died before saying anything: start-up failed (a spawn child that cannot
-            # import __main__, say). Treated like an initializer failure, so a pool that
-            # cannot start workers backs off instead of respawning in a busy loop.
-            self._note_init_failure(
-                w,
-                WorkerLostError(
-                    f"worker pid {w.pid} {describe_exit(exitcode)} during start-up, before "
-                    "running any task (with spawn or forkserver, is the main module guarded "
-                    f"by if __name__ == '__main__'?){w.crash_report}",
-                    pid=w.pid,
-                    exitcode=exitcode,
-                ),
-            )
+            self._note_startup_death(w, exitcode)
         if w.init_error is not None:
             pass  # counted by _note_init_failure, not a crash of a serving worker
         elif w.killed or exitcode != 0 or died_running:  # os._exit(0) mid-task is no recycle
@@ -338,15 +344,37 @@ class WorkerLifecycle(_Executor):  # type: ignore[misc,valid-type]
                 )
                 err.__cause__ = bad_frame
                 return err
-            return WorkerLostError(
-                f"worker pid {w.pid} {describe_exit(exitcode)} while running task {t.key!r}; "
-                "the task may have crashed the interpreter (segfault, os._exit) or been "
-                f"killed from outside (OOM killer, kill -9){w.crash_report}",
-                pid=w.pid,
-                exitcode=exitcode,
-            )
+            return self._death_error(w, exitcode, repr(t.key))
 
         return error_for
+
+    def _death_error(self, w: _Worker, exitcode: int | None, task: str | None) -> WorkerLostError:
+        """A worker that died on its own while running ``task`` (a key's repr), or during
+        start-up (None): why, as the kernel and faulthandler tell it (``_death``)."""
+        oom_rise = None
+        if exitcode is not None and -exitcode == signal.SIGKILL and w.oom_at:
+            oom_rise = _oom.rise(w.oom_at, self._oom_counters)
+        cause, message = _death.describe(
+            w.pid,
+            exitcode,
+            task,
+            crash_report=w.crash_report,
+            oom_rise=oom_rise,
+            oom_counted=bool(self._oom_counters),
+        )
+        return WorkerLostError(message, pid=w.pid, exitcode=exitcode, cause=cause)
+
+    def _note_startup_death(self, w: _Worker, exitcode: int | None) -> None:
+        """A worker died before saying anything: start-up failed. Treated like an
+        initializer failure, so a pool that cannot start workers backs off instead of
+        respawning in a busy loop; one that re-ran an unguarded main module breaks at
+        once, with the one line that says so (``worker._bootstrap``)."""
+        if exitcode == EXIT_UNGUARDED_MAIN:
+            w.init_error = error = InitializerError(unguarded_main(self.start_method))
+            # Not logged: every queued task fails with it, and a script prints it once.
+            self._broken = self._broken or error
+            return
+        self._note_init_failure(w, self._death_error(w, exitcode, None))
 
     def _note_init_failure(self, w: _Worker, error: BaseException) -> None:
         w.init_error = error
@@ -354,10 +382,12 @@ class WorkerLifecycle(_Executor):  # type: ignore[misc,valid-type]
             return  # started before the last failure was counted: same probe round
         self._init_failures += 1
         if self._init_failures >= INIT_RETRIES:
-            broken = InitializerError(
-                f"the initializer {self.initializer!r} failed in {self._init_failures} "
-                f"workers in a row: {type(error).__name__}: {error}"
-            )
+            if isinstance(error, WorkerLostError):  # it died: no initializer to blame
+                what = f"workers failed to start {self._init_failures} times in a row"
+            else:
+                what = f"the initializer {self.initializer!r} failed in "
+                what += f"{self._init_failures} workers in a row"
+            broken = InitializerError(f"{what}: {type(error).__name__}: {error}")
             broken.__cause__ = error
             self._broken = broken
             log.error("pipepool: %s", broken)
