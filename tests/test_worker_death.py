@@ -213,3 +213,32 @@ def test_run_tells_a_killed_job_from_a_killed_worker(tmp_path: Path) -> None:
     assert records[1]["error"] is None and records[1]["signal_name"] == "SIGKILL"
     assert records[2]["error"].startswith("its worker pid")
     assert "counted no OOM kill" in records[2]["error"] or "OOM kills" in records[2]["error"]
+
+
+# -- start-up ------------------------------------------------------------------------------
+
+CANNOT_START = """\
+import multiprocessing
+
+from pipepool import LocalExecutor
+
+if multiprocessing.current_process().name != "MainProcess":  # imported again, in a worker
+    raise RuntimeError("this module refuses to run in a child")
+
+if __name__ == "__main__":
+    with LocalExecutor(1, start_method="spawn") as ex:
+        ex.queue("k", abs, -1)
+        ex.wait_until_done(60)
+        print(ex.get_event_buffer()["k"].exception)
+"""
+
+
+def test_workers_that_cannot_start_blame_no_initializer(tmp_path: Path) -> None:
+    script = tmp_path / "cannot_start.py"
+    script.write_text(CANNOT_START)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    said = proc.stdout.strip()
+    assert said.startswith("workers failed to start 3 times in a row: WorkerLostError: "), said
+    assert "exited with code 1 during start-up, before running any task" in said
+    assert "initializer" not in said
