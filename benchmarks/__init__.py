@@ -4,7 +4,6 @@ Run it from the repository root::
 
     python -m benchmarks            # the full suite (about 10 minutes on 2 cores)
     python -m benchmarks --quick    # fewer rounds and tasks: a smoke run
-    pipepool bench --full           # the same, from the CLI of a source checkout
 
 Results go to ``benchmarks/results/`` (``--quick``: ``benchmarks/results/quick/``): a
 markdown table with every target's ratio, the JSON of every sample, and PNG plots. The

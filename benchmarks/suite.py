@@ -646,136 +646,170 @@ def median_of(
     return entry["median"].get(field_name or m["field"])
 
 
+@dataclass(frozen=True)
+class Target:
+    """One target: the median of ``ours`` over that of ``peer`` (or over a fixed number,
+    ``absolute``: a Config field) in ``measure`` at ``param``, held to ``goal bound``.
+
+    ``name``, ``param``, ``ours`` and ``peer`` are format strings over the parameters of
+    the row's group (``TARGETS``): ``p``, ``method``, ``state``, ``who``, ``key``, and
+    ``local`` (the LocalExecutor variant this run chose) and the Config's fields.
+    """
+
+    name: str
+    measure: str
+    param: str
+    ours: str
+    peer: str
+    goal: str  # ">=" or "<="
+    bound: float
+    field: str | None = None  # the measure's own primary field if None
+    absolute: str | None = None  # a Config field to compare with instead of a peer
+    if_measured: bool = False  # no row where ``ours`` was not measured (an optional key)
+
+
+# The targets (issues 6 and 13), in report order: each group's targets are evaluated for
+# every value of its parameters (``target_params``), the group's rows alternating per value.
+TARGETS: tuple[tuple[str, tuple[Target, ...]], ...] = (
+    (
+        "each p",  # issue 13: what a scheduler copying the README gets
+        (
+            Target(
+                "default LocalExecutor, sync() rounds, tiny tasks, p={p}",
+                "tiny", "{p}", "local-default-sync", "airflow", ">=", 2, if_measured=True,
+            ),
+        ),
+    ),
+    (
+        "p=2",
+        (Target("LocalExecutor tiny tasks, p={p}", "tiny", "{p}", "{local}", "airflow", ">=", 2),),
+    ),
+    (
+        "each p",
+        (
+            Target(
+                "ProcessPoolExecutor submit+result, p={p}",
+                "tiny", "{p}", "ppe-submit", "std-submit", ">=", 10,
+            ),
+        ),
+    ),
+    (
+        "each p",
+        (
+            Target(
+                "ProcessPoolExecutor.map chunksize 1, p={p}",
+                "tiny", "{p}", "ppe-map1", "mp-imap1", ">=", 2,
+            ),
+        ),
+    ),
+    (
+        "each p",
+        (
+            Target(
+                "round-trip latency p50, p={p}",
+                "latency", "{p}", "ppe-submit", "std-submit", "<=", 0.4, "p50_us",
+            ),
+            Target(
+                "round-trip latency p50 vs pipepool's own LocalExecutor, p={p}",
+                "latency", "{p}", "ppe-submit", "{local}", "<=", 1.3, "p50_us",
+            ),
+            Target(
+                "round-trip latency p99, p={p}",
+                "latency", "{p}", "ppe-submit", "std-submit", "<=", 0.3, "p99_us",
+            ),
+        ),
+    ),
+    (
+        "each p",
+        (
+            Target("1 MiB results, p={p}", "mib", "{p}", "ppe-submit", "std-submit", ">=", 2),
+            Target(
+                "1 MiB results vs a raw pipe, p={p}",
+                "mib", "{p}", "ppe-submit", "raw-pipe", ">=", 0.6,
+            ),
+        ),
+    ),
+    (
+        "each method and p",
+        (
+            Target(
+                "start-up + first task, {method}, p={p}",
+                "startup", "{method}:{p}", "ppe-submit", "std-submit", "<=", 1,
+            ),
+        ),
+    ),
+    (
+        "each state and executor",
+        (
+            Target(
+                "long tasks, no head-of-line blocking: {who}, {state} pool",
+                "hol", "{state}:{hol_workers}", "{key}", "the long task ({hol_long:g} s)",
+                "<=", 0.2, absolute="hol_long",
+            ),
+        ),
+    ),
+)  # fmt: skip
+
+
+def target_params(group: str, cfg: Config, local: str) -> list[dict[str, Any]]:
+    """The values a group of ``TARGETS`` is evaluated for, in report order (``local``:
+    the key of the LocalExecutor variant this run chose)."""
+    ps = [str(p) for p in cfg.parallelism]
+    if group == "each p":
+        return [{"p": p} for p in ps]
+    if group == "p=2":
+        return [{"p": "2" if "2" in ps else ps[0]}]
+    if group == "each method and p":
+        methods = [m for m in ("fork", "spawn") if m in cfg.methods]
+        return [{"method": m, "p": p} for m in methods for p in ps]
+    if group == "each state and executor":
+        return [
+            {"state": state, "key": key, "who": who}
+            for state in ("cold", "warm")
+            for key, who in (("ppe-submit", "ProcessPoolExecutor"), (local, "LocalExecutor"))
+        ]
+    raise ValueError(f"unknown group of targets {group!r}")
+
+
 def evaluate_targets(data: dict[str, Any], cfg: Config) -> list[dict[str, Any]]:
-    """The targets (issues 6 and 13), each a ratio of two medians measured in this run."""
+    """The rows of ``TARGETS``, each a ratio of two medians measured in this run."""
     local = data["local_choice"]["key"]
     rows: list[dict[str, Any]] = []
-
-    def add(
-        name: str,
-        measure: str,
-        param: str,
-        ours: str,
-        peer: str,
-        goal: str,
-        bound: float,
-        field_name: str | None = None,
-        absolute: float | None = None,
-    ) -> None:
-        a = median_of(data, measure, param, ours, field_name)
-        b = absolute if absolute is not None else median_of(data, measure, param, peer, field_name)
-        ratio = a / b if a is not None and b else None
-        met = None if ratio is None else (ratio >= bound if goal == ">=" else ratio <= bound)
-        rows.append(
-            {
-                "target": name,
-                "measure": measure,
-                "param": param,
-                "ours": ours,
-                "peer": peer,
-                "ours_value": a,
-                "peer_value": b,
-                "ratio": ratio,
-                "goal": f"{goal} {bound:g}x",
-                "met": met,
-                "field": field_name or data["measures"].get(measure, {}).get("field"),
-            }
-        )
-
-    ps = [str(p) for p in cfg.parallelism]
-    p2 = "2" if "2" in ps else ps[0]
-    tiny = data["measures"].get("tiny", {}).get("params", {})
-    default = "local-default-sync"
-    for p in ps:
-        if default in tiny.get(p, {}):  # issue 13: what a scheduler copying the README gets
-            add(
-                f"default LocalExecutor, sync() rounds, tiny tasks, p={p}",
-                "tiny",
-                p,
-                default,
-                "airflow",
-                ">=",
-                2,
-            )
-    add(f"LocalExecutor tiny tasks, p={p2}", "tiny", p2, local, "airflow", ">=", 2)
-    for p in ps:
-        add(
-            f"ProcessPoolExecutor submit+result, p={p}",
-            "tiny",
-            p,
-            "ppe-submit",
-            "std-submit",
-            ">=",
-            10,
-        )
-    for p in ps:
-        add(
-            f"ProcessPoolExecutor.map chunksize 1, p={p}",
-            "tiny",
-            p,
-            "ppe-map1",
-            "mp-imap1",
-            ">=",
-            2,
-        )
-    for p in ps:
-        add(
-            f"round-trip latency p50, p={p}",
-            "latency",
-            p,
-            "ppe-submit",
-            "std-submit",
-            "<=",
-            0.4,
-            "p50_us",
-        )
-        add(
-            f"round-trip latency p50 vs pipepool's own LocalExecutor, p={p}",
-            "latency",
-            p,
-            "ppe-submit",
-            local,
-            "<=",
-            1.3,
-            "p50_us",
-        )
-        add(
-            f"round-trip latency p99, p={p}",
-            "latency",
-            p,
-            "ppe-submit",
-            "std-submit",
-            "<=",
-            0.3,
-            "p99_us",
-        )
-    for p in ps:
-        add(f"1 MiB results, p={p}", "mib", p, "ppe-submit", "std-submit", ">=", 2)
-        add(f"1 MiB results vs a raw pipe, p={p}", "mib", p, "ppe-submit", "raw-pipe", ">=", 0.6)
-    for method in ("fork", "spawn"):
-        if method in cfg.methods:
-            for p in ps:
-                add(
-                    f"start-up + first task, {method}, p={p}",
-                    "startup",
-                    f"{method}:{p}",
-                    "ppe-submit",
-                    "std-submit",
-                    "<=",
-                    1,
+    for group, targets in TARGETS:
+        for params in target_params(group, cfg, local):
+            env = {**dataclasses.asdict(cfg), **params, "local": local}
+            for t in targets:
+                param, ours, peer = (s.format(**env) for s in (t.param, t.ours, t.peer))
+                measured = data["measures"].get(t.measure, {}).get("params", {}).get(param, {})
+                if t.if_measured and ours not in measured:
+                    continue
+                a = median_of(data, t.measure, param, ours, t.field)
+                b = (
+                    env[t.absolute]
+                    if t.absolute
+                    else median_of(data, t.measure, param, peer, t.field)
                 )
-    for state in ("cold", "warm"):
-        for key, who in (("ppe-submit", "ProcessPoolExecutor"), (local, "LocalExecutor")):
-            add(
-                f"long tasks, no head-of-line blocking: {who}, {state} pool",
-                "hol",
-                f"{state}:{cfg.hol_workers}",
-                key,
-                f"the long task ({cfg.hol_long:g} s)",
-                "<=",
-                0.2,
-                absolute=cfg.hol_long,
-            )
+                ratio = a / b if a is not None and b else None
+                met = (
+                    None
+                    if ratio is None
+                    else (ratio >= t.bound if t.goal == ">=" else ratio <= t.bound)
+                )
+                rows.append(
+                    {
+                        "target": t.name.format(**env),
+                        "measure": t.measure,
+                        "param": param,
+                        "ours": ours,
+                        "peer": peer,
+                        "ours_value": a,
+                        "peer_value": b,
+                        "ratio": ratio,
+                        "goal": f"{t.goal} {t.bound:g}x",
+                        "met": met,
+                        "field": t.field or data["measures"].get(t.measure, {}).get("field"),
+                    }
+                )
     return rows
 
 

@@ -43,6 +43,22 @@ def run_cli(
     )
 
 
+def run_cli_impl(
+    impl: str, *args: str, input: str | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """``run_cli`` with the runner's executor on the loop ``impl`` ("python" or
+    "cython", as the ``impl`` fixture gives it): ``PIPEPOOL_IMPL`` picks it in the runner
+    and in its workers alike."""
+    return subprocess.run(
+        [sys.executable, "-m", "pipepool", *args],
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(ENV, PIPEPOOL_IMPL=impl),
+    )
+
+
 def start_cli(*args: str, cwd: Path | None = None, **kw) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "pipepool", *args], env=ENV, cwd=cwd, text=True, **kw

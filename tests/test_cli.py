@@ -23,6 +23,7 @@ from cli_helpers import (
     marked,
     marker,  # noqa: F401  (test_cluster.py imports it from here)
     run_cli,
+    run_cli_impl,
     start_cli,
     survivors,
     wait_for,
@@ -176,6 +177,43 @@ def test_thousand_true_jobs() -> None:
     proc = run_cli("run", "--no-summary", "--json", input="true\n" * 1000)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["succeeded"] == 1000
+
+
+@pytest.mark.parametrize(
+    ("options", "before"),
+    [
+        ((), "abcdef\n"),  # grouped: what the jobs printed, then the line break they lacked
+        (("-k",), "abcdef\n"),
+        (("--line-buffer",), "abcdef\n"),
+        (("--tag",), "printf abc\tabc\nprintf def\tdef\n"),  # tagged lines always end
+        (("--ungroup",), "abcdef\n"),  # unseen by pipepool: a newline whenever a job ran
+    ],
+    ids=["group", "keep-order", "line-buffer", "tag", "ungroup"],
+)
+def test_json_is_a_line_of_its_own(impl: str, options: tuple[str, ...], before: str) -> None:
+    """Jobs whose output lacks a trailing newline: the JSON is still the whole last line."""
+    proc = run_cli_impl(
+        impl,
+        "run",
+        "-j",
+        "1",
+        "--no-summary",
+        "--json",
+        *options,
+        ":::",
+        "printf abc",
+        "printf def",
+    )
+    assert proc.returncode == 0, proc.stderr
+    *printed, last, after = proc.stdout.split("\n")
+    assert after == "" and json.loads(last)["succeeded"] == 2, proc.stdout
+    assert "\n".join(printed) + "\n" == before, proc.stdout
+
+
+def test_json_after_output_that_ends_its_line_adds_no_blank_line(impl: str) -> None:
+    proc = run_cli_impl(impl, "run", "-j", "1", "--no-summary", "--json", ":::", "echo a")
+    first, last = proc.stdout.splitlines()
+    assert first == "a" and json.loads(last)["succeeded"] == 1, proc.stdout
 
 
 def test_progress_bar_render() -> None:
@@ -345,14 +383,15 @@ def test_retries_rerun_a_failing_job(tmp_path: Path) -> None:
 
 
 def test_halt_soon_starts_no_new_job(tmp_path: Path) -> None:
+    """The summary says why the run stopped (every --halt form: test_cli_halt.py)."""
     log = tmp_path / "log"
     jobs = ["true", "exit 4"] + ["true"] * 20
     proc = run_cli(
         "run", "-j", "1", "--halt", "soon,fail=1", "--joblog", str(log), input="\n".join(jobs)
     )
-    assert proc.returncode == 1, proc.stderr
-    assert "--halt soon,fail=1" in proc.stderr
-    assert len(joblog_rows(log)) < 10
+    assert proc.returncode == 4, proc.stderr  # fail=1: the failed job's own status
+    assert "stopped early (--halt soon,fail=1): 20 not started" in proc.stderr
+    assert [r[0] for r in joblog_rows(log)] == ["1", "2"]
 
 
 def test_halt_now_kills_running_jobs(tmp_path: Path, mark: str) -> None:
@@ -372,7 +411,7 @@ def test_halt_now_kills_running_jobs(tmp_path: Path, mark: str) -> None:
         "sleep 0.5; exit 7",
     )
     assert time.monotonic() - started < 10
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == 7, proc.stderr  # fail=1: the failed job's own status
     summary = json.loads(proc.stdout.splitlines()[-1])
     assert summary["aborted"] == 1 and summary["failures"][0]["exitval"] == 7
     rows = joblog_rows(log)
@@ -486,6 +525,44 @@ def test_setsid_descendant_of_a_timed_out_job_is_killed(mark: str) -> None:
     assert survivors(mark) == []
 
 
+# A worker that stops right after it forked its job, before it noted the job's group for
+# its guardian: where `--halt now` or a second Ctrl-C kill a job that has just started.
+STALLED_WORKER = """
+import os, sys, time
+from pipepool.run import _job
+ready, command = int(sys.argv[1]), sys.argv[2]
+noted = _job.tell_guardian
+def stall(pgid):
+    if pgid > 0:  # the job runs; its group is not noted yet
+        os.write(ready, b"x")
+        time.sleep(60)
+    noted(pgid)
+_job.tell_guardian = stall
+_job.run_job(_job.JobSpec(1, 1, ("/bin/sh", "-c", command), os.devnull, os.devnull))
+"""
+
+
+def test_a_job_whose_worker_dies_while_starting_it_is_killed(mark: str) -> None:
+    read, write = os.pipe()
+    worker = subprocess.Popen(
+        [sys.executable, "-c", STALLED_WORKER, str(write), f"sleep 1000.{mark}"],
+        env=ENV,
+        pass_fds=(write,),
+    )
+    os.close(write)
+    try:
+        assert select.select([read], [], [], 30)[0], "the worker never started its job"
+        assert os.read(read, 1) == b"x"
+        # (its command line shows a moment after its exec)
+        assert wait_for(lambda: survivors(mark, jobs_only=True)), "the job is not running"
+        worker.kill()
+        worker.wait(timeout=10)
+    finally:
+        worker.kill()
+        os.close(read)
+    assert wait_for(lambda: not survivors(mark, jobs_only=True), timeout=5), survivors(mark)
+
+
 # -- joblog ------------------------------------------------------------------------------------
 
 
@@ -503,20 +580,49 @@ def test_resume_failed_reruns_only_failed_jobs(tmp_path: Path) -> None:
     assert [r[0] for r in rows].count("2") == 2  # the failed row, then the new one
 
 
-def test_resume_ignores_a_torn_last_row(tmp_path: Path) -> None:
+def test_resume_repairs_a_torn_last_row_and_says_so(tmp_path: Path, impl: str) -> None:
     from pipepool.run._joblog import read_joblog
 
     log = tmp_path / "log"
-    run_cli("run", "--joblog", str(log), input="echo 1\necho 2\n")
+    run_cli_impl(impl, "run", "--joblog", str(log), input="echo 1\necho 2\n")
     text = log.read_text()
     torn = text + "3\t:\t17000"  # a row cut short without its newline
     log.write_text(torn)
     assert sorted(read_joblog(str(log))) == [1, 2]
-    proc = run_cli("run", "--joblog", str(log), "--resume", input="echo 1\necho 2\necho 3\n")
+    jobs = "echo 1\necho 2\necho 3\n"
+    proc = run_cli_impl(impl, "run", "--joblog", str(log), "--resume", input=jobs)
     assert proc.stdout == "3\n"
+    assert f"--resume: the last line of {log} was cut short" in proc.stderr
+    assert "9 bytes without a newline" in proc.stderr
     rows = joblog_rows(log)
     assert sorted(r[0] for r in rows) == ["1", "2", "3"]
     assert all(len(r) == 9 for r in rows)
+    again = run_cli_impl(impl, "run", "--joblog", str(log), "--resume", input=jobs)
+    assert again.stdout == "" and "cut short" not in again.stderr  # a whole log: no note
+
+
+@pytest.mark.parametrize("option", ["--resume", "--resume-failed"])
+def test_resume_refuses_a_file_that_is_not_a_joblog(tmp_path: Path, option: str) -> None:
+    """A file of notes given by mistake: refused before it is touched, nothing runs."""
+    notes = tmp_path / "notes.txt"
+    original = b"shopping\nmilk\neggs, and"  # its last line has no newline yet
+    notes.write_bytes(original)
+    proc = run_cli("run", option, "--joblog", str(notes), "echo", ":::", "a")
+    assert proc.returncode == 255, proc.stderr
+    assert proc.stderr.startswith(f"pipepool run: --resume: {notes} is not a joblog")
+    assert "'shopping'" in proc.stderr and len(proc.stderr.splitlines()) == 1
+    assert proc.stdout == ""
+    assert notes.read_bytes() == original
+
+
+def test_resume_with_a_missing_or_empty_joblog_runs_everything(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.touch()
+    for log in (empty, tmp_path / "missing"):
+        proc = run_cli("run", "--resume", "--joblog", str(log), "echo", ":::", "a", "b")
+        assert proc.returncode == 0, proc.stderr
+        assert sorted(proc.stdout.split()) == ["a", "b"]
+        assert len(joblog_rows(log)) == 2
 
 
 def test_joblog_without_resume_starts_afresh(tmp_path: Path) -> None:
@@ -524,56 +630,6 @@ def test_joblog_without_resume_starts_afresh(tmp_path: Path) -> None:
     run_cli("run", "--joblog", str(log), input="true\ntrue\n")
     run_cli("run", "--joblog", str(log), input="true\n")
     assert len(joblog_rows(log)) == 1
-
-
-# -- bench ------------------------------------------------------------------------------------
-
-
-def test_bench_still_works() -> None:
-    proc = run_cli("bench", "--tasks", "300", "--rounds", "1", "-j", "2", timeout=90)
-    assert proc.returncode == 0, proc.stderr
-    assert "tasks/s" in proc.stdout and "ProcessPoolExecutor" in proc.stdout
-
-
-FAKE_SUITE = "import pathlib\npathlib.Path({ran!r}).write_text('ran')\nraise SystemExit(3)\n"
-
-
-def fake_checkout(folder: Path) -> Path:
-    """Make ``folder`` look like a checkout's root whose benchmarks/suite.py, when
-    imported, leaves the file this returns."""
-    (folder / "benchmarks").mkdir(parents=True)
-    (folder / "benchmarks" / "__init__.py").write_text("")
-    ran = folder / "fake-suite-ran"
-    (folder / "benchmarks" / "suite.py").write_text(FAKE_SUITE.format(ran=str(ran)))
-    (folder / "pyproject.toml").write_text("")
-    return ran
-
-
-def test_bench_full_never_runs_a_suite_from_the_current_directory(tmp_path: Path) -> None:
-    """An installed pipepool (a copy of the package, outside any checkout) run from a
-    folder holding its own benchmarks/suite.py: it says how to run the suite from a
-    checkout and imports nothing from the folder."""
-    import pipepool
-
-    site = tmp_path / "site"
-    shutil.copytree(
-        Path(pipepool.__file__).parent,
-        site / "pipepool",
-        ignore=shutil.ignore_patterns("__pycache__"),
-    )
-    work = tmp_path / "work"
-    ran = fake_checkout(work)
-    proc = subprocess.run(
-        [sys.executable, "-m", "pipepool", "bench", "--full", "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**ENV, "PYTHONPATH": str(site)},
-        cwd=work,
-    )
-    assert not ran.exists(), "pipepool bench --full ran benchmarks/suite.py of the cwd"
-    assert proc.returncode == 2, proc.stderr
-    assert "python -m benchmarks --quick" in proc.stderr
 
 
 # -- found while building the runner ------------------------------------------------------

@@ -990,9 +990,9 @@ def test_bad_frame(pool, case):
 def test_argument_past_header_limit(pool, monkeypatch):
     """The parent's side of the same rule: a call whose pickle the header cannot describe
     fails before any byte is sent (the limit is lowered: 4 GiB does not fit in a test)."""
-    from pipepool import executor
+    from pipepool.executor import _dispatch
 
-    monkeypatch.setattr(executor, "MAX_PAYLOAD", 1000)
+    monkeypatch.setattr(_dispatch, "MAX_PAYLOAD", 1000)
     ex = pool(1, "fork")
     ex.queue("bad", tasks.echo, b"a" * 5000)
     ex.queue("fine", tasks.echo, b"a" * 10)

@@ -17,12 +17,9 @@ PACKAGE = ROOT / "src" / "pipepool"
 DESIGN = ROOT / "docs" / "design.md"
 
 # Circles between rooms the design defends, one line each ("Layout"): errors imports
-# _broken_pool lazily so that a worker does not import concurrent.futures.process. The
-# second is not defended: run/_cli.py imports constants from cli.py, which issue 24
-# (item 5, "arrows downward") removes; drop it from here with that change.
+# _broken_pool lazily so that a worker does not import concurrent.futures.process.
 ALLOWED_CIRCLES = {
     frozenset({"pipepool.errors", "pipepool._broken_pool"}),
-    frozenset({"pipepool.cli", "pipepool.run"}),
 }
 
 pytestmark = pytest.mark.timeout(60)

@@ -5,9 +5,10 @@ tasks (``_task.Task``), so both keep one contract."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable
 from concurrent.futures import CancelledError
 from typing import Any, Self
 
@@ -17,19 +18,51 @@ from .events import Event, State
 
 
 class SchedulerAPI:
-    """Base of both executors: subclasses provide ``sync``, ``has_work``, ``start``,
-    ``terminate``, ``_shut_down``, ``_dispatched`` and ``_time_out``, and the state below: an
-    ``_events`` dict, a ``_queue`` deque of tasks, ``_timed`` (started tasks with a
-    deadline), ``_stats`` counters, a ``_tids`` counter and a ``_state`` of "new",
-    "started" or "ended"."""
+    """Base of both executors: the state they share, declared here once, and the verbs
+    built on the steps each one provides (``start``, ``sync``, ``has_work``,
+    ``terminate``, ``_shut_down``, ``_dispatched``, ``_time_out``)."""
 
-    _events: dict[Hashable, Event]
-    _state: str
-    _queue: deque  # of tasks, in dispatch order
-    _timed: dict[int, Any]  # tid -> started task with a deadline
-    _stats: dict[str, int]
-    _tids: Iterator[int]
-    _published = 0  # events published so far (an instance attribute once counting)
+    def __init__(self, counters: Iterable[str]) -> None:
+        self._state = "new"  # new -> started -> ended
+        self._queue: deque[Task] = deque()  # queued tasks, in dispatch order
+        self._timed: dict[int, Task] = {}  # tid -> started task with a deadline
+        self._events: dict[Hashable, Event] = {}  # key -> newest event, until read
+        self._published = 0  # events published so far: did a round produce any?
+        self._tids = itertools.count(1)  # task ids, unique per executor
+        self._stats = dict.fromkeys(counters, 0)  # counters stats() reports
+        self._last_progress = time.monotonic()  # when a task last ended (stats())
+
+    # -- the steps each executor provides -------------------------------------------------
+
+    def start(self) -> None:
+        """Connect or create what the executor runs on; work may then be queued."""
+        raise NotImplementedError
+
+    def sync(self, timeout: float = 0.0) -> None:
+        """One round of the executor's steps (see its class); never blocks on I/O."""
+        raise NotImplementedError
+
+    def has_work(self) -> bool:
+        """True while any task is queued or in flight."""
+        raise NotImplementedError
+
+    def terminate(self) -> None:
+        """Stop now: unfinished tasks fail, queued ones are cancelled."""
+        raise NotImplementedError
+
+    def _shut_down(self) -> None:
+        """What ``end`` does once all work is done."""
+        raise NotImplementedError
+
+    def _dispatched(self) -> Iterable[Task]:
+        """Every task dispatched (to a worker, or to the cluster) and not reported."""
+        raise NotImplementedError
+
+    def _time_out(self, t: Task) -> None:
+        """Stop task ``t``, past its deadline, and report it."""
+        raise NotImplementedError
+
+    # -- the verbs a scheduler uses -------------------------------------------------------
 
     def queue_call(
         self,
@@ -52,11 +85,11 @@ class SchedulerAPI:
 
     def queue(self, key: Hashable, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> None:
         """Queue ``fn(*args, **kwargs)`` under ``key``; pickled when it is dispatched."""
-        self.queue_call(key, fn, args, kwargs)  # type: ignore[attr-defined]
+        self.queue_call(key, fn, args, kwargs)
 
     def heartbeat(self, timeout: float = 0.0) -> None:
         """The same as ``sync``: the name Airflow's executors use for one round."""
-        self.sync(timeout)  # type: ignore[attr-defined]
+        self.sync(timeout)
 
     def get_event_buffer(self, keys: Iterable[Hashable] | None = None) -> dict[Hashable, Event]:
         """Pop and return ``{key: newest event}``, for all keys or only ``keys``."""
@@ -114,43 +147,31 @@ class SchedulerAPI:
         self.wait_until_done()
         self._shut_down()
 
-    def _shut_down(self) -> None:
-        """What ``end`` does once all work is done."""
-        raise NotImplementedError
-
     def wait_until_done(self, timeout: float | None = None) -> bool:
         """Drive the rounds until nothing is queued or in flight; False if ``timeout`` hit."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        self.sync()  # type: ignore[attr-defined]
-        while self.has_work():  # type: ignore[attr-defined]
+        self.sync()
+        while self.has_work():
             remaining = 1.0 if deadline is None else deadline - time.monotonic()
             if remaining <= 0:
                 return False
-            self.sync(timeout=min(remaining, 1.0))  # type: ignore[attr-defined]
+            self.sync(timeout=min(remaining, 1.0))
         return True
 
     def __enter__(self) -> Self:
-        self.start()  # type: ignore[attr-defined]
+        self.start()
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         if exc_type is not None and not issubclass(exc_type, Exception):
-            self.terminate()  # type: ignore[attr-defined]  # Ctrl-C, SystemExit: stop now
+            self.terminate()  # Ctrl-C, SystemExit: stop now
         else:
-            self.end()  # type: ignore[attr-defined]
+            self.end()
 
     def __del__(self) -> None:
         if getattr(self, "_state", None) == "started":
             with contextlib.suppress(Exception):
-                self.terminate()  # type: ignore[attr-defined]
-
-    def _dispatched(self) -> Iterable[Any]:
-        """Every task dispatched (to a worker, or to the cluster) and not reported."""
-        raise NotImplementedError
-
-    def _time_out(self, t: Any) -> None:
-        """Stop task ``t``, past its deadline, and report it."""
-        raise NotImplementedError
+                self.terminate()
 
     def _expire(self) -> None:
         if not self._timed:
@@ -174,7 +195,7 @@ class SchedulerAPI:
 
     def _finish(
         self,
-        t: Any,
+        t: Task,
         state: State,
         *,
         result: Any = None,
@@ -183,7 +204,9 @@ class SchedulerAPI:
     ) -> None:
         """Record a task's terminal event (the caller removes it from where it was)."""
         t.phase = DONE
-        t.fn = t.args = t.kwargs = None  # free memory early
+        # Free memory early; a ClusterExecutor task's Dask future is the last reference to
+        # it, so Dask forgets the key and its result.
+        t.fn = t.args = t.kwargs = t.future = None
         if state is State.SUCCESS:
             self._stats["done"] += 1
         else:

@@ -3,6 +3,9 @@
 The workload is built in: many no-op calls, so what is measured is the pool's own
 overhead per task (dispatch, pipes, pickling, bookkeeping), which is what decides how
 small a task can be before parallelism stops paying.
+
+The full benchmark suite is development tooling in the source repository
+(``python -m benchmarks`` from a checkout); the package never imports it.
 """
 
 from __future__ import annotations
@@ -11,11 +14,10 @@ import concurrent.futures
 import multiprocessing
 import os
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
+from ._cli_common import default_jobs
 from .executor import LocalExecutor
 from .futures import ProcessPoolExecutor
 
@@ -69,7 +71,9 @@ def race(
     out: Callable[[str], object] = print,
 ) -> dict[str, float]:
     """Run every contender ``rounds`` times, interleaved; print and return median tasks/s."""
-    workers = workers or os.cpu_count() or 1
+    if tasks < 1 or rounds < 1:
+        raise ValueError(f"tasks and rounds must be at least 1, not {tasks} and {rounds}")
+    workers = workers or default_jobs()
     contenders: dict[str, Callable[[], float]] = {
         "pipepool LocalExecutor (prefetch=None, adaptive)": lambda: run_local(tasks, workers, None),
         "pipepool LocalExecutor (prefetch 1)": lambda: run_local(tasks, workers, 1),
@@ -94,48 +98,3 @@ def race(
     for name, value in medians.items():
         out(f"{name:<{width}}  {value:>10,.0f}  {value / stdlib:>8.2f}x")
     return medians
-
-
-def find_suite_root() -> Path | None:
-    """The source checkout this very pipepool was imported from, or None.
-
-    Only a checkout whose ``src/pipepool`` is this package counts (an editable install,
-    or ``PYTHONPATH=src``): its ``benchmarks/`` is part of the code already running. The
-    current directory never counts: any folder may hold a ``benchmarks/suite.py``, and
-    importing it would run whatever it holds. An installed wheel has no suite at all.
-    """
-    package = Path(__file__).resolve().parent
-    root = package.parents[1]
-    if package.parent.name != "src" or not (root / "pyproject.toml").is_file():
-        return None
-    if not (root / "benchmarks" / "suite.py").is_file():
-        return None
-    return root
-
-
-def run_suite(argv: list[str]) -> int:
-    """``pipepool bench --full ARGS``: the suite of this checkout's ``benchmarks/``."""
-    root = find_suite_root()
-    if root is None:
-        print(
-            "pipepool bench --full: the full benchmark suite is not installed with the "
-            "package; from the root of a pipepool source checkout run: "
-            f"python -m benchmarks {' '.join(argv)}".rstrip(),
-            file=sys.stderr,
-        )
-        return 2
-    # First on sys.path (spawned workers get the parent's path): ahead of the current
-    # directory, which ``python -m pipepool`` puts there.
-    sys.path.insert(0, str(root))
-    import benchmarks
-
-    where = Path(benchmarks.__file__ or "").resolve().parent
-    if where != root / "benchmarks":  # imported earlier from somewhere else
-        print(
-            f"pipepool bench --full: 'benchmarks' was imported from {where}, not {root}",
-            file=sys.stderr,
-        )
-        return 2
-    from benchmarks.suite import main
-
-    return main(argv, prog="pipepool bench --full")

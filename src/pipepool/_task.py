@@ -49,9 +49,9 @@ class Task:
     ) -> None:
         self.tid = tid
         self.key = key
-        self.fn = fn
-        self.args = args
-        self.kwargs = kwargs
+        self.fn: Callable[..., Any] | None = fn  # the call: None once done (freed early)
+        self.args: tuple | None = args
+        self.kwargs: dict | None = kwargs
         self.timeout = timeout
         self.phase = QUEUED
         self.started = False  # known to have begun (start mark, start message, outcome)

@@ -1,50 +1,76 @@
 """The ``pipepool`` command line: ``pipepool run`` (a batch of commands in parallel, the
 way GNU parallel runs them) and ``pipepool bench`` (race pipepool against the standard
-library's pools)."""
+library's pools). This module only builds the top of the parser and dispatches; what the
+subcommands share is in ``_cli_common``, each subcommand in its own module."""
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from typing import NoReturn
 
-EXIT_ERROR = 255  # the run could not start (as GNU parallel); 1-101 count failed jobs
+from ._cli_common import Parser, positive_int
+
+DESCRIPTION = """\
+pipepool run runs a batch of shell commands in parallel, the way GNU parallel does;
+pipepool bench races pipepool against the standard library's process pools.
+"""
+
+BENCH_DESCRIPTION = """\
+Race pipepool against the standard library's process pools (concurrent.futures and
+multiprocessing.Pool) on a built-in workload: many no-op tasks, so what is measured is
+each pool's own cost per task (dispatch, pipes, pickling, bookkeeping). Every contender
+runs once per round, the rounds interleaved; the median tasks/s of each is printed. The
+full benchmark suite lives in the source repository: python -m benchmarks, from a
+checkout.
+"""
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
-
-
-def default_jobs() -> int:
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="pipepool", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-
+def build_parser() -> Parser:
+    from . import IMPLEMENTATION, __version__
     from .run._cli import add_run_parser
 
-    add_run_parser(sub)
-    bench = sub.add_parser("bench", help="race pipepool against the standard library's pools")
-    bench.add_argument("--tasks", type=int, default=20000, help="no-op tasks per round")
-    bench.add_argument("-j", "--jobs", type=int, default=None, help="workers (default: cores)")
-    bench.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
-    bench.add_argument(
-        "--full",
-        nargs=argparse.REMAINDER,
-        metavar="SUITE_ARGS",
-        help="run the full suite of benchmarks/ instead (only where this pipepool "
-        "runs from a source checkout, whose suite it runs; never from the current "
-        "directory); the arguments after --full go to it: --quick, "
-        "--only MEASURE ..., --out DIR (see --full --help)",
+    parser = Parser(
+        prog="pipepool",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        short_usage="pipepool {run,bench} ...",
     )
+    loop = "compiled" if IMPLEMENTATION == "cython" else "pure-Python"
+    parser.add_argument(
+        "--version", action="version", version=f"pipepool {__version__} ({loop} loop)"
+    )
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    run = add_run_parser(sub)
+    bench = sub.add_parser(
+        "bench",
+        help="race pipepool against the standard library's pools",
+        description=BENCH_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    bench.add_argument(
+        "--tasks",
+        type=positive_int,
+        default=20000,
+        metavar="N",
+        help="no-op tasks per round (default: %(default)s)",
+    )
+    bench.add_argument(
+        "-j",
+        "--jobs",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="workers per pool (default: the number of cores)",
+    )
+    bench.add_argument(
+        "--rounds",
+        type=positive_int,
+        default=3,
+        metavar="N",
+        help="interleaved rounds; each contender's median is shown (default: %(default)s)",
+    )
+    bench.add_argument("--full", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    parser.commands.update(run=run, bench=bench)
     return parser
 
 
@@ -58,14 +84,19 @@ def main(argv: list[str] | None = None) -> int:
 
         head = join_negative_values(head)
     parser = build_parser()
-    args = parser.parse_args(head)
+    args, unknown = parser.parse_known_args(head)
+    command = parser.commands[args.command]
+    if unknown:  # the subcommand's usage, not the top-level one argparse would print
+        command.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command == "bench":
-        if groups:
-            parser.error("bench takes no ::: arguments")
         if args.full is not None:
-            from ._bench import run_suite
-
-            return run_suite(args.full)
+            command.error(
+                "--full was removed: the full benchmark suite is development tooling that "
+                "ships with the source, not with the package; from a checkout run "
+                "python -m benchmarks (--quick, --only MEASURE ..., --out DIR)"
+            )
+        if groups:
+            command.error("bench takes no ::: arguments")
         from ._bench import race
 
         race(args.tasks, args.jobs, args.rounds)
@@ -73,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from .run._cli import run_command
 
-        return run_command(args, groups, parser)
+        return run_command(args, groups, command)
     except KeyboardInterrupt:  # before the runner took Ctrl-C over (reading stdin, say)
         print("pipepool run: interrupted before any job started", file=sys.stderr)
         return 130

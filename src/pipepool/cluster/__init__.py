@@ -42,19 +42,13 @@ side is ``_link``).
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
-import itertools
 import os
-import threading
 import time
-import uuid
-from collections import deque
 from collections.abc import Hashable, Iterable
 from typing import Any
 
 from .. import _signals
-from .._api import SchedulerAPI
 from .._outcome import load_exception, load_result
 from .._task import RUNNING as _RUNNING
 from .._task import Task as _Task
@@ -83,7 +77,7 @@ WAIT_SLICE = 0.25  # s a sync(timeout) waits at most before the steps run again:
 # how late a timeout is noticed
 
 
-class ClusterExecutor(SchedulerAPI, DaskLink):
+class ClusterExecutor(DaskLink):
     """Run callables on a Dask distributed cluster, scheduler style (LocalExecutor's API).
 
     ``address=None`` starts a ``LocalCluster`` on 127.0.0.1 (worker processes with one
@@ -121,26 +115,9 @@ class ClusterExecutor(SchedulerAPI, DaskLink):
         self.max_in_flight = max_in_flight
         self.connect_timeout = connect_timeout
         self.worker_saturation = worker_saturation
+        super().__init__(("done", "failed", "lost", "killed_workers"))
         self.parallelism = 0  # worker threads in the cluster, known once started
-        self._client: Any = None
-        self._cluster: Any = None  # the LocalCluster we started, if any
-        self._token = uuid.uuid4().hex[:12]
-        self._queue: deque[_Task] = deque()
         self._inflight: dict[int, _Task] = {}  # tid -> task handed to Dask, not reported
-        self._timed: dict[int, _Task] = {}  # started tasks with a deadline
-        self._events: dict[Hashable, Event] = {}
-        self._tids = itertools.count(1)
-        # Written by the Client's IO thread, read by the caller's: (tid, address, pid) of
-        # each started message, (tid, ok, value) of each outcome, and the wake-up flag.
-        self._starts: deque[tuple[int, str, int]] = deque()
-        self._outcomes: deque[tuple[int, bool, Any]] = deque()
-        self._wakeup = threading.Event()
-        # Cancels and kills under way on the IO thread: the client closes only after them,
-        # or a timed-out task would run on in a worker nobody killed.
-        self._control: list[concurrent.futures.Future] = []
-        self._state = "new"  # new -> started -> ended
-        self._stats = dict.fromkeys(("done", "failed", "lost", "killed_workers"), 0)
-        self._last_progress = time.monotonic()
 
     # -- public API -------------------------------------------------------------------
 
@@ -419,10 +396,6 @@ class ClusterExecutor(SchedulerAPI, DaskLink):
                 self._cancel_and_kill([future], addresses), self._client.loop.asyncio_loop
             )
         )
-
-    def _finish(self, t: _Task, state: State, **outcome: Any) -> None:  # type: ignore[override]
-        t.future = None  # the last reference: Dask forgets the key and its result
-        super()._finish(t, state, **outcome)
 
     def _wait_bound(self) -> float:
         return max(self._deadline_bound(WAIT_SLICE), 0.0)

@@ -2,10 +2,10 @@
 the Client's IO thread runs (fetch outcomes as tasks finish, hear start messages, cancel
 and kill), closing the connection, and turning what Dask raised into the task's error.
 
-``DaskLink`` is a mixin of ``ClusterExecutor`` and nothing else, holding no state of its
-own. The IO thread and the caller's thread meet only at the executor's two deques and
-its wake-up flag (see ``pipepool.cluster``); the methods here are the IO thread's side of
-that, kept apart from the caller's side that owns every piece of bookkeeping.
+``DaskLink`` is the base of ``ClusterExecutor``: it declares the state the two threads
+share (the connection, two deques and a wake-up flag, see ``pipepool.cluster``), and its
+methods are the IO thread's side of that, kept apart from the caller's side that owns
+every piece of bookkeeping.
 """
 
 from __future__ import annotations
@@ -14,11 +14,13 @@ import asyncio
 import concurrent.futures
 import contextlib
 import threading
+import uuid
 from collections import deque
 from collections.abc import Iterable
 from concurrent.futures import CancelledError
 from typing import TYPE_CHECKING, Any
 
+from .._api import SchedulerAPI
 from ..errors import WorkerLostError
 from ._remote import STARTED_TOPIC, _exit_worker
 
@@ -57,17 +59,22 @@ def _rebuild_cluster_lost(
     return ClusterWorkerLostError(message, address=address, pid=pid)
 
 
-class DaskLink:
-    """Mixin of ``ClusterExecutor``: the IO thread's side and the connection's end."""
+class DaskLink(SchedulerAPI):
+    """Base of ``ClusterExecutor``: the connection, the IO thread's side, and its end."""
 
-    # The executor's state used here (set in ClusterExecutor.__init__ and start()).
-    _client: Any
-    _cluster: Any
-    _token: str
-    _starts: deque[tuple[int, str, int]]
-    _outcomes: deque[tuple[int, bool, Any]]
-    _wakeup: threading.Event
-    _control: list[concurrent.futures.Future]
+    def __init__(self, counters: Iterable[str]) -> None:
+        super().__init__(counters)
+        self._client: Any = None  # distributed.Client, from start() to the end
+        self._cluster: Any = None  # the LocalCluster we started, if any
+        self._token = uuid.uuid4().hex[:12]  # this executor's Dask keys and start topic
+        # Written by the Client's IO thread, read by the caller's: (tid, address, pid) of
+        # each started message, (tid, ok, value) of each outcome, and the wake-up flag.
+        self._starts: deque[tuple[int, str, int]] = deque()
+        self._outcomes: deque[tuple[int, bool, Any]] = deque()
+        self._wakeup = threading.Event()
+        # Cancels and kills under way on the IO thread: the client closes only after them,
+        # or a timed-out task would run on in a worker nobody killed.
+        self._control: list[concurrent.futures.Future] = []
 
     def _lost_error(self, t: _Task, error: BaseException) -> BaseException:
         distributed = _import_distributed()

@@ -1,12 +1,13 @@
-"""LocalExecutor: its public API, the round, and dispatch.
+"""LocalExecutor: its public API and the round.
 
-The other steps of a round live beside it, as methods of the same object (one owner of
-the bookkeeping): ``_collect.py`` (collect), ``_lifecycle.py`` (reap, start and retire
-workers), ``pipepool._api`` (expire, and what ClusterExecutor shares); the adaptive depth
-and revocation policy is ``_depth.py``.
+The steps of a round live beside it, as methods of the same object (one owner of the
+bookkeeping, its state declared once in ``_state.py``): ``_collect.py`` (collect),
+``_reap.py`` (reap and retire workers), ``_lifecycle.py`` (start, kill and stop them),
+``_dispatch.py`` (dispatch and revoke), ``pipepool._api`` (expire, and what
+ClusterExecutor shares); the adaptive depth and revocation policy is ``_depth.py``.
 
 Data flow (one pipe pair per worker, whose parent ends only the PipeLoop touches; plus a
-control pipe per worker that carries nothing but REVOKE, written here directly)::
+control pipe per worker that carries nothing but REVOKE, written by the dispatch step)::
 
     queue(key, fn, *args) ─► _queue ─► dispatch ─► PipeLoop.send ─► activity pipe ─► worker
                                                                                        │
@@ -28,57 +29,35 @@ one, so each task is at every return to user code in exactly one place: ``_queue
 
 from __future__ import annotations
 
-import itertools
 import logging
 import multiprocessing
 import os
-import pickle
 import signal
 import time
-from collections import deque
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from .. import _oom, _signals
-from .. import loop as _impl
-from .._api import SchedulerAPI
-from .._task import QUEUED as _QUEUED
-from .._task import RUNNING as _RUNNING
 from .._task import Task as _Task
-from .._task import pickle_call
-from ..errors import (
-    InitializerError,
-    TaskKilledError,
-    TaskPicklingError,
-    TaskTimeoutError,
-)
-from ..events import Event, State
-from ..frames import MAX_PAYLOAD, PICKLE_PROTOCOL, Kind
+from ..errors import InitializerError, TaskKilledError, TaskTimeoutError
 from ..worker import _tree
-from ..worker._bootstrap import refuse_while_bootstrapping
-from ..worker._marks import MarkTable
-from ._collect import Collector
-from ._depth import DepthPolicy
-from ._lifecycle import (
-    _PARENT_FDS,
-    REAP_INTERVAL,
-    TERM_GRACE,
-    WorkerLifecycle,
-    _signal_process,
-    _Worker,
-)
-from ._lifecycle import EXIT_GRACE as EXIT_GRACE  # re-exported: the names tests and users know
-from ._lifecycle import INIT_BACKOFF as INIT_BACKOFF
+from ._dispatch import Dispatcher
+from ._lifecycle import INIT_BACKOFF as INIT_BACKOFF  # re-exported: the names tests and users know
 from ._lifecycle import INIT_RETRIES as INIT_RETRIES
 from ._lifecycle import STOP_GRACE as STOP_GRACE
+from ._lifecycle import _signal_process
+from ._reap import EXIT_GRACE as EXIT_GRACE
+from ._reap import REAP_INTERVAL, Reaper
+from ._state import _PARENT_FDS as _PARENT_FDS  # the fork registry (docs/design.md cites it)
 
+TERM_GRACE = 1.0  # s between SIGTERM and SIGKILL in terminate()
 START_POLL = 0.002  # s a wait may last while a worker holds tasks and none is known to
 # run: no frame says "started" (start marks do, without a wake-up), so timeouts, RUNNING
 # events and revocation learn of a start at most this late. Tiny tasks never wait this
 # long (their outcomes wake us); long ones are seen started within it and stop the polling.
 
 
-class LocalExecutor(SchedulerAPI, Collector, WorkerLifecycle):
+class LocalExecutor(Reaper, Dispatcher):
     """Run callables in a pool of local worker processes, scheduler style.
 
     ``queue`` work under a key, call ``sync`` (or ``heartbeat``) regularly, read outcomes
@@ -107,39 +86,17 @@ class LocalExecutor(SchedulerAPI, Collector, WorkerLifecycle):
             raise ValueError("prefetch must be at least 1, or None for an adaptive depth")
         if max_tasks_per_child is not None and max_tasks_per_child < 1:
             raise ValueError("max_tasks_per_child must be at least 1 or None")
-        start_method = _standard_start_method(start_method)
-        self.parallelism = parallelism
-        self._depth = DepthPolicy(prefetch)  # adaptive depth and revocation
-        self.pipe_size = pipe_size
-        self.max_tasks_per_child = max_tasks_per_child
-        self.initializer = initializer
-        self.initargs = tuple(initargs)
-        self._context = multiprocessing.get_context(start_method)
-        self.start_method = self._context.get_start_method()
-        self.implementation, loop_module = _impl.load(_loop_impl)
-        self._loop_class = loop_module.PipeLoop
-        self._loop: Any = None
-        self._marks: MarkTable | None = None
-        self._queue: deque[_Task] = deque()
-        self._workers: dict[int, _Worker] = {}
-        self._events: dict[Hashable, Event] = {}
-        self._tids = itertools.count(1)
-        self._wids = itertools.count(1)
-        self._lifeline: tuple[int, int] | None = None
-        self._state = "new"  # new -> started -> ended
-        self._init_failures = 0
-        self._init_retry_at = 0.0
-        self._broken: InitializerError | None = None
-        self._next_reap = 0.0
-        self._timed: dict[int, _Task] = {}  # started tasks with a deadline
-        self._stats = dict.fromkeys(
-            ("done", "failed", "lost", "crashes", "recycles", "started_workers", "revoked"), 0
+        super().__init__(
+            parallelism,
+            start_method=_standard_start_method(start_method),
+            prefetch=prefetch,
+            pipe_size=pipe_size,
+            max_tasks_per_child=max_tasks_per_child,
+            initializer=initializer,
+            initargs=initargs,
+            loop_impl=_loop_impl,
+            oom_counters=_oom_counters,
         )
-        self._last_progress = time.monotonic()
-        self._starting: list[tuple[_Task, int | None]] = []  # seen started, event not yet out
-        # The counts of OOM kills a worker's SIGKILL is checked against (``_oom``; the
-        # tests pass files of their own).
-        self._oom_counters = _oom.counters() if _oom_counters is None else _oom_counters
 
     # -- public API -------------------------------------------------------------------
 
@@ -147,21 +104,7 @@ class LocalExecutor(SchedulerAPI, Collector, WorkerLifecycle):
         """Create the loop and the lifeline; workers start as soon as work is queued."""
         if self._state != "new":
             raise RuntimeError(f"LocalExecutor already {self._state}")
-        # In a spawn or forkserver worker importing an unguarded main module: stop here,
-        # before any process starts (``worker._bootstrap``).
-        refuse_while_bootstrapping()
-        if self.start_method == "forkserver":
-            # Start the server now, with signals unblocked: it would inherit a blocked
-            # mask if it were started lazily from inside a bookkeeping step.
-            from multiprocessing import forkserver
-
-            forkserver.ensure_running()
-        self._loop = self._loop_class()
-        self._marks = MarkTable(self.parallelism)
-        _PARENT_FDS.add(self._marks.fd)
-        lifeline_r, lifeline_w = os.pipe()
-        _PARENT_FDS.update((lifeline_r, lifeline_w))
-        self._lifeline = (lifeline_r, lifeline_w)
+        self._open()
         self._state = "started"
 
     def sync(self, timeout: float = 0.0, ready: Callable[[], bool] | None = None) -> None:
@@ -189,7 +132,7 @@ class LocalExecutor(SchedulerAPI, Collector, WorkerLifecycle):
             self._reap()
             self._expire()
             self._start_workers()
-            self._depth.revoke_trapped(self._workers.values())
+            self._revoke_trapped()
             self._dispatch()
         finally:
             _signals.undefer(deferred)
@@ -304,94 +247,6 @@ class LocalExecutor(SchedulerAPI, Collector, WorkerLifecycle):
                     ),
                 )
 
-    def _dispatch(self) -> None:
-        queue = self._queue
-        if not queue:
-            return
-        prefetch = self._depth.depth()
-        limit = self.max_tasks_per_child
-        open_workers = [
-            w
-            for w in self._workers.values()
-            if not w.closing
-            and not w.revoking
-            and len(w.in_flight) < prefetch
-            and (limit is None or w.sent < limit)
-        ]
-        if self.prefetch is None and prefetch > 1:
-            # Feed no worker whose current task overruns what we expect of a task: what
-            # we send it now would wait behind that task instead of running elsewhere.
-            overrun = time.monotonic() - self._depth.overrun_after()
-            open_workers = [
-                w for w in open_workers if w.current is None or w.current.began > overrun
-            ]
-        if not open_workers:
-            return
-        # Breadth first: one task per worker per pass, so a deep prefetch stays fair;
-        # then each worker's share leaves as one frame (BATCH) and one writev.
-        shares: dict[_Worker, list[_Task]] = {}
-        room = {
-            w: min(prefetch - len(w.in_flight), limit - w.sent if limit else prefetch)
-            for w in open_workers
-        }
-        taken = 0
-        while taken < len(queue) and open_workers:
-            still_open = []
-            for w in open_workers:
-                if taken == len(queue):
-                    break
-                shares.setdefault(w, []).append(queue[taken])
-                taken += 1
-                room[w] -= 1
-                if room[w] > 0:
-                    still_open.append(w)
-            open_workers = still_open
-        taken_tasks = [queue.popleft() for _ in range(taken)]
-        try:
-            for w, share in shares.items():
-                self._send_share(w, share)
-        finally:
-            # A pickling error (any BaseException a __reduce__ raises) stops the step:
-            # what was not sent yet goes back to the front, in its order.
-            unsent = [t for t in taken_tasks if t.phase == _QUEUED]
-            queue.extendleft(reversed(unsent))
-
-    def _send_share(self, w: _Worker, share: list[_Task]) -> None:
-        """Send ``share`` to ``w``: one BATCH frame (one pickle) when it can, else a TASK
-        frame per call; a call that cannot be pickled fails alone."""
-        loop = self._loop
-        batch = [t for t in share if not t.solo] if len(share) > 1 else []
-        payload = _pickle_batch(batch) if len(batch) > 1 else None
-        if payload is not None:
-            # Order matters: the send is the step that can fail, the bookkeeping
-            # follows it and cannot, so a task is never counted as sent unless it was.
-            loop.send(w.wid, Kind.BATCH, len(batch), payload, False)
-            first = w.seq + 1
-            for t in batch:
-                self._note_sent(w, t)
-                t.batch = first
-            share = [t for t in share if t.solo]
-        for t in share:
-            try:
-                payload = _pickle_call(t)
-            except TaskPicklingError as exc:
-                self._finish(t, State.FAILED, exception=exc)
-                continue
-            loop.send(w.wid, Kind.TASK, t.tid, payload, False)
-            self._note_sent(w, t)
-            t.batch = 0
-        loop.flush(w.wid)
-
-    @staticmethod
-    def _note_sent(w: _Worker, t: _Task) -> None:
-        t.phase = _RUNNING
-        w.in_flight[t.tid] = t
-        w.sent += 1
-        w.seq += 1
-        t.seq = w.seq
-
-    # -- worker lifecycle -----------------------------------------------------------------
-
     # -- helpers ----------------------------------------------------------------------------
 
     @property
@@ -416,34 +271,6 @@ class LocalExecutor(SchedulerAPI, Collector, WorkerLifecycle):
         if self._queue and self._init_retry_at > time.monotonic():
             bound = min(bound, self._init_retry_at - time.monotonic())
         return max(bound, 0.0)
-
-
-def _pickle_call(t: _Task) -> bytes:
-    """Pickle a task's call; on failure name the key and the part that failed."""
-    payload = pickle_call(
-        t,
-        advice="; functions must be importable (no lambdas or local functions) and "
-        "arguments picklable",
-    )
-    if len(payload) > MAX_PAYLOAD:
-        raise TaskPicklingError(
-            f"task {t.key!r}: its pickled call is {len(payload)} bytes, above the "
-            f"frame limit of {MAX_PAYLOAD}",
-            key=t.key,
-            part="arguments",
-        )
-    return payload
-
-
-def _pickle_batch(batch: list[_Task]) -> bytes | None:
-    """One pickle for several calls (a shared function is pickled once), or None when
-    one of them cannot be pickled or it is too big: they then go one per frame, and
-    ``_pickle_call`` names the call and the part at fault."""
-    try:
-        payload = pickle.dumps([(t.tid, t.fn, t.args, t.kwargs) for t in batch], PICKLE_PROTOCOL)
-    except Exception:
-        return None
-    return payload if len(payload) <= MAX_PAYLOAD else None
 
 
 def _standard_start_method(name: str | None) -> str | None:

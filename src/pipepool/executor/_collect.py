@@ -1,60 +1,27 @@
 """LocalExecutor's collect step: what comes back from the workers. Outcome frames
 (DONE, RAISED), the answers to REVOKE and to a refused BATCH, an initializer's failure,
 closed result pipes, and the start marks, read from shared memory without a syscall.
-
-``Collector`` is a mixin of ``LocalExecutor`` and nothing else, holding no state of its
-own, for the reason ``_lifecycle`` gives: these steps move tasks between the executor's
-queue, its workers' ``in_flight`` and its events, bookkeeping with one owner.
 """
 
 from __future__ import annotations
 
 import struct
 import time
-from collections import deque
 from collections.abc import Hashable
-from typing import TYPE_CHECKING, Any
 
-from .._api import SchedulerAPI
 from .._outcome import load_failure, load_result
 from .._task import QUEUED as _QUEUED
 from .._task import RUNNING as _RUNNING
 from ..errors import FrameError
 from ..events import Event, State
 from ..frames import ELAPSED, Kind
-from ..worker._marks import MarkTable
-from ._depth import DepthPolicy
-
-if TYPE_CHECKING:
-    from .._task import Task as _Task
-    from ._lifecycle import _Worker
+from ._lifecycle import WorkerLifecycle
+from ._state import _Worker
 
 
-# For the type checker only: the executor's own methods these steps call (``_finish``,
-# ``_publish``) and its shared state; at run time a plain mixin.
-_Executor = SchedulerAPI if TYPE_CHECKING else object
-
-
-class Collector(_Executor):  # type: ignore[misc,valid-type]
-    """Mixin of ``LocalExecutor``: the collect step and what each frame kind does."""
-
-    # The executor's state these steps read and write (set in LocalExecutor.__init__).
-    _loop: Any
-    _marks: MarkTable | None
-    _queue: deque[_Task]
-    _workers: dict[int, _Worker]
-    _timed: dict[int, Any]
-    _stats: dict[str, int]
-    _depth: DepthPolicy
-    _starting: list[tuple[_Task, int | None]]
-    _init_failures: int
-    _last_progress: float
-
-    if TYPE_CHECKING:  # the executor's, used here
-
-        def _kill_worker(self, w: _Worker, reason: BaseException | None) -> None: ...
-
-        def _note_init_failure(self, w: _Worker, error: BaseException) -> None: ...
+class Collector(WorkerLifecycle):
+    """The collect step and what each frame kind does (it kills a worker whose stream
+    cannot be trusted, and counts an initializer's failure: ``WorkerLifecycle``)."""
 
     def _collect(self) -> None:
         frames, closed = self._loop.pump()

@@ -5,21 +5,22 @@ Adaptive dispatch depth (``prefetch=None``): a worker gets as many tasks ahead a
 BACKLOG seconds of the observed task time. Deep for tiny tasks (fewer wake-ups, one
 writev per batch), 1 for long ones (they never wait behind each other); and a worker
 whose current task overruns gets nothing more, so a surprise long task traps at most
-the few short ones already sent to it (and those are revoked: see ``revoke_trapped``).
+the few short ones already sent to it (and those are revoked: see ``trapped``).
 A fixed ``prefetch`` is the caller's explicit choice: no adaptation, no revocation.
 
-The policy keeps only its own estimate; the workers and their tasks stay the
-executor's, which it reads (and marks ``revoking`` on) but never moves.
+The policy decides, the executor acts: it keeps only its own estimate, reads the
+workers and their tasks, and never writes to them or to a pipe (the REVOKE is written
+by ``Dispatcher._revoke_trapped``, where the other writes to workers are).
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
-from ..frames import Kind, encode_header
+if TYPE_CHECKING:
+    from ._state import _Worker
 
 BACKLOG = 0.002  # s of predicted work queued per worker: the wait a short task may pay
 MAX_DEPTH = 64  # beyond this, bigger batches stop paying and fairness suffers
@@ -53,7 +54,7 @@ class DepthPolicy:
         return max(BACKLOG, 4 * self.task_time)
 
     @staticmethod
-    def trap_deadline(w: Any, after: float) -> float | None:
+    def trap_deadline(w: _Worker, after: float) -> float | None:
         """When tasks sent ahead to ``w`` become trapped behind its current task (if it
         has any such tasks and no REVOKE is out already), else None."""
         current = w.current
@@ -61,7 +62,7 @@ class DepthPolicy:
             return None
         return current.began + after
 
-    def wait_bound(self, workers: Iterable[Any], bound: float) -> float:
+    def wait_bound(self, workers: Iterable[_Worker], bound: float) -> float:
         """``bound``, or less if a worker's lead tasks become trapped sooner (adaptive
         depth only): a wait must end in time to revoke them."""
         if self.prefetch is None:
@@ -71,25 +72,20 @@ class DepthPolicy:
             bound = min([bound] + [d - now for d in deadlines if d is not None])
         return bound
 
-    def revoke_trapped(self, workers: Iterable[Any]) -> None:
-        """Take back the tasks sent ahead to a worker whose current task overruns.
+    def trapped(self, workers: Iterable[_Worker]) -> list[_Worker]:
+        """The workers whose tasks sent ahead are trapped behind a current task that
+        overruns (adaptive depth only): their tasks should be taken back (revoked).
 
         Deep dispatch sends short tasks behind whatever a worker runs; when that turns
-        out to be a long task they would wait for it while other workers idle. A REVOKE
-        on the worker's control pipe (a 16-byte write into a pipe that holds at most
-        one, so it cannot block) makes it skip them; its REVOKED answer says which, and
-        the executor's ``_on_revoked`` queues them again.
+        out to be a long task they would wait for it while other workers idle.
         """
         if self.prefetch is not None:
-            return  # a fixed depth is the caller's explicit choice
+            return []  # a fixed depth is the caller's explicit choice
         now = time.monotonic()
         after = self.overrun_after()
+        trapped = []
         for w in workers:
             deadline = self.trap_deadline(w, after)
-            if deadline is None or deadline > now:
-                continue
-            try:
-                os.write(w.control_fd, encode_header(Kind.REVOKE, w.seq, 0))
-            except OSError:  # gone (EPIPE): its exit will re-dispatch what it never started
-                continue
-            w.revoking = w.seq
+            if deadline is not None and deadline <= now:
+                trapped.append(w)
+        return trapped

@@ -70,9 +70,11 @@ from typing import Any, Literal
 
 from .. import _signals
 from ..executor import LocalExecutor
-from ._driver import SUBMIT_KILL, Driver, Shared
+from ._driver import Driver
 from ._item import Entry, PoolFuture
 from ._map import MapItem, map_calls
+from ._round import SUBMIT_KILL
+from ._state import OPEN, Shared
 
 __all__ = ["ProcessPoolExecutor"]
 
@@ -238,7 +240,7 @@ class ProcessPoolExecutor(Executor):
         driver = self._driver
 
         def submit(fn: Callable[..., Any], /, *args: Any) -> MapItem:
-            return self._submit(fn, args, {}, timeout, MapItem(driver))
+            return self._submit(fn, args, None, timeout, MapItem(driver))
 
         return submit
 
@@ -246,7 +248,7 @@ class ProcessPoolExecutor(Executor):
         self,
         fn: Callable[..., Any],
         args: tuple,
-        kwargs: dict,
+        kwargs: dict | None,
         timeout: float | None,
         item: MapItem | None = None,
     ) -> Any:
@@ -255,7 +257,7 @@ class ProcessPoolExecutor(Executor):
             if d.broken is not None:
                 # A fresh exception each time, as the stdlib: the stored one is shared.
                 raise type(d.broken)(*d.broken.args) from d.broken.__cause__
-            if d.shutdown:
+            if d.stage is not OPEN:
                 raise RuntimeError("cannot schedule new futures after shutdown")
             if Shared.global_shutdown:
                 raise RuntimeError("cannot schedule new futures after interpreter shutdown")
@@ -263,8 +265,7 @@ class ProcessPoolExecutor(Executor):
                 self._start_driver()
             key = next(d.keys)
             fut: PoolFuture | MapItem = PoolFuture(d, key) if item is None else item
-            entry: Entry = (key, fut, fn, args, kwargs, timeout)
-            d.add(entry)
+            d.add(Entry(key, fut, fn, args, kwargs, timeout))
             return fut
 
     def _start_driver(self) -> None:
@@ -306,10 +307,8 @@ class ProcessPoolExecutor(Executor):
         try:
             deferred = _signals.defer()
             with d.lock:
-                d.shutdown = True
-                d.terminate = d.terminate or terminate
+                d.request_shutdown(terminate=terminate)
                 doomed = d.drain_pending() if cancel_futures else []
-                d.poke()
             d.cancel(doomed)
         finally:
             _signals.undefer(deferred)
@@ -328,19 +327,15 @@ class _PoolView:
         self._timeout = timeout
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
+        """``ProcessPoolExecutor.submit`` with this view's options."""
         return self._pool._submit(fn, args, kwargs, self._timeout)  # type: ignore[no-any-return]
 
     def map(
-        self,
-        fn: Callable[..., Any],
-        *iterables: Iterable[Any],
-        timeout: float | None = None,
-        chunksize: int = 1,
-        buffersize: int | None = None,
+        self, fn: Callable[..., Any], /, *iterables: Iterable[Any], **options: Any
     ) -> Iterator[Any]:
-        return map_calls(
-            self._pool._map_submitter(self._timeout), fn, iterables, timeout, chunksize, buffersize
-        )
+        """``ProcessPoolExecutor.map`` (its ``timeout``, ``chunksize`` and ``buffersize``)
+        with this view's options."""
+        return map_calls(self._pool._map_submitter(self._timeout), fn, iterables, **options)
 
 
 # -- interpreter exit ----------------------------------------------------------------------

@@ -1,10 +1,12 @@
 """The engine of ``ProcessPoolExecutor``: one LocalExecutor, driven by whoever waits.
 
 The LocalExecutor is not thread-safe, so one thread at a time holds the *token* (the
-``poller`` field) and runs rounds of named steps: *feed* (pending work into the
-LocalExecutor, while it holds fewer than its capacity), *sync* (the LocalExecutor's own
-round: results, reaping and starting workers, dispatch; it sleeps in the poll when
-nothing happens) and *deliver* (complete futures from the event buffer).
+``poller`` field) and runs rounds of named steps (``_round.py``): *feed* (pending work
+into the LocalExecutor, while it holds fewer than its capacity), *sync* (the
+LocalExecutor's own round: results, reaping and starting workers, dispatch; it sleeps
+in the poll when nothing happens) and *deliver* (complete futures from the event
+buffer). The state all threads share, and the states a reader can list, are
+``_state.py``.
 
 Who holds the token: a user thread blocked in ``result()``/``exception()``, in a map's
 iterator or in ``wait()``/``as_completed()`` takes it when it is free, and drives until
@@ -20,20 +22,15 @@ pipe (``LocalExecutor.sync(ready=...)``), so no wake-up is lost.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
-from concurrent.futures import CancelledError
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any
 
 from .. import _signals
-from ..errors import RemoteTraceback, TaskKilledError
-from ..events import State
-from ..executor import LocalExecutor
 from ._item import Entry, Item
+from ._round import Round
+from ._state import FED, FINISHING, FRESH, OPEN, TERMINATING, Shared
 
 IDLE_WAIT = 1.0  # s a token holder may sleep in the poll; the LocalExecutor shortens it
 # to its own next deadline (worker reaping, task timeouts), and wake() cuts it short.
@@ -44,53 +41,10 @@ LINGER = 0.001  # s: while callers drive, the driver looks this often instead of
 LINGER_IDLE = 0.1  # s without a caller driving before the driver goes back to sleeping
 # until woken (no periodic look-ups in an idle pool)
 
-SUBMIT_KILL = "kill"
 
-
-class Shared:
-    """Process-wide state the exit hook sets and every pool reads."""
-
-    live_drivers: set[Driver] = set()  # drivers with a live thread, for the exit hook
-    global_shutdown = False  # the interpreter is finalizing
-
-
-class Driver:
-    """State shared by a pool (user threads), its token holder and its driver thread.
-
-    Under ``lock``: every field but ``running`` and ``kill_on_start`` (token holder's).
-    Kept apart from the pool object so the thread does not keep the pool alive: a pool
-    that is garbage collected shuts down like ``shutdown(wait=False)``.
-    """
-
-    def __init__(self, executor: LocalExecutor, capacity: int) -> None:
-        self.executor = executor
-        self.capacity = capacity  # handed over at most, at dispatch depth 1
-        self.workers = executor.parallelism  # each gets depth - 1 more at a deeper depth
-        # Re-entrant: a weakref callback (pool collected) may fire in any thread while
-        # it holds the lock, and the stdlib's wait() takes each future's lock in turn.
-        self.lock = threading.RLock()
-        self.cond = threading.Condition(self.lock)  # futures done, or the token free
-        self.driver_cond = threading.Condition(self.lock)  # work for the driver thread
-        self.pending: deque[Entry] = deque()
-        self.fresh = False  # pending grew since the last feed: the holder feeds again
-        self.full = False  # the last feed stopped at capacity: a result will wake it
-        self.commands: deque[tuple[str, int]] = deque()
-        self.keys = itertools.count()
-        self.shutdown = False
-        self.terminate = False
-        self.broken: BaseException | None = None
-        self.loop_closed = False
-        self.thread: threading.Thread | None = None
-        self.driver_ident: int | None = None
-        self.poller: int | None = None  # the thread holding the token
-        self.want = 0  # callers blocked until the token is free
-        self.linger = False  # callers drive: the driver looks every LINGER, unwoken
-        self.caller_drove = 0.0  # monotonic time a caller last took the token
-        self.callbacks_due: deque[Item] = deque()  # settled, callbacks not yet run
-        self.running: dict[int, Item] = {}  # handed to the LocalExecutor, not finished
-        self.kill_on_start: set[int] = set()  # kill requested before the task started
-        self.pids: tuple[int, ...] = ()  # live worker pids after the last round
-        self.pool_ref: Any = None  # weakref.ref whose callback shuts down a lost pool
+class Driver(Round):
+    """One pool's driver: what any thread may call, who holds the token, and the
+    driver thread (its state is ``DriverState``, its steps ``Round``)."""
 
     # -- any thread ---------------------------------------------------------------------
 
@@ -103,7 +57,7 @@ class Driver:
         round, without a feed step (and its Ctrl-C guard) of its own. A Ctrl-C in here
         strands nothing: until submit() returns, nobody holds the future.
         """
-        key, item, fn, args, kwargs, timeout = entry
+        item = entry.item
         if (
             self.poller is None
             and not self.pending
@@ -112,17 +66,19 @@ class Driver:
             and item.start()
         ):
             try:
-                self.executor.queue_call(key, fn, args, kwargs, timeout=timeout)
+                self.executor.queue_call(
+                    entry.key, entry.fn, entry.args, entry.kwargs, timeout=entry.timeout
+                )
             except Exception as exc:  # not callable: that item's error, as in _feed
                 item.settle(False, exc)
                 return
-            self.running[key] = item
+            self.running[entry.key] = item
             if len(self.running) == 1 and not self.linger:
                 self._hand_off()  # the first outstanding work: someone must drive
             return
         self.pending.append(entry)
-        if not (self.fresh or self.full):
-            self.fresh = True
+        if self.feed is FED:
+            self.feed = FRESH
             if self.poller is not None or not self.linger:
                 self.poke()
             # else the driver looks within LINGER, if no caller has driven by then
@@ -138,16 +94,10 @@ class Driver:
             self.cond.notify_all()
 
     def request_shutdown(self, *, terminate: bool = False) -> None:
+        """Take no more work: finish what was submitted, or stop now (``terminate``)."""
         with self.lock:
-            self.shutdown = True
-            self.terminate = self.terminate or terminate
+            self._advance(TERMINATING if terminate else FINISHING)
             self.poke()
-
-    def drain_pending(self) -> list[Item]:
-        """Take every pending (never handed over) item out of the queue (lock held)."""
-        taken = [entry[1] for entry in self.pending]
-        self.pending.clear()
-        return taken
 
     def cancel(self, items: list[Item]) -> None:
         """Cancel items taken from the queue and tell their waiters (``wait()``,
@@ -171,7 +121,8 @@ class Driver:
                     return True
                 # A done-callback run by this thread's rounds, waiting in turn.
                 nested = self.poller == me and not self.loop_closed
-                if nested or (self.poller is None and not self.loop_closed and not self.terminate):
+                free = self.poller is None and not self.loop_closed
+                if nested or (free and self.stage is not TERMINATING):
                     self.poller = me
                     if not nested:
                         self.caller_drove = time.monotonic()
@@ -208,22 +159,12 @@ class Driver:
         """The token is free (lock held): to a waiting caller, else to the driver."""
         if self.poller is not None or self.loop_closed:
             return
-        if self.want and not self.terminate:  # (callers cannot take it to terminate)
+        if self.want and self.stage is not TERMINATING:  # (callers cannot terminate)
             self.cond.notify_all()
-        elif self.terminate or self.shutdown or (self._outstanding() and not self.linger):
+        elif self.stage is not OPEN or (self._outstanding() and not self.linger):
             self.driver_cond.notify()
         # else, callers driving: the driver looks within LINGER, and takes the token if
         # none has held it since; a caller's next result() most often comes first
-
-    def _room(self) -> int:
-        """Calls the LocalExecutor may hold: ``capacity`` at dispatch depth 1, and
-        ``depth - 1`` more per worker at a deeper adaptive depth."""
-        return self.capacity + self.workers * (self.executor.dispatch_depth - 1)
-
-    def _outstanding(self) -> bool:
-        return bool(
-            self.pending or self.running or self.commands or self.callbacks_due or self.terminate
-        )
 
     def _release(self, caller: bool = False) -> None:
         with self.lock:
@@ -236,7 +177,7 @@ class Driver:
         """Rounds in a caller's thread until ``done()``, ``end`` or a terminate."""
 
         def ready() -> bool:
-            return done() or self.fresh or bool(self.commands) or self.terminate
+            return done() or self.feed is FRESH or bool(self.commands) or self.stage is TERMINATING
 
         while True:
             if self.pending or self.commands:
@@ -245,144 +186,10 @@ class Driver:
             self._sync(max(timeout, 0.0), ready)
             self._step(self._deliver)
             self._run_callbacks()
-            if done() or self.terminate or (end is not None and time.monotonic() >= end):
+            if done() or self.stage is TERMINATING:
                 return
-
-    @staticmethod
-    def _step(step: Callable[[], None]) -> None:
-        """A bookkeeping step that Ctrl-C must not cut in two (main thread only)."""
-        deferred = None
-        try:
-            deferred = _signals.defer()
-            step()
-        finally:
-            _signals.undefer(deferred)
-
-    def _sync(self, timeout: float, ready: Callable[[], bool]) -> None:
-        """The LocalExecutor's round; at interpreter shutdown, do without new workers."""
-        ex = self.executor
-        try:
-            ex.sync(timeout, ready)
-        except RuntimeError:
-            # Python 3.12 refuses os.fork() once the interpreter is shutting down. The
-            # exit hook still lets the pool finish its work: with the workers it has.
-            alive = len(ex.worker_pids())
-            if not (Shared.global_shutdown and 0 < alive < ex.parallelism):
-                raise
-            ex.parallelism = alive  # a step that cannot repeat: each time there are fewer
-        self.pids = tuple(ex.worker_pids())
-
-    def _feed(self) -> None:
-        """Hand pending work to the LocalExecutor while it has room; run commands."""
-        pending, running, ex = self.pending, self.running, self.executor
-        failed: list[tuple[Item, BaseException]] = []
-        with self.lock:
-            self.fresh = False
-            room = self._room() - len(running)
-            while pending and room > 0:
-                key, item, fn, args, kwargs, timeout = pending.popleft()
-                if not item.start():
-                    continue  # cancelled while pending: it never runs
-                try:
-                    ex.queue_call(key, fn, args, kwargs, timeout=timeout)
-                except Exception as exc:  # not callable: that item's error
-                    failed.append((item, exc))
-                    continue
-                running[key] = item
-                room -= 1
-            self.full = bool(pending)
-            commands = list(self.commands)
-            self.commands.clear()
-        if failed:
-            self._settle([(item, False, exc) for item, exc in failed])
-        for command, key in commands:
-            # Running: kill its worker. Queued in the LocalExecutor: cancel it there.
-            # Sent to a worker but not started: kill it when its RUNNING event comes.
-            if (
-                command == SUBMIT_KILL
-                and key in running
-                and not ex.kill(key)
-                and not ex.cancel(key)
-            ):
-                self.kill_on_start.add(key)
-
-    def _deliver(self) -> None:
-        """Complete the items of every terminal event; act on RUNNING ones."""
-        ex = self.executor
-        events = ex.get_event_buffer()
-        if not events:
-            return
-        broken = ex.broken
-        outcomes: list[tuple[Item, bool, Any]] = []
-        breaking = None
-        running, kill_on_start, success = self.running, self.kill_on_start, State.SUCCESS
-        for key, event in events.items():
-            state = event.state
-            if state is success:  # the common case first, in few steps
-                item = running.pop(key, None)  # type: ignore[call-overload]
-                if kill_on_start:
-                    kill_on_start.discard(key)
-                if item is not None:
-                    outcomes.append((item, True, event.result))
-                continue
-            if not state.terminal:
-                if state is State.RUNNING and key in kill_on_start:
-                    kill_on_start.discard(key)
-                    ex.kill(key)
-                continue
-            kill_on_start.discard(key)
-            item = running.pop(key, None)  # type: ignore[call-overload]
-            if item is None:
-                continue
-            error = event.exception
-            if error is not None and error is broken:
-                breaking = error
-            elif isinstance(error, CancelledError) and not isinstance(
-                error.__cause__, RemoteTraceback
-            ):  # (a task's own error has one)
-                # The LocalExecutor cancelled a task that was queued in it: on kill()
-                # before it started, or by terminate(). Its future is already RUNNING
-                # (it cannot turn CANCELLED now), so it fails instead.
-                error = TaskKilledError(
-                    "the executor was terminated before the task started"
-                    if self.terminate
-                    else "the task was killed on request before it started"
-                )
-            outcomes.append((item, False, error))
-        self._settle(outcomes)
-        if breaking is not None:
-            self._break(breaking)
-
-    def _settle(self, outcomes: list[tuple[Item, bool, Any]]) -> None:
-        """Complete a batch under one lock and one notify; queue their callbacks."""
-        if not outcomes:
-            return
-        with self.lock:
-            due = self.callbacks_due
-            for item, ok, value in outcomes:
-                if item.settle(ok, value):
-                    due.append(item)
-            self.cond.notify_all()
-
-    def _run_callbacks(self) -> None:
-        """Done-callbacks, outside the lock and any deferred step: they may block, submit
-        or wait. One at a time off the queue: a Ctrl-C leaves the rest to the next round."""
-        due = self.callbacks_due
-        while due:
-            try:
-                item = due.popleft()
-            except IndexError:  # a nested waiter ran them
+            if end is not None and time.monotonic() >= end:
                 return
-            item.run_callbacks()
-
-    def _break(self, error: BaseException) -> None:
-        """The initializer keeps failing: like the stdlib, the pool is broken for good."""
-        with self.lock:
-            if self.broken is None:
-                self.broken = error
-            self.shutdown = True
-            doomed = self.drain_pending()
-            self._settle([(item, False, error) for item in doomed if item.start()])
 
     # -- the driver thread --------------------------------------------------------------
 
@@ -413,7 +220,7 @@ class Driver:
         has been driving for LINGER (lock held)."""
         if self.poller is not None or self.loop_closed:
             return False
-        if self.terminate or (self.shutdown and not self.want):
+        if self.stage is TERMINATING or (self.stage is FINISHING and not self.want):
             return True
         if self.want or not self._outstanding():
             return False
@@ -424,29 +231,28 @@ class Driver:
         pool is stopped (True)."""
 
         def ready() -> bool:
-            return bool(self.fresh or self.commands or self.terminate or self.want)
+            return bool(
+                self.feed is FRESH or self.commands or self.stage is TERMINATING or self.want
+            )
 
         while True:
             self._feed()
             self._sync(IDLE_WAIT, ready)
             self._deliver()
             self._run_callbacks()
-            if self.terminate:
+            if self.stage is TERMINATING:
                 self._stop(terminate=True)
                 return True
             with self.lock:
-                if self.shutdown and not (self.pending or self.running or self.commands):
-                    self.loop_closed = True  # from here on nobody writes to the loop
-                    closing = True
-                elif self.want or not self._outstanding():
-                    self.poller = None
-                    self._hand_off()
-                    return False
-                else:
+                if self.stage is OPEN or self.pending or self.running or self.commands:
+                    if self.want or not self._outstanding():
+                        self.poller = None
+                        self._hand_off()
+                        return False
                     continue
-            if closing:
-                self._stop(terminate=False)
-                return True
+                self.loop_closed = True  # finished: from here on nobody writes to the loop
+            self._stop(terminate=False)
+            return True
 
     def _stop(self, *, terminate: bool) -> None:
         """Last step of the thread: stop the workers, fail or cancel what is left."""
@@ -474,7 +280,7 @@ class Driver:
         error.__cause__ = exc
         with self.lock:
             self.broken = self.broken or error
-            self.shutdown = True
+            self._advance(FINISHING)
             self.loop_closed = True
             doomed = self.drain_pending()
             self._settle([(item, False, error) for item in doomed if item.start()])

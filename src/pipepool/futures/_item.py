@@ -30,7 +30,26 @@ class Item(Protocol):
     def done(self) -> bool: ...
 
 
-Entry = tuple[int, Item, Callable[..., Any], tuple, dict, "float | None"]
+class Entry:
+    """A submitted call waiting in the driver's ``pending`` queue, with its item."""
+
+    __slots__ = ("args", "fn", "item", "key", "kwargs", "timeout")
+
+    def __init__(
+        self,
+        key: int,
+        item: Item,
+        fn: Callable[..., Any],
+        args: tuple,
+        kwargs: dict | None,
+        timeout: float | None,
+    ) -> None:
+        self.key = key  # the LocalExecutor key of the call, unique in its pool
+        self.item = item  # what settles when it ends: a PoolFuture or a map's item
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs  # None: none (queue_call makes the dict)
+        self.timeout = timeout  # seconds it may run once started, or None
 
 
 class _DrivingEvent(threading.Event):
@@ -95,6 +114,17 @@ class _LazyWaiters:
         return waiters
 
 
+class _LazyCallbacks:
+    """``PoolFuture._done_callbacks``, made on first use: most futures never get one
+    (the stdlib's ``add_done_callback`` appends to it under the pool's lock)."""
+
+    def __get__(self, fut: PoolFuture | None, owner: type | None = None) -> Any:
+        if fut is None:
+            return self
+        callbacks = fut.__dict__["_done_callbacks"] = []
+        return callbacks
+
+
 class PoolFuture(Future):
     """A ``concurrent.futures.Future`` that shares its pool's lock and drives the pool.
 
@@ -108,10 +138,10 @@ class PoolFuture(Future):
     _result: Any = None
     _exception: BaseException | None = None
     _waiters = _LazyWaiters()
+    _done_callbacks = _LazyCallbacks()
 
     def __init__(self, driver: Driver, key: int) -> None:  # no super(): its Condition
         self._condition = driver.cond
-        self._done_callbacks: list[Callable[[Future], object]] = []
         self._pipepool = (driver, key)  # for kill(), and the driver to wake
 
     def result(self, timeout: float | None = None) -> Any:
@@ -163,7 +193,7 @@ class PoolFuture(Future):
                 waiter.add_result(self)
             else:
                 waiter.add_exception(self)
-        return bool(self._done_callbacks)
+        return bool(self.__dict__.get("_done_callbacks"))  # (not made here if none)
 
     def run_callbacks(self) -> None:
         self._invoke_callbacks()  # type: ignore[attr-defined]

@@ -68,9 +68,9 @@ def map_calls(
     submit: Callable[..., MapItem],
     fn: Callable[..., Any],
     iterables: tuple[Iterable[Any], ...],
-    timeout: float | None,
-    chunksize: int,
-    buffersize: int | None,
+    timeout: float | None = None,
+    chunksize: int = 1,
+    buffersize: int | None = None,
 ) -> Iterator[Any]:
     """The stdlib's ``Executor.map`` (3.14, with ``buffersize``) over chunks."""
     if chunksize < 1:

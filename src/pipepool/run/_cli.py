@@ -8,7 +8,7 @@ import json
 import os
 import sys
 
-from ..cli import EXIT_ERROR, default_jobs
+from .._cli_common import EXIT_ERROR, default_jobs, non_negative_int, positive_int
 
 RUN_EPILOG = """\
 input:
@@ -28,14 +28,15 @@ Ctrl-C once: start no new job, let running ones finish; twice: kill them.
 """
 
 
-def add_run_parser(sub) -> None:
-    """Add ``run`` to the ``pipepool`` subcommands."""
+def add_run_parser(sub) -> argparse.ArgumentParser:
+    """Add ``run`` to the ``pipepool`` subcommands; return its parser."""
     run = sub.add_parser(
         "run",
         help="run a batch of commands in parallel (like GNU parallel)",
         description="Run one job per input line, or per argument after :::, in parallel.",
         epilog=RUN_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        short_usage="pipepool run [OPTIONS] [COMMAND [ARG ...]] [::: ARG ...]",
     )
     run.add_argument(
         "-j",
@@ -70,7 +71,7 @@ def add_run_parser(sub) -> None:
     )
     run.add_argument(
         "--retries",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=0,
         metavar="N",
         help="run a failed job up to N more times (default 0)",
@@ -136,7 +137,10 @@ def add_run_parser(sub) -> None:
         help="print no summary on stderr at the end",
     )
     run.add_argument(
-        "--json", action="store_true", help="print a JSON summary as the last line of stdout"
+        "--json",
+        action="store_true",
+        help="print a JSON summary as the last line of stdout, a line of its own (after "
+        "a newline if the jobs' output did not end with one)",
     )
     run.add_argument(
         "--pin",
@@ -149,13 +153,13 @@ def add_run_parser(sub) -> None:
     run.add_argument(
         "--cpus-per-job",
         dest="cpus_per_job",
-        type=_positive_int,
+        type=positive_int,
         metavar="K",
         help="as --pin, with K cores per job slot; -j at most cores/K",
     )
     run.add_argument(
         "--repeat",
-        type=_positive_int,
+        type=positive_int,
         default=1,
         metavar="N",
         help="run every job N times, the repetitions interleaved (all jobs, then all "
@@ -174,12 +178,14 @@ def add_run_parser(sub) -> None:
         metavar="COMMAND",
         help="command template; {} is replaced by each argument",
     )
+    return run
 
 
 def run_command(args: argparse.Namespace, groups: list, parser: argparse.ArgumentParser) -> int:
     from ._compat import parse_delimiter, parse_jobs, parse_load
     from ._gate import GateError
     from ._inputs import InputError, Source, group_rows, rows_from_sources
+    from ._joblog import JoblogError
     from ._runner import Runner, RunOptions
     from ._template import Template, build_jobs
 
@@ -272,16 +278,17 @@ def run_command(args: argparse.Namespace, groups: list, parser: argparse.Argumen
     if args.halt is not None:
         options.halt = args.halt
     try:
-        summary = Runner(jobs, options).run()
-    except (OSError, ImportError, GateError) as exc:  # an unwritable joblog, no scheduler
-        # at --cluster ADDRESS, --cluster without Dask installed (the message says how),
-        # more -j than --pin has cores for
+        runner = Runner(jobs, options)  # first: a -j that --pin cannot honour fails here
+        summary = runner.run()
+    except (OSError, ImportError, GateError, JoblogError) as exc:  # an unwritable joblog,
+        # no scheduler at --cluster ADDRESS, --cluster without Dask installed (the message
+        # says how), more -j than --pin has cores for, --resume on a file not a joblog
         print(f"pipepool run: {exc}", file=sys.stderr)
         return EXIT_ERROR
     try:
-        if args.json:
-            sys.stdout.flush()
-            print(json.dumps(summary.as_dict()))
+        if args.json:  # the last line of stdout, whatever the jobs printed before it
+            line = json.dumps(summary.as_dict()) + "\n"
+            sys.stdout.write(line if runner.stdout_ends_line() else "\n" + line)
         sys.stdout.flush()
     except BrokenPipeError:  # `| head`: the reader left; the exit status still tells
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -316,7 +323,7 @@ def _add_gnu_options(run: argparse.ArgumentParser) -> None:
         "--max-args",
         "--max-replace-args",
         dest="max_args",
-        type=_non_negative_int,
+        type=non_negative_int,
         metavar="N",
         help="N arguments per job: {} is all of them, {1}..{N} each (0: read one, insert none)",
     )
@@ -386,20 +393,6 @@ def _add_gnu_options(run: argparse.ArgumentParser) -> None:
     for flag in ("--will-cite", "--no-notice", "--silent"):  # nothing to do: no notice
         run.add_argument(flag, action="store_true", help=argparse.SUPPRESS)
     add_rejected(run)
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
-    return value
 
 
 def _positive_float(text: str) -> float:

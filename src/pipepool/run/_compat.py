@@ -103,8 +103,10 @@ def add_rejected(parser: argparse.ArgumentParser) -> None:
     """Register every refused option on ``parser`` (as one argument: argparse's cost is
     per argument): seeing one stops parsing with its message (argparse then exits 255
     through the parser's ``error``)."""
+    # nargs="?": "--sshlogin=host" must reach the refusal too (nargs=0 makes argparse
+    # stop at "ignored explicit argument" first, without the reason).
     parser.add_argument(
-        *REJECTED, action=_Refuse, nargs=0, default=argparse.SUPPRESS, help=argparse.SUPPRESS
+        *REJECTED, action=_Refuse, nargs="?", default=argparse.SUPPRESS, help=argparse.SUPPRESS
     )
 
 
@@ -114,12 +116,13 @@ class _Refuse(argparse.Action):
         parser.error(f"{name} (GNU parallel) is not supported by pipepool run: {REJECTED[name]}")
 
 
-_NUMBER_OPTIONS = ("-j", "-P", "--jobs", "--max-procs", "--load")
+_NUMBER_OPTIONS = ("-j", "-P", "--jobs", "--max-procs", "--load", "--halt")
 
 
 def join_negative_values(head: list[str]) -> list[str]:
     """``-j -1`` as ``-j=-1``: with ``-0`` among its options argparse takes ``-1`` for
-    an option, while GNU parallel reads it as "one less than the cores"."""
+    an option, while GNU parallel reads it as "one less than the cores" (and
+    ``--halt -1`` as ``soon,success=1``)."""
     out: list[str] = []
     words = iter(head)
     for word in words:

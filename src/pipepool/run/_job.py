@@ -15,9 +15,10 @@ What the job used (user and system CPU seconds, peak RSS) comes from the kernel'
 accounting of its whole process tree: ``wait4`` of the job's process (covering every
 descendant it reaped) plus each orphan the sweep reaps.
 
-Limits: a descendant that left the job's process group survives the *worker's* death
-(the subreaper died with it), and a job killed in the microseconds between its fork and
-its registration with the guardian is not listed there.
+A worker killed while it starts a job (between the fork and its note of the job's
+group) leaves a token where the guardian looks, and the guardian kills the job by it
+(``_reaper.expect_job``). Limit: a descendant that left the job's process group survives
+the *worker's* death (the subreaper died with it) unless it kept the job's environment.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from ._reaper import Usage, killpg, setup_worker, sweep_orphans, tell_guardian
+from ._reaper import Usage, expect_job, killpg, setup_worker, sweep_orphans, tell_guardian
 
 KILL_GRACE = 0.5  # s between SIGTERM and SIGKILL of a timed-out job: long enough for a
 # well-behaved command to clean up, short enough that a timeout ends promptly
@@ -101,6 +102,7 @@ def run_job(spec: JobSpec) -> JobResult:
         os.environ["PARALLEL_JOBSLOT"] = str(spec.slot)
     start = time.time()
     t0 = time.monotonic()
+    expect_job()  # from here a worker's death kills the job, even before it has a pid
     try:
         proc = subprocess.Popen(
             spec.argv,
@@ -111,6 +113,7 @@ def run_job(spec: JobSpec) -> JobResult:
             close_fds=True,
         )
     except OSError as exc:  # no such program, not executable: report it as a shell would
+        tell_guardian(0)
         os.write(err_fd or 2, f"pipepool: {spec.argv[0]}: {exc.strerror}\n".encode())
         code = 127 if exc.errno == errno.ENOENT else 126
         sizes = (0, 0) if out_fd is None or err_fd is None else (_size(out_fd), _size(err_fd))

@@ -8,7 +8,11 @@ Each row is one ``os.write`` of the whole line on an ``O_APPEND`` descriptor: th
 appends it in one piece or not at all, so SIGKILL between two rows leaves whole rows
 only, and ``--resume`` can trust every line. A tail without its newline (a full disk, a
 crash of the machine) is cut off when the log is opened for appending, so the next row
-starts on a line of its own.
+starts on a line of its own; the runner says so.
+
+``--resume`` appends to the file it is given, so it first checks that the file is a
+joblog (its first line is the header): a file of notes given by mistake is refused
+before anything touches it (``check_joblog``).
 """
 
 from __future__ import annotations
@@ -55,19 +59,25 @@ class JoblogRow:
         )
 
 
+class JoblogError(Exception):
+    """``--resume`` was given a file that is not a joblog."""
+
+
 class Joblog:
-    """An open joblog. ``append=False`` starts it afresh, ``True`` continues it (resume)."""
+    """An open joblog. ``append=False`` starts it afresh, ``True`` continues it (resume);
+    ``torn`` is then the length of the cut-off last line it repaired (0: none)."""
 
     def __init__(self, path: str, *, append: bool, fsync: bool = False) -> None:
         # Read-write only to look for a torn tail; every write appends (O_APPEND).
         flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
         self.path = path
         self.fsync = fsync
+        self.torn = 0
         self._fd = os.open(path, flags, 0o644)
         try:
             regular = stat.S_ISREG(os.fstat(self._fd).st_mode)  # not /dev/null, a FIFO
             if regular and append:
-                _cut_torn_tail(self._fd)
+                self.torn = _cut_torn_tail(self._fd)
             elif regular:
                 os.ftruncate(self._fd, 0)
             if not regular or os.fstat(self._fd).st_size == 0:
@@ -131,21 +141,43 @@ def read_joblog(path: str) -> dict[int, JoblogRow]:
     return rows
 
 
+def check_joblog(path: str) -> None:
+    """Raise JoblogError unless ``path`` is missing, empty, not a regular file, or starts
+    with the joblog header: what ``--resume`` may append to."""
+    try:
+        with open(path, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return  # /dev/null, a FIFO: nothing to read back, nothing to repair
+            first = f.readline(len(HEADER) + 1)
+    except FileNotFoundError:
+        return
+    if first and first != HEADER.encode():
+        shown = first[:40].decode("utf-8", "replace").rstrip("\n")
+        raise JoblogError(
+            f"--resume: {path} is not a joblog (its first line is {shown!r}, not the "
+            "header Seq, Host, Starttime, ...); left untouched: give the --joblog file "
+            "of the earlier run, or run without --resume to start a new one"
+        )
+
+
 def select_jobs(jobs: list, joblog: str | None, resume: str | None) -> list:
     """All jobs, less those the joblog says are done (``--resume``, ``resume="all"``)
-    or succeeded (``--resume-failed``, ``resume="failed"``)."""
+    or succeeded (``--resume-failed``, ``resume="failed"``). JoblogError if the file is
+    not a joblog."""
     if resume is None or not joblog:
         return list(jobs)
+    check_joblog(joblog)
     rows = read_joblog(joblog)
     if resume == "failed":
         return [j for j in jobs if not (j.seq in rows and rows[j.seq].ok)]
     return [j for j in jobs if j.seq not in rows]
 
 
-def _cut_torn_tail(fd: int) -> None:
+def _cut_torn_tail(fd: int) -> int:
+    """Cut a last line without its newline; return its length (0: there was none)."""
     size = os.fstat(fd).st_size
     if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
-        return
+        return 0
     keep = size
     while keep > 0:
         chunk = os.pread(fd, min(keep, 65536), max(0, keep - 65536))
@@ -155,6 +187,7 @@ def _cut_torn_tail(fd: int) -> None:
             break
         keep -= len(chunk)
     os.ftruncate(fd, keep)
+    return size - keep
 
 
 def _escape(command: str) -> str:

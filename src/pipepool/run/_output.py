@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import shutil
 from collections.abc import Callable
 from typing import BinaryIO
 
@@ -46,6 +45,9 @@ class OutputWriter:
         self._broken = False  # our stdout's reader went away (`| head`)
         self.line_buffer = line_buffer
         self._followed: dict[int, list] = {}  # seq -> [tag, out, err, out_pos, err_pos]
+        # What went to stdout so far ends a line (or nothing did): a job's output may
+        # lack its last newline, and ``--json`` must start a line of its own after it.
+        self.ends_line = True
 
     def follow(self, seq: int, tag: str, out_path: str, err_path: str) -> None:
         """``--line-buffer``: ``seq`` was sent; print its lines as they come."""
@@ -128,6 +130,7 @@ class OutputWriter:
         if self._broken and stream is self.stdout:
             return
         try:
+            last = b""
             if self.tag:
                 prefix = os.fsencode(tag) + b"\t"
                 line = b"\n"
@@ -135,8 +138,13 @@ class OutputWriter:
                     stream.write(prefix + line)
                 if not line.endswith(b"\n"):
                     stream.write(b"\n")  # the next job's tag starts a line of its own
+                last = b"\n"
             else:
-                shutil.copyfileobj(f, stream, CHUNK)
+                while chunk := f.read(CHUNK):
+                    stream.write(chunk)
+                    last = chunk
+            if last and stream is self.stdout:
+                self.ends_line = last.endswith(b"\n")
             stream.flush()
         except BrokenPipeError:
             if stream is self.stdout:

@@ -9,6 +9,15 @@ group in a word of memory it shares with the guardian (no system call, no wake-u
 job); at EOF (the worker is gone, however it died) the guardian SIGKILLs the group found
 there. It ignores SIGINT, SIGTERM and SIGHUP, so a signal sent to the runner's whole
 process group takes the worker down first and the guardian still does its job.
+
+A job's pid is known only once it was forked, and a worker killed between the fork and
+its note of the pid (``--halt now`` or a second Ctrl-C kill a job the moment it starts,
+so this is not rare) would leave the job to no one. So before the fork the worker stores
+a *token* instead (a negative number) and puts it in the job's environment
+(``PIPEPOOL_JOB_TOKEN``); a guardian that finds a token kills the group of every process
+whose environment carries it. The child holds the pipe's write end until it execs (the
+end is close-on-exec), so the guardian's EOF never comes before the job's environment
+is readable in /proc.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ import signal
 import struct
 import sys
 import threading
+import time
 
 SWEEP_ROUNDS = 50  # bound on kill-and-reap rounds over reparented descendants; each round
 # goes one generation deeper, so only a fork bomb outlasts it
@@ -34,6 +44,11 @@ _guardian_pid = 0
 _guardian_fd = -1
 _slot: mmap.mmap | None = None  # shared with the guardian: the running job's pgid, or 0
 _SLOT = struct.Struct("q")
+TOKEN_VAR = "PIPEPOOL_JOB_TOKEN"  # in a job's environment: "<worker pid>.<n>"
+TOKEN_SCANS = 20  # scans of /proc for a token's processes, TOKEN_PAUSE apart: the job's
+TOKEN_PAUSE = 0.01  # exec may not have set up its new environment yet (the kernel closes
+# the fds first), or the worker died before the fork: then none is found
+_tokens = 0  # tokens this worker handed out
 
 
 def setup_worker() -> None:
@@ -77,10 +92,11 @@ def _start_guardian() -> None:
         with contextlib.suppress(OSError):
             os.close(_guardian_fd)
     read_fd, write_fd = os.pipe()  # both close-on-exec: no job inherits the write end
+    worker = os.getpid()
     pid = os.fork()
     if pid == 0:  # the guardian: only os-level calls, and it never returns
         try:
-            _guard(read_fd, _slot)
+            _guard(read_fd, _slot, worker)
         finally:
             os._exit(0)
     os.close(read_fd)
@@ -89,7 +105,7 @@ def _start_guardian() -> None:
     _guardian_pid, _guardian_fd = pid, write_fd
 
 
-def _guard(read_fd: int, slot: mmap.mmap) -> None:
+def _guard(read_fd: int, slot: mmap.mmap, worker: int) -> None:
     """Body of the guardian: wait for the worker's death, then SIGKILL its job's group."""
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
@@ -113,6 +129,39 @@ def _guard(read_fd: int, slot: mmap.mmap) -> None:
     (pgid,) = _SLOT.unpack_from(slot)
     if pgid > 0:
         killpg(pgid, signal.SIGKILL)
+    elif pgid < 0:  # died while starting a job: find it by its token
+        token = f"{TOKEN_VAR}={worker}.{-pgid}".encode()
+        for _ in range(TOKEN_SCANS):
+            if _kill_token(token):
+                break
+            time.sleep(TOKEN_PAUSE)
+
+
+def _kill_token(token: bytes) -> bool:
+    """SIGKILL the process group of each process whose environment holds ``token``
+    (the job, and what it started: they inherit it). True if one was found."""
+    found = False
+    try:
+        entries = os.listdir("/proc")
+    except OSError:  # no /proc (macOS): the job outlives its killed worker there
+        return True
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                environ = f.read().split(b"\0")
+            if token not in environ:
+                continue
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                pgid = int(f.read().rsplit(b")", 1)[1].split()[2])
+        except (OSError, ValueError, IndexError):
+            continue  # gone, or not ours to read
+        found = True
+        killpg(pgid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            os.kill(int(entry), signal.SIGKILL)  # one that left the group (setsid)
+    return found
 
 
 def _stop_guardian() -> None:
@@ -131,6 +180,16 @@ def tell_guardian(pgid: int) -> None:
     """Record the running job's process group (0: none) where the guardian will look."""
     if _slot is not None:
         _SLOT.pack_into(_slot, 0, pgid)
+
+
+def expect_job() -> None:
+    """Just before a job is forked: give it a fresh token (in this worker's environment,
+    which the job inherits) and record the token where the guardian will look, until
+    ``tell_guardian`` records the job's group."""
+    global _tokens
+    _tokens += 1
+    os.environ[TOKEN_VAR] = f"{os.getpid()}.{_tokens}"
+    tell_guardian(-_tokens)
 
 
 def _children() -> set[int]:

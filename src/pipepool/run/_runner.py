@@ -9,7 +9,8 @@ One loop, as named steps::
 Jobs run in pool workers through ``_job.run_job`` (timeouts and process-tree cleanup
 happen there, so a timed-out job does not cost a worker). The runner feeds the executor
 only a few jobs ahead of the free workers: stopping early then means cancelling a
-handful of queued tasks, not a million.
+handful of queued tasks, not a million. With ``--halt`` it feeds none ahead: each job
+starts only after the runner saw every outcome before it (``_check_halt``).
 
 With ``{%}``, ``--pin``, ``--delay``, ``--load`` or ``--memfree`` the ``Gate`` decides
 instead: a job is sent only when a slot is free and the gate is open (``_gate``).
@@ -111,6 +112,7 @@ class Runner:
             jobs=options.jobs,
             skipped=len(self.jobs) - len(to_run),
             repeat=options.repeat,
+            halt=options.halt,
         )
         self._pending.extend((job, 1) for job in to_run)
         progress_on = options.progress
@@ -131,6 +133,12 @@ class Runner:
             if options.joblog
             else None
         )
+        if self.joblog is not None and self.joblog.torn:
+            self._note(
+                f"--resume: the last line of {options.joblog} was cut short (a row torn by "
+                f"a crash, {self.joblog.torn} bytes without a newline); removed it, so its "
+                "job runs again"
+            )
         self.tmpdir = make_tmpdir()
         started = time.monotonic()
         previous = self._install_signal_handlers()
@@ -199,7 +207,11 @@ class Runner:
     def _feed(self, ex: LocalExecutor) -> bool:
         """Queue jobs until every worker has FEED_AHEAD waiting; True if any was queued."""
         gate = self.gate
-        limit = self.options.jobs * (1 if gate.exclusive else 1 + FEED_AHEAD)
+        # With --halt, no job waits in the executor for a worker: the executor would start
+        # it the moment a job ends, before the runner saw that job's outcome and could
+        # decide to halt (GNU parallel checks the condition before it starts the next).
+        ahead = 0 if gate.exclusive or self.options.halt.when != "never" else FEED_AHEAD
+        limit = self.options.jobs * (1 + ahead)
         fed = False
         while self._pending and not self._stopping and len(self._inflight) < limit:
             if gate.exclusive:
@@ -324,15 +336,21 @@ class Runner:
         self._runtime_sum += outcome.runtime
         if outcome.status == "failed":
             self._failed += 1
-        self._check_halt(ex)
+        self._check_halt(ex, outcome)
 
-    def _check_halt(self, ex: LocalExecutor) -> None:
+    def _check_halt(self, ex: LocalExecutor, outcome: Outcome) -> None:
+        """After each finished job, before any other starts: is ``--halt`` met?"""
         halt = self.options.halt
         if self._aborting or (self._stopping and halt.when == "soon"):
             return
         failed = self._failed
         succeeded = len(self.summary.outcomes) - failed
-        if halt.reached(failed=failed, succeeded=succeeded, total=self.progress.total):
+        total = self.progress.total
+        if halt.reached(failed=failed, succeeded=succeeded, total=total):
+            if self.summary.halt_status is None:  # decided by the job that met it
+                self.summary.halt_status = halt.status_when_reached(
+                    failed=failed, total=total, exitval=outcome.exitval, signal=outcome.signal
+                )
             self._stop(ex, f"--halt {halt}")
             if halt.when == "now":
                 self._abort(ex)
@@ -423,6 +441,14 @@ class Runner:
             mean_runtime=self._runtime_sum / done if done else 0.0,
             note="stopping" if self._stopping else "",
         )
+
+    def stdout_ends_line(self) -> bool:
+        """Whether the jobs' output on stdout ended a line (or there was none), so that
+        ``--json`` knows if its line needs a newline first. With ``--ungroup`` the jobs
+        wrote to the descriptor themselves, unseen: a line is assumed open once any ran."""
+        if self.options.ungroup:
+            return not self.summary.outcomes
+        return self.output.ends_line
 
     def _before_output(self) -> None:
         self.progress.clear()

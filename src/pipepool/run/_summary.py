@@ -1,8 +1,9 @@
 """What a run did, for people (``text``) and for programs (``as_dict``), and its exit status.
 
 Exit status, as GNU parallel: 0 when every job succeeded, else the number of failed jobs
-capped at 101. A run stopped by Ctrl-C exits 130 (SIGTERM: 143), whatever else happened,
-because its jobs did not all run; 255 means the run could not start at all.
+capped at 101; with ``--halt``, what the halt condition decided (``_halt``). A run
+stopped by Ctrl-C exits 130 (SIGTERM: 143), whatever else happened, because its jobs did
+not all run; 255 means the run could not start at all.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 import signal as _signal
 from dataclasses import dataclass, field
 
-MAX_EXIT = 101  # GNU parallel: "101: more than 100 jobs failed"
+from ._halt import Halt
+
 SHOWN_FAILURES = 20  # failures listed by name in the text summary (all are in the JSON)
 SHOWN_SLOWEST = 5
 
@@ -79,6 +81,8 @@ class Summary:
     stopped: str = ""  # why no further job started: "interrupted", "halt: ...", "terminated"
     outcomes: list[Outcome] = field(default_factory=list)
     repeat: int = 1  # --repeat N: each job ran N times
+    halt: Halt = field(default_factory=Halt)
+    halt_status: int | None = None  # the exit status decided when --halt's condition was met
 
     @property
     def succeeded(self) -> list[Outcome]:
@@ -101,7 +105,9 @@ class Summary:
             return 128 + _signal.SIGINT
         if self.stopped == "terminated":
             return 128 + _signal.SIGTERM
-        return min(len(self.failed), MAX_EXIT)
+        if self.halt_status is not None:
+            return self.halt_status
+        return self.halt.status_not_reached(failed=len(self.failed), ran=len(self.outcomes))
 
     def slowest(self, n: int = SHOWN_SLOWEST) -> list[Outcome]:
         ran = [o for o in self.outcomes if o.status != "aborted"]

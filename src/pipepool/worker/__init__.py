@@ -36,7 +36,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import _signals
 from ..frames import Kind
@@ -67,28 +67,31 @@ def _rebuild_child_fd(dup: Any) -> ChildFd:
     return ChildFd(dup.detach())
 
 
-def main(
-    activity: ChildFd,
-    result: ChildFd,
-    lifeline: ChildFd,
-    control: ChildFd,
-    marks: ChildFd,
-    mark_slot: int,
-    close_fds: Sequence[int],
-    initializer: Callable[..., object] | None,
-    initargs: tuple,
-    max_tasks: int | None,
-    impl: str | None = None,
-    crash: ChildFd | None = None,
-) -> None:
-    """Entry point of a worker process (the ``multiprocessing.Process`` target).
+class WorkerStart(NamedTuple):
+    """What the parent hands a new worker, by name: its ends of the pipes, its slots in
+    what the pool shares, and its settings. Pickled by reference under spawn and
+    forkserver (its fds by ``ChildFd``), so both sides import it from here."""
 
-    ``crash`` is the file a fatal signal's Python stack goes to (``_fault``)."""
+    activity: ChildFd  # read end of its activity pipe: TASK and BATCH frames
+    result: ChildFd  # write end of its result pipe: outcomes, REVOKED, REFUSED, INIT_FAILED
+    control: ChildFd  # read end of its control pipe: REVOKE only
+    lifeline: ChildFd  # read end of the pool's lifeline: its EOF means the parent died
+    marks: ChildFd  # the pool's page of start marks (``_marks``)
+    mark_slot: int  # this worker's slot in it
+    crash: ChildFd  # the file a fatal signal's Python stack goes to (``_fault``)
+    close_fds: Sequence[int]  # under fork: the parent's other pipepool fds, closed at once
+    initializer: Callable[..., object] | None  # run before the first task
+    initargs: tuple
+    max_tasks: int | None  # exit after this many tasks (max_tasks_per_child)
+    impl: str  # the parent's loop ("cython" or "python"): its FrameReader reads frames
+
+
+def main(start: WorkerStart) -> None:
+    """Entry point of a worker process (the ``multiprocessing.Process`` target)."""
     # First of all: a process group of our own, which every process a task starts joins,
     # so that killing the worker kills them too (``_tree``).
     _tree.lead_own_group()
-    if crash is not None:  # before the initializer: a crash there is reported too
-        _fault.enable(crash.fd)
+    _fault.enable(start.crash.fd)  # before the initializer: a crash there is reported too
     # A parent thread may have had every signal blocked, or its handlers deferred, while
     # it started us; undo both, and leave Ctrl-C to the parent, which decides what
     # happens to running work.
@@ -100,23 +103,23 @@ def main(
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     # Under fork we inherited the parent's ends of every other pipe: a worker holding
     # another worker's activity write end would hide the parent's death from it.
-    for fd in close_fds:
+    for fd in start.close_fds:
         with contextlib.suppress(OSError):
             os.close(fd)
-    mark = StartMark(marks.fd, mark_slot)
-    os.close(marks.fd)  # the mapping stays; the fd is not needed any more
-    gate = _Gate(result.fd, mark)
+    mark = StartMark(start.marks.fd, start.mark_slot)
+    os.close(start.marks.fd)  # the mapping stays; the fd is not needed any more
+    gate = _Gate(start.result.fd, mark)
     threading.Thread(
         target=_watch,
-        args=(lifeline.fd, control.fd, gate),
+        args=(start.lifeline.fd, start.control.fd, gate),
         name="pipepool-watcher",
         daemon=True,
     ).start()
-    if initializer is not None:
+    if start.initializer is not None:
         try:
-            initializer(*initargs)
+            start.initializer(*start.initargs)
         except BaseException as exc:
             gate.write(_failure_frame(Kind.INIT_FAILED, 0, exc))
             sys.stderr.flush()
             os._exit(EXIT_INIT_FAILED)
-    serve(activity.fd, result.fd, max_tasks, impl, gate)
+    serve(start.activity.fd, start.result.fd, start.max_tasks, start.impl, gate)

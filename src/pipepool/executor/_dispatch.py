@@ -1,0 +1,169 @@
+"""LocalExecutor's dispatch step, and the revoke that takes back what it sent too far
+ahead: every write the parent makes to a worker, the activity pipe's through the loop
+(which never blocks) and the control pipe's REVOKE (which cannot).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import time
+
+from .._task import QUEUED as _QUEUED
+from .._task import RUNNING as _RUNNING
+from .._task import Task as _Task
+from .._task import pickle_call
+from ..errors import TaskPicklingError
+from ..events import State
+from ..frames import MAX_PAYLOAD, PICKLE_PROTOCOL, Kind, encode_header
+from ._state import LocalState, _Worker
+
+
+class Dispatcher(LocalState):
+    """The dispatch step (give each worker with room the next tasks) and the revoke."""
+
+    def _dispatch(self) -> None:
+        """Give each worker with room the next queued tasks, up to the depth."""
+        if not self._queue:
+            return
+        depth = self._depth.depth()
+        open_workers = self._open_workers(depth)
+        if open_workers:
+            self._send_shares(self._share_out(open_workers, depth))
+
+    def _open_workers(self, depth: int) -> list[_Worker]:
+        """The workers that may take a task now: open, no REVOKE out, below the depth
+        and below ``max_tasks_per_child``, and (at an adaptive depth above 1) not busy
+        with a task that overruns."""
+        limit = self.max_tasks_per_child
+        open_workers = [
+            w
+            for w in self._workers.values()
+            if not w.closing
+            and not w.revoking
+            and len(w.in_flight) < depth
+            and (limit is None or w.sent < limit)
+        ]
+        if self._depth.prefetch is None and depth > 1:
+            # Feed no worker whose current task overruns what we expect of a task: what
+            # we send it now would wait behind that task instead of running elsewhere.
+            overrun = time.monotonic() - self._depth.overrun_after()
+            open_workers = [
+                w for w in open_workers if w.current is None or w.current.began > overrun
+            ]
+        return open_workers
+
+    def _share_out(self, open_workers: list[_Worker], depth: int) -> dict[_Worker, list[_Task]]:
+        """Each worker's share of the head of the queue, dealt breadth first (one task per
+        worker per pass, so a deep dispatch stays fair); the queue is not changed yet."""
+        queue = self._queue
+        limit = self.max_tasks_per_child
+        shares: dict[_Worker, list[_Task]] = {}
+        room = {
+            w: min(depth - len(w.in_flight), limit - w.sent if limit else depth)
+            for w in open_workers
+        }
+        taken = 0
+        while taken < len(queue) and open_workers:
+            still_open = []
+            for w in open_workers:
+                if taken == len(queue):
+                    break
+                shares.setdefault(w, []).append(queue[taken])
+                taken += 1
+                room[w] -= 1
+                if room[w] > 0:
+                    still_open.append(w)
+            open_workers = still_open
+        return shares
+
+    def _send_shares(self, shares: dict[_Worker, list[_Task]]) -> None:
+        """Take the shared-out tasks off the queue and send each worker its share (one
+        frame and one writev each); what was not sent goes back to the front."""
+        queue = self._queue
+        taken_tasks = [queue.popleft() for _ in range(sum(map(len, shares.values())))]
+        try:
+            for w, share in shares.items():
+                self._send_share(w, share)
+        finally:
+            # A pickling error (any BaseException a __reduce__ raises) stops the step:
+            # what was not sent yet goes back to the front, in its order.
+            unsent = [t for t in taken_tasks if t.phase == _QUEUED]
+            queue.extendleft(reversed(unsent))
+
+    def _send_share(self, w: _Worker, share: list[_Task]) -> None:
+        """Send ``share`` to ``w``: one BATCH frame (one pickle) when it can, else a TASK
+        frame per call; a call that cannot be pickled fails alone."""
+        loop = self._loop
+        batch = [t for t in share if not t.solo] if len(share) > 1 else []
+        payload = _pickle_batch(batch) if len(batch) > 1 else None
+        if payload is not None:
+            # Order matters: the send is the step that can fail, the bookkeeping
+            # follows it and cannot, so a task is never counted as sent unless it was.
+            loop.send(w.wid, Kind.BATCH, len(batch), payload, False)
+            first = w.seq + 1
+            for t in batch:
+                self._note_sent(w, t)
+                t.batch = first
+            share = [t for t in share if t.solo]
+        for t in share:
+            try:
+                payload = _pickle_call(t)
+            except TaskPicklingError as exc:
+                self._finish(t, State.FAILED, exception=exc)
+                continue
+            loop.send(w.wid, Kind.TASK, t.tid, payload, False)
+            self._note_sent(w, t)
+            t.batch = 0
+        loop.flush(w.wid)
+
+    @staticmethod
+    def _note_sent(w: _Worker, t: _Task) -> None:
+        t.phase = _RUNNING
+        w.in_flight[t.tid] = t
+        w.sent += 1
+        w.seq += 1
+        t.seq = w.seq
+
+    def _revoke_trapped(self) -> None:
+        """Take back the tasks sent ahead to a worker whose current task overruns (the
+        depth policy says which workers).
+
+        A REVOKE on the worker's control pipe (a 16-byte write into a pipe that holds at
+        most one, so it cannot block) makes it skip them; its REVOKED answer says which,
+        and ``_on_revoked`` queues them again.
+        """
+        for w in self._depth.trapped(self._workers.values()):
+            try:
+                os.write(w.control_fd, encode_header(Kind.REVOKE, w.seq, 0))
+            except OSError:  # gone (EPIPE): its exit will re-dispatch what it never started
+                continue
+            w.revoking = w.seq
+
+
+def _pickle_call(t: _Task) -> bytes:
+    """Pickle a task's call; on failure name the key and the part that failed."""
+    payload = pickle_call(
+        t,
+        advice="; functions must be importable (no lambdas or local functions) and "
+        "arguments picklable",
+    )
+    if len(payload) > MAX_PAYLOAD:
+        raise TaskPicklingError(
+            f"task {t.key!r}: its pickled call is {len(payload)} bytes, above the "
+            f"frame limit of {MAX_PAYLOAD}",
+            key=t.key,
+            part="arguments",
+        )
+    return payload
+
+
+def _pickle_batch(batch: list[_Task]) -> bytes | None:
+    """One pickle for several calls (a shared function is pickled once), or None when
+    one of them cannot be pickled or it is too big: they then go one per frame, and
+    ``_pickle_call`` names the call and the part at fault."""
+    try:
+        payload = pickle.dumps([(t.tid, t.fn, t.args, t.kwargs) for t in batch], PICKLE_PROTOCOL)
+    except Exception:
+        return None
+    return payload if len(payload) <= MAX_PAYLOAD else None

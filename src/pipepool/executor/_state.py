@@ -1,0 +1,148 @@
+"""LocalExecutor's state, declared once: every attribute the round's steps read and write,
+set and commented in ``LocalState.__init__`` (as CPython's ``_ExecutorManagerThread``
+does), and ``_Worker``, the parent's record of one worker process.
+
+The steps are classes built on ``LocalState``, each in the file that says what it does,
+and each derived from the steps whose methods it calls::
+
+    SchedulerAPI ─ LocalState ─┬─ WorkerLifecycle ─ Collector ─ Reaper ─┬─ LocalExecutor
+      (pipepool._api)          └─ Dispatcher ───────────────────────────┘
+
+so the hierarchy the type checker reads is the one that runs. They move tasks between
+``_queue``, the workers' ``in_flight`` and ``_events``: one owner of that bookkeeping,
+which is what keeps every task in exactly one place (docs/design.md, "Invariants", 3).
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .. import _oom
+from .. import loop as _impl
+from .._api import SchedulerAPI
+from .._task import Task
+from ..errors import InitializerError
+from ..worker._marks import MarkTable
+from ._depth import DepthPolicy
+
+# Every parent-side pipepool fd open in this process. A forked worker closes all of them
+# but its own, so that no worker holds another's pipe ends: otherwise one worker's EOF or
+# the parent's death would stay hidden while the other lives.
+_PARENT_FDS: set[int] = set()
+
+
+class _Worker:
+    """One worker process as the parent sees it, from its start until it is retired."""
+
+    __slots__ = (
+        "close_error",
+        "closed_at",
+        "closing",
+        "control_fd",
+        "crash_fd",
+        "crash_report",
+        "current",
+        "fds",
+        "heard",
+        "in_flight",
+        "init_error",
+        "init_round",
+        "kill_reason",
+        "killed",
+        "mark",
+        "oom_at",
+        "pid",
+        "proc",
+        "revoking",
+        "sent",
+        "seq",
+        "slot",
+        "wid",
+    )
+
+    def __init__(
+        self,
+        wid: int,
+        proc: multiprocessing.process.BaseProcess,
+        fds: tuple[int, int],
+        control_fd: int,
+        crash_fd: int,
+        slot: int,
+        init_round: int,
+    ) -> None:
+        self.wid = wid  # its channel in the PipeLoop
+        self.proc = proc
+        self.pid: int | None = proc.pid
+        self.fds = fds  # the parent's ends, owned by the loop from add() to remove()
+        self.control_fd = control_fd  # write end of its control pipe (REVOKE), non-blocking
+        self.crash_fd = crash_fd  # its faulthandler's file (``worker._fault``), read at death
+        self.slot = slot  # its start-mark slot in the pool's MarkTable
+        self.mark = 0  # the last start mark read from it
+        self.init_round = init_round  # initializer failures counted when it started
+        self.in_flight: dict[int, Task] = {}  # tid -> task, in dispatch order
+        self.sent = 0  # tasks sent and not taken back, for max_tasks_per_child
+        self.seq = 0  # tasks ever sent: the numbering REVOKE and REVOKED use
+        self.revoking = 0  # while a REVOKE is out: the last sequence number it covers
+        self.current: Task | None = None  # the task its start mark names, until its outcome
+        self.heard = False  # a frame or a start mark came: it got through start-up
+        self.closing = False  # its result pipe closed (EOF or a bad frame)
+        self.closed_at = 0.0  # when it closed: past EXIT_GRACE a lingering worker is killed
+        self.close_error: BaseException | None = None  # the bad frame that closed it
+        self.init_error: BaseException | None = None  # its initializer's (or start-up's)
+        self.kill_reason: BaseException | None = None  # why we killed it, for its task
+        self.killed = False  # SIGKILL sent (once)
+        self.crash_report = ""  # faulthandler's summary, for its lost task's message
+        self.oom_at: _oom.Snapshot = ()  # the counts of OOM kills before its current task
+
+
+class LocalState(SchedulerAPI):
+    """The state of a LocalExecutor; the steps built on it say what each part is for."""
+
+    def __init__(
+        self,
+        parallelism: int,
+        *,
+        start_method: str | None,
+        prefetch: int | None,
+        pipe_size: int | None,
+        max_tasks_per_child: int | None,
+        initializer: Callable[..., object] | None,
+        initargs: Iterable[Any],
+        loop_impl: str | None,
+        oom_counters: tuple[_oom.Counter, ...] | None,
+    ) -> None:
+        super().__init__(
+            ("done", "failed", "lost", "crashes", "recycles", "started_workers", "revoked")
+        )
+        # -- configuration, as given (validated by LocalExecutor) -------------------------
+        self.parallelism = parallelism  # workers at most (ProcessPoolExecutor may lower it)
+        self.pipe_size = pipe_size  # F_SETPIPE_SZ for activity and result pipes, or None
+        self.max_tasks_per_child = max_tasks_per_child  # a worker exits after this many
+        self.initializer = initializer  # run in each worker before its first task
+        self.initargs = tuple(initargs)
+        # A multiprocessing context; Any because typeshed's BaseContext lacks Process.
+        self._context: Any = multiprocessing.get_context(start_method)
+        self.start_method: str = self._context.get_start_method()
+        self.implementation, loop_module = _impl.load(loop_impl)  # "cython" or "python"
+        self._loop_class = loop_module.PipeLoop
+        # -- what start() opens and _close() closes ---------------------------------------
+        self._loop: Any = None  # the PipeLoop (either twin): every parent-side pipe end
+        self._marks: MarkTable | None = None  # the page of start marks, a slot per worker
+        self._lifeline: tuple[int, int] | None = None  # read end for workers, write end kept
+        # -- workers ---------------------------------------------------------------------
+        self._workers: dict[int, _Worker] = {}  # wid -> worker, until it is retired
+        self._wids = itertools.count(1)  # worker ids: channel numbers in the loop
+        self._next_reap = 0.0  # when every worker's exit is checked next (REAP_INTERVAL)
+        # The counts of OOM kills a worker's SIGKILL is checked against (``_oom``; the
+        # tests pass files of their own).
+        self._oom_counters = _oom.counters() if oom_counters is None else oom_counters
+        # -- the round's own ------------------------------------------------------------
+        self._depth = DepthPolicy(prefetch)  # how deep to dispatch; which tasks are trapped
+        self._starting: list[tuple[Task, int | None]] = []  # seen started, no RUNNING yet
+        # -- the initializer's back-off ----------------------------------------------------
+        self._init_failures = 0  # initializer (or start-up) failures in a row
+        self._init_retry_at = 0.0  # no worker starts before this after a failure
+        self._broken: InitializerError | None = None  # set after INIT_RETRIES: queued work fails
