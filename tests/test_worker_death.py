@@ -24,7 +24,7 @@ import pytest
 import death_tasks
 import tasks
 from pipepool import WorkerLostError
-from pipepool._oom import Counter, rise, snapshot
+from pipepool._oom import Counter, _own_cgroups, rise, snapshot
 from pipepool.executor import REAP_INTERVAL
 
 
@@ -147,28 +147,32 @@ def test_where_nothing_counts_oom_kills_the_message_says_so(make) -> None:
     assert "does not count OOM kills" in str(error)
 
 
-def _can_make_memory_cgroup() -> bool:
-    root = death_tasks.CGROUP_V1_MEMORY
-    return (
-        sys.platform == "linux"
-        and os.geteuid() == 0
-        and os.path.isfile(os.path.join(root, "memory.limit_in_bytes"))
-        and os.access(root, os.W_OK)
-    )
+def _own_memory_cgroup() -> str | None:
+    """This process's cgroup v1 memory group, if the test may make one inside it."""
+    own = _own_cgroups()[1]
+    if sys.platform != "linux" or os.geteuid() != 0 or own is None:
+        return None
+    path = death_tasks.CGROUP_V1_MEMORY + own.rstrip("/")
+    if not os.path.isfile(os.path.join(path, "memory.limit_in_bytes")):
+        return None
+    return path if os.access(path, os.W_OK) else None
 
 
 @pytest.mark.skipif(
-    not _can_make_memory_cgroup(),
+    _own_memory_cgroup() is None,
     reason="the real OOM killer needs a memory cgroup of its own: root and cgroup v1's "
     "memory controller (the fake-count tests above cover the detection everywhere)",
 )
 def test_the_real_oom_killer_is_named() -> None:
-    # The victim moves its worker into a new 64 MiB cgroup and fills it: the kernel kills
-    # it there, and nothing outside that cgroup feels the pressure. Its count (v1) is
-    # the cgroup's own, so the machine's count (/proc/vmstat) is the one that rises.
+    # The victim moves its worker into a new 64 MiB cgroup inside this process's own and
+    # fills it: the kernel kills it there, and nothing outside that cgroup feels the
+    # pressure. Its count (v1) is the new cgroup's own, so the machine's count
+    # (/proc/vmstat) is the one that rises.
     from pipepool import LocalExecutor
 
-    group = os.path.join(death_tasks.CGROUP_V1_MEMORY, f"pipepool-test-oom-{os.getpid()}")
+    parent = _own_memory_cgroup()
+    assert parent is not None
+    group = os.path.join(parent, f"pipepool-test-oom-{os.getpid()}")
     try:
         with LocalExecutor(1, start_method="fork") as ex:
             ex.queue("hog", death_tasks.fill_own_cgroup, group, 64 << 20)
