@@ -7,7 +7,7 @@ def square(n: int) -> int:
     return n * n
 
 
-if __name__ == "__main__":  # needed with spawn (macOS's default start method)
+if __name__ == "__main__":  # workers import this module unless they are forked
     results = {}
     with LocalExecutor(parallelism=2) as ex:
         for n in range(100):

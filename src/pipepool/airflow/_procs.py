@@ -1,5 +1,6 @@
-"""Processes seen from the scheduler: task process groups, memory, OOM kills (Linux's
-/proc first; psutil, an Airflow dependency, where there is none)."""
+"""Processes seen from the scheduler: task process groups and memory (Linux's /proc
+first; psutil, an Airflow dependency, where there is none). OOM kills are the core's
+(``pipepool._oom``): the executor's error says when one ended a worker."""
 
 from __future__ import annotations
 
@@ -18,15 +19,6 @@ def rss_bytes(pid: int | None = None) -> int:
     import psutil
 
     return psutil.Process(pid).memory_info().rss
-
-
-def oom_kills() -> int | None:
-    """The kernel's count of OOM kills (memory cgroups included), or None if unknown."""
-    with contextlib.suppress(OSError, ValueError), open("/proc/vmstat") as f:
-        for line in f:
-            if line.startswith("oom_kill "):
-                return int(line.split()[1])
-    return None
 
 
 def task_groups(worker_pids: list[int]) -> dict[int, set[int]]:

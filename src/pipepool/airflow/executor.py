@@ -41,7 +41,7 @@ from typing import Any
 
 from airflow.executors.base_executor import BaseExecutor, get_execution_api_server_url
 
-from ..errors import DuplicateKeyError, TaskKilledError, signal_name
+from ..errors import DuplicateKeyError
 from ..events import Event, State
 from ..executor import LocalExecutor
 from . import _procs
@@ -96,7 +96,6 @@ class PipepoolExecutor(BaseExecutor):
         self._stop = threading.Event()
         self._driver: threading.Thread | None = None
         self._workloads: dict[Hashable, Any] = {}  # key -> workload, handed over to the pool
-        self._oom_at: dict[Hashable, int | None] = {}  # key -> OOM-kill count when handed over
         self._groups: dict[int, set[int]] = {}  # worker pid -> process groups it started
         self._deferred: set[Hashable] = set()  # queued again while the pool holds the key
         self._next_scan = 0.0
@@ -181,7 +180,6 @@ class PipepoolExecutor(BaseExecutor):
             self._deferred.discard(key)
             del queued[key]
             self._workloads[key] = workload
-            self._oom_at[key] = _procs.oom_kills()
             # Its slot is taken from now until its outcome is read (BaseExecutor counts
             # open slots as parallelism - len(running)).
             self.running.add(key)
@@ -242,7 +240,6 @@ class PipepoolExecutor(BaseExecutor):
         self.queued_tasks.pop(key, None)
         self.running.discard(key)
         workload = self._workloads.pop(key, None)
-        self._oom_at.pop(key, None)
         if workload is not None and self.pool is not None:
             with self._lock:
                 if not self.pool.cancel(key):
@@ -303,7 +300,6 @@ class PipepoolExecutor(BaseExecutor):
                     self.change_state(key, workload.running_state, remove_running=False)
                 continue
             del self._workloads[key]
-            oom_at = self._oom_at.pop(key, None)
             groups = self._groups.pop(event.pid, set()) if event.pid else set()
             if _is_lost(event.exception):
                 # The worker (the task's supervisor) died: its task runner died with it
@@ -312,7 +308,7 @@ class PipepoolExecutor(BaseExecutor):
             if event.state is State.SUCCESS:
                 self.change_state(key, workload.success_state)
                 continue
-            reason = _failure_reason(event, oom_at)
+            reason = _failure_reason(event)
             self.log.error("Workload %s failed: %s", key, reason)
             self.change_state(key, workload.failure_state, info=reason)
 
@@ -341,21 +337,14 @@ def _is_lost(exc: BaseException | None) -> bool:
     return isinstance(exc, WorkerLostError)
 
 
-def _failure_reason(event: Event, oom_at: int | None) -> str:
-    """Why a workload failed, in words the scheduler's log and the event carry."""
+def _failure_reason(event: Event) -> str:
+    """Why a workload failed, in words the scheduler's log and the event carry. A lost
+    worker's error already says why it died (the OOM killer, a crash, a signal from
+    outside: ``executor._death``, with the OOM kill counts of ``_oom``)."""
     exc = event.exception
-    sig = signal_name(getattr(exc, "exitcode", None))
-    if sig == "SIGKILL" and not isinstance(exc, TaskKilledError):
-        now = _procs.oom_kills()
-        if oom_at is not None and now is not None and now > oom_at:
-            return (
-                f"its worker (pid {event.pid}) was killed by the kernel's OOM killer "
-                f"(out of memory: /proc/vmstat oom_kill rose from {oom_at} to {now} while it "
-                "ran); only this workload failed. Give it more memory, lower parallelism, "
-                "or set [pipepool] max_rss_mib to recycle workers that grow"
-            )
-        return (
-            f"its worker (pid {event.pid}) was killed by SIGKILL from outside (no OOM kill "
-            "was recorded by the kernel meanwhile); only this workload failed"
-        )
-    return f"{type(exc).__name__}: {exc}"
+    if not _is_lost(exc):
+        return f"{type(exc).__name__}: {exc}"
+    reason = f"{exc}; only this workload failed"
+    if getattr(exc, "cause", "") == "oom":
+        reason += ". Or set [pipepool] max_rss_mib to recycle workers that grow"
+    return reason

@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
-from .. import _signals
+from .. import _oom, _signals
 from .._task import DONE as _DONE
 from .._task import QUEUED as _QUEUED
 from .._task import RUNNING as _RUNNING
@@ -82,6 +82,7 @@ class LocalExecutor(Reaper, Dispatcher):
         initializer: Callable[..., object] | None = None,
         initargs: Iterable[Any] = (),
         _loop_impl: str | None = None,
+        _oom_counters: tuple[_oom.Counter, ...] | None = None,
     ) -> None:
         if parallelism is None:
             parallelism = os.cpu_count() or 1
@@ -100,6 +101,7 @@ class LocalExecutor(Reaper, Dispatcher):
             initializer=initializer,
             initargs=initargs,
             loop_impl=_loop_impl,
+            oom_counters=_oom_counters,
         )
 
     # -- public API -------------------------------------------------------------------

@@ -12,11 +12,12 @@ import os
 import signal
 import time
 
-from .. import _signals
-from ..errors import InitializerError
+from .. import _oom, _signals
+from ..errors import InitializerError, WorkerLostError
 from ..events import State
 from ..worker import ChildFd, WorkerStart, _fault, _tree
 from ..worker import main as worker_main
+from ..worker._bootstrap import WORKER_NAME, refuse_while_bootstrapping
 from ..worker._marks import MarkTable
 from ._state import _PARENT_FDS, LocalState, _Worker
 
@@ -32,6 +33,9 @@ class WorkerLifecycle(LocalState):
 
     def _open(self) -> None:
         """Create the loop, the page of start marks and the lifeline (``start()``)."""
+        # In a spawn or forkserver worker importing an unguarded main module: stop here,
+        # before any process starts (``worker._bootstrap``).
+        refuse_while_bootstrapping()
         if self.start_method == "forkserver":
             # Start the server now, with signals unblocked: it would inherit a blocked
             # mask if it were started lazily from inside a bookkeeping step.
@@ -105,7 +109,7 @@ class WorkerLifecycle(LocalState):
                     impl=self.implementation,
                 ),
             ),
-            name=f"pipepool-worker-{wid}",
+            name=f"{WORKER_NAME}-{wid}",
             daemon=True,
         )
         try:
@@ -123,6 +127,7 @@ class WorkerLifecycle(LocalState):
         w = _Worker(
             wid, proc, (activity_w, result_r), control_w, crash_fd, slot, self._init_failures
         )
+        w.oom_at = _oom.snapshot(self._oom_counters)
         self._loop.add(wid, activity_w, result_r)
         self._workers[wid] = w
         self._stats["started_workers"] += 1
@@ -149,10 +154,12 @@ class WorkerLifecycle(LocalState):
             return  # started before the last failure was counted: same probe round
         self._init_failures += 1
         if self._init_failures >= INIT_RETRIES:
-            broken = InitializerError(
-                f"the initializer {self.initializer!r} failed in {self._init_failures} "
-                f"workers in a row: {type(error).__name__}: {error}"
-            )
+            if isinstance(error, WorkerLostError):  # it died: no initializer to blame
+                what = f"workers failed to start {self._init_failures} times in a row"
+            else:
+                what = f"the initializer {self.initializer!r} failed in "
+                what += f"{self._init_failures} workers in a row"
+            broken = InitializerError(f"{what}: {type(error).__name__}: {error}")
             broken.__cause__ = error
             self._broken = broken
             log.error("pipepool: %s", broken)

@@ -1,5 +1,6 @@
 """LocalExecutor's reap step: noticing that workers exited, and retiring them (dispatch
-again what a dead worker never started, fail what it ran, count how it ended).
+again what a dead worker never started, fail what it ran with the cause of its death,
+count how it ended).
 """
 
 from __future__ import annotations
@@ -9,11 +10,14 @@ import signal
 import time
 from collections.abc import Callable
 
+from .. import _oom
 from .._task import QUEUED
 from .._task import Task as _Task
-from ..errors import WorkerLostError, describe_exit
+from ..errors import InitializerError, WorkerLostError
 from ..events import State
 from ..worker import _fault, _tree
+from ..worker._bootstrap import EXIT_UNGUARDED_MAIN, unguarded_main
+from . import _death
 from ._collect import Collector
 from ._state import _Worker
 
@@ -30,6 +34,7 @@ class Reaper(Collector):
         periodic = now >= self._next_reap
         if periodic:
             self._next_reap = now + REAP_INTERVAL
+            self._note_oom_counts()
         if not periodic and not any(w.closing for w in self._workers.values()):
             return
         exited: list[tuple[_Worker, int]] = []
@@ -48,6 +53,17 @@ class Reaper(Collector):
             self._collect()
         for w, code in exited:
             self._retire(w, code)
+
+    def _note_oom_counts(self) -> None:
+        """The counts of OOM kills now, as the baseline of each worker running no task: a
+        SIGKILL under its next task names the OOM killer only if a count rose after
+        that task began (``_oom``; not since its start, which may be hours ago)."""
+        if not self._oom_counters:
+            return
+        counts = _oom.snapshot(self._oom_counters)
+        for w in self._workers.values():
+            if w.current is None:
+                w.oom_at = counts
 
     def _retire(self, w: _Worker, exitcode: int | None, *, requeue: bool = True) -> None:
         """Forget an exited worker: dispatch again what it never started, fail what it ran
@@ -108,19 +124,7 @@ class Reaper(Collector):
         if w.init_error is not None:
             return  # its initializer failed: counted by _note_init_failure already
         if not w.heard and not w.killed and exitcode != 0:
-            # Died before saying anything: start-up failed (a spawn child that cannot
-            # import __main__, say). Treated like an initializer failure, so a pool that
-            # cannot start workers backs off instead of respawning in a busy loop.
-            self._note_init_failure(
-                w,
-                WorkerLostError(
-                    f"worker pid {w.pid} {describe_exit(exitcode)} during start-up, before "
-                    "running any task (with spawn or forkserver, is the main module guarded "
-                    f"by if __name__ == '__main__'?){w.crash_report}",
-                    pid=w.pid,
-                    exitcode=exitcode,
-                ),
-            )
+            self._note_startup_death(w, exitcode)
         elif w.killed or exitcode != 0 or died_running:  # os._exit(0) mid-task is no recycle
             self._stats["crashes"] += 1
         else:
@@ -142,12 +146,34 @@ class Reaper(Collector):
                 )
                 err.__cause__ = bad_frame
                 return err
-            return WorkerLostError(
-                f"worker pid {w.pid} {describe_exit(exitcode)} while running task {t.key!r}; "
-                "the task may have crashed the interpreter (segfault, os._exit) or been "
-                f"killed from outside (OOM killer, kill -9){w.crash_report}",
-                pid=w.pid,
-                exitcode=exitcode,
-            )
+            return self._death_error(w, exitcode, repr(t.key))
 
         return error_for
+
+    def _death_error(self, w: _Worker, exitcode: int | None, task: str | None) -> WorkerLostError:
+        """A worker that died on its own while running ``task`` (a key's repr), or during
+        start-up (None): why, as the kernel and faulthandler tell it (``_death``)."""
+        oom_rise = None
+        if exitcode is not None and -exitcode == signal.SIGKILL and w.oom_at:
+            oom_rise = _oom.rise(w.oom_at, self._oom_counters)
+        cause, message = _death.describe(
+            w.pid,
+            exitcode,
+            task,
+            crash_report=w.crash_report,
+            oom_rise=oom_rise,
+            oom_counted=bool(self._oom_counters),
+        )
+        return WorkerLostError(message, pid=w.pid, exitcode=exitcode, cause=cause)
+
+    def _note_startup_death(self, w: _Worker, exitcode: int | None) -> None:
+        """A worker died before saying anything: start-up failed. Treated like an
+        initializer failure, so a pool that cannot start workers backs off instead of
+        respawning in a busy loop; one that re-ran an unguarded main module breaks at
+        once, with the one line that says so (``worker._bootstrap``)."""
+        if exitcode == EXIT_UNGUARDED_MAIN:
+            w.init_error = error = InitializerError(unguarded_main(self.start_method))
+            # Not logged: every queued task fails with it, and a script prints it once.
+            self._broken = self._broken or error
+            return
+        self._note_init_failure(w, self._death_error(w, exitcode, None))

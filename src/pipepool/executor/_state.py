@@ -20,6 +20,7 @@ import multiprocessing
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from .. import _oom
 from .. import loop as _impl
 from .._api import SchedulerAPI
 from .._task import Task
@@ -52,6 +53,7 @@ class _Worker:
         "kill_reason",
         "killed",
         "mark",
+        "oom_at",
         "pid",
         "proc",
         "revoking",
@@ -93,6 +95,7 @@ class _Worker:
         self.kill_reason: BaseException | None = None  # why we killed it, for its task
         self.killed = False  # SIGKILL sent (once)
         self.crash_report = ""  # faulthandler's summary, for its lost task's message
+        self.oom_at: _oom.Snapshot = ()  # the counts of OOM kills before its current task
 
 
 class LocalState(SchedulerAPI):
@@ -109,6 +112,7 @@ class LocalState(SchedulerAPI):
         initializer: Callable[..., object] | None,
         initargs: Iterable[Any],
         loop_impl: str | None,
+        oom_counters: tuple[_oom.Counter, ...] | None,
     ) -> None:
         super().__init__(
             ("done", "failed", "lost", "crashes", "recycles", "started_workers", "revoked")
@@ -132,6 +136,9 @@ class LocalState(SchedulerAPI):
         self._workers: dict[int, _Worker] = {}  # wid -> worker, until it is retired
         self._wids = itertools.count(1)  # worker ids: channel numbers in the loop
         self._next_reap = 0.0  # when every worker's exit is checked next (REAP_INTERVAL)
+        # The counts of OOM kills a worker's SIGKILL is checked against (``_oom``; the
+        # tests pass files of their own).
+        self._oom_counters = _oom.counters() if oom_counters is None else oom_counters
         # -- the round's own ------------------------------------------------------------
         self._depth = DepthPolicy(prefetch)  # how deep to dispatch; which tasks are trapped
         self._starting: list[tuple[Task, int | None]] = []  # seen started, no RUNNING yet

@@ -42,10 +42,10 @@ class Outcome:
             return "killed by the runner"
         if self.timed_out:
             return f"timed out ({_signame(self.signal)})"
+        if self.error:  # the pool's words: its worker died (or --memfree), not the job;
+            return self.error.split(" (", 1)[0]  # the details are in --json's "error"
         if self.signal:
-            return f"killed by {_signame(self.signal)}"
-        if self.error:
-            return self.error
+            return f"the job was killed by {_signame(self.signal)}"
         return f"exit {self.exitval}"
 
     def as_dict(self) -> dict[str, object]:

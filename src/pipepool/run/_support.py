@@ -62,7 +62,10 @@ def lost_outcome(job: Job, spec: JobSpec, exc: BaseException | None, runtime: fl
     sig = 0
     if isinstance(exc, WorkerLostError) and exc.exitcode is not None and exc.exitcode < 0:
         sig = -exc.exitcode
-    reason = f"{type(exc).__name__}: {exc}" if exc is not None else "lost"
+    if isinstance(exc, WorkerLostError):  # "its worker pid N was killed by ...": not the job
+        reason = f"its {exc}"
+    else:
+        reason = f"{type(exc).__name__}: {exc}" if exc is not None else "lost"
     return Outcome(
         job.seq,
         job.command,
