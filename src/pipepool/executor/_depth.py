@@ -49,6 +49,13 @@ class DepthPolicy:
         cannot skew the estimate)."""
         self.task_time += EMA_WEIGHT * (elapsed - self.task_time)
 
+    def observe_all(self, samples: list[float]) -> None:
+        """``observe`` each of ``samples``, in order (a round's outcomes, in one call)."""
+        task_time = self.task_time
+        for elapsed in samples:
+            task_time += EMA_WEIGHT * (elapsed - task_time)
+        self.task_time = task_time
+
     def overrun_after(self) -> float:
         """Seconds past which a running task is longer than tasks have been lately."""
         return max(BACKLOG, 4 * self.task_time)

@@ -25,10 +25,12 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures._base import CANCELLED, PENDING
 from concurrent.futures.process import BrokenProcessPool
 
 from .. import _signals
-from ._item import Entry, Item
+from ._item import PoolFuture, Record
 from ._round import CANCEL_WAIT, SUBMIT_CANCEL, SUBMIT_CANCEL_REST, Round
 from ._state import FED, FINISHING, FRESH, OPEN, TERMINATING, Shared
 
@@ -48,35 +50,27 @@ class Driver(Round):
 
     # -- any thread ---------------------------------------------------------------------
 
-    def add(self, entry: Entry) -> None:
-        """Queue one submitted call (lock held): one wake-up per batch, not per call.
+    def add(self, t: Record) -> None:
+        """Queue one submitted record (lock held): one wake-up per batch, not per call.
 
         With the token free (nobody in the LocalExecutor, and nobody can take it while
-        this holds the lock), nothing queued before it and room, the call goes straight
+        this holds the lock), nothing queued before it and room, the record goes straight
         into the LocalExecutor: the caller's next result() runs the LocalExecutor's
-        round, without a feed step (and its Ctrl-C guard) of its own. A Ctrl-C in here
-        strands nothing: until submit() returns, nobody holds the future.
+        round, without a feed step of its own. A Ctrl-C in here strands nothing: until
+        submit() returns, nobody holds the future.
         """
-        item = entry.item
         if (
             self.poller is None
             and not self.pending
             and not self.loop_closed
             and len(self.running) < self._room()
-            and item.start()
         ):
-            try:
-                self.executor.queue_call(
-                    entry.key, entry.fn, entry.args, entry.kwargs, timeout=entry.timeout
-                )
-            except Exception as exc:  # not callable: that item's error, as in _feed
-                item.settle(False, exc)
-                return
-            self.running[entry.key] = item
+            self.running.add(t)
+            self.executor._queue_tasks([t])
             if len(self.running) == 1 and not self.linger:
                 self._hand_off()  # the first outstanding work: someone must drive
             return
-        self.pending.append(entry)
+        self.pending.append(t)
         if self.feed is FED:
             self.feed = FRESH
             if self.poller is not None or not self.linger:
@@ -93,22 +87,22 @@ class Driver(Round):
                 self._hand_off()
             self.cond.notify_all()
 
-    def request_cancel(self, key: int, command: str = SUBMIT_CANCEL) -> None:
-        """Ask the token holder to cancel a future handed over (lock held); the caller
-        waits until ``key`` leaves ``cancelling``: its event came, or the deadline."""
-        if self.loop_closed or key in self.cancelling:
+    def request_cancel(self, t: Record, command: str = SUBMIT_CANCEL) -> None:
+        """Ask the token holder to cancel a record handed over (lock held); the caller
+        waits until ``t`` leaves ``cancelling``: it began or ended, or the deadline."""
+        if self.loop_closed or t in self.cancelling:
             return
-        self.cancelling[key] = time.monotonic() + CANCEL_WAIT
-        self.commands.append((command, key))
+        self.cancelling[t] = time.monotonic() + CANCEL_WAIT
+        self.commands.append((command, t))
         self.poke()
 
-    def cancel_handed_over(self) -> list[int]:
-        """``request_cancel`` for every future handed over (lock held): the ones started
-        stay, the LocalExecutor says which. Returns their keys."""
-        keys = [key for key in self.running if key not in self.cancelling]
-        for key in keys:  # each worker's next call runs, as in the stdlib's call queue
-            self.request_cancel(key, SUBMIT_CANCEL_REST)
-        return keys
+    def cancel_handed_over(self) -> list[Record]:
+        """``request_cancel`` for every record handed over (lock held): the ones started
+        stay, the LocalExecutor says which. Returns them."""
+        records = [t for t in self.running if t not in self.cancelling]
+        for t in records:  # each worker's next call runs, as in the stdlib's call queue
+            self.request_cancel(t, SUBMIT_CANCEL_REST)
+        return records
 
     def request_shutdown(self, *, terminate: bool = False) -> None:
         """Take no more work: finish what was submitted, or stop now (``terminate``)."""
@@ -116,15 +110,17 @@ class Driver(Round):
             self._advance(TERMINATING if terminate else FINISHING)
             self.poke()
 
-    def cancel(self, items: list[Item]) -> None:
-        """Cancel items taken from the queue and tell their waiters (``wait()``,
-        ``as_completed()``): ``cancel()`` alone leaves that to the executor. Outside
-        the lock: cancel() runs done-callbacks."""
-        for item in items:
-            item.quiet_cancel()
+    def cancel(self, records: list[Record]) -> None:
+        """Cancel records taken from the queue (never handed over) and tell their waiters
+        (``wait()``, ``as_completed()``): ``Future.cancel()`` alone leaves that to the
+        executor. Outside the lock: it runs done-callbacks."""
+        for t in records:
+            if isinstance(t, PoolFuture):
+                Future.cancel(t)
+            elif t._state == PENDING:
+                t._state = CANCELLED
         with self.lock:
-            for item in items:
-                item.start()
+            self._notify_cancelled([t for t in records if t._state == CANCELLED])
             self.poke()
 
     def wait_for(self, done: Callable[[], bool], timeout: float | None) -> bool:
@@ -191,31 +187,34 @@ class Driver(Round):
             self._hand_off()
 
     def _drive(self, done: Callable[[], bool], end: float | None) -> None:
-        """Rounds in a caller's thread until ``done()``, ``end`` or a terminate."""
-
-        ex = self.executor
+        """Turns in a caller's thread until ``done()``, ``end`` or a terminate."""
 
         def ready() -> bool:
-            # ex._events: a step before the round (a cancel) published events to deliver
-            return (
-                done()
-                or self.feed is FRESH
-                or bool(self.commands or ex._events)
-                or self.stage is TERMINATING
-            )
+            return done() or self.feed is FRESH or bool(self.commands) or self.stage is TERMINATING
 
         while True:
-            if self.pending or self.commands:
-                self._step(self._feed)
             timeout = IDLE_WAIT if end is None else min(IDLE_WAIT, end - time.monotonic())
-            self._sync(max(timeout, 0.0), ready)
-            self._step(self._deliver)
+            self._cycle(max(timeout, 0.0), ready, deferred=True)
             self._expire_cancels()
             self._run_callbacks()
             if done() or self.stage is TERMINATING:
                 return
             if end is not None and time.monotonic() >= end:
                 return
+
+    def _cycle(self, timeout: float, ready: Callable[[], bool], *, deferred: bool) -> None:
+        """A turn; if it had no news and ``ready()`` says nothing else is due, a wait of
+        up to ``timeout`` and another turn (``LocalExecutor.sync``'s shape). ``ready``
+        is asked after the turn that drained the wake-up pipe: a thread that changes
+        what it reads, then wakes the loop, is never missed. ``deferred``: each turn is
+        one step Ctrl-C cannot cut (a caller's thread; the driver's never runs handlers)."""
+        turn = self._turn
+        if not (self._step(turn) if deferred else turn()) and not ready():
+            self._idle(timeout)
+            if deferred:
+                self._step(turn)
+            else:
+                turn()
 
     # -- the driver thread --------------------------------------------------------------
 
@@ -268,9 +267,7 @@ class Driver(Round):
             )
 
         while True:
-            self._feed()
-            self._sync(IDLE_WAIT, ready)
-            self._deliver()
+            self._cycle(IDLE_WAIT, ready, deferred=False)
             self._expire_cancels()
             self._run_callbacks()
             if self.stage is TERMINATING:
@@ -316,7 +313,8 @@ class Driver(Round):
             self._advance(FINISHING)
             self.loop_closed = True
             doomed = self.drain_pending()
-            self._settle([(item, False, error) for item in doomed if item.start()])
+            self._fail_all([t for t in doomed if t._state == PENDING], error)
+            self._notify_cancelled([t for t in doomed if t._state == CANCELLED])
             self.driver_cond.notify_all()  # a driver thread waiting for work: it ends
         with contextlib.suppress(BaseException):  # best effort: the futures matter more
             self.executor.terminate()
@@ -324,6 +322,7 @@ class Driver(Round):
         self._fail_running(error)
 
     def _fail_running(self, error: BaseException) -> None:
-        running, self.running = self.running, {}
-        self._settle([(item, False, error) for item in running.values() if not item.done()])
+        with self.lock:
+            running = list(self.running)
+        self._fail_all(running, error)
         self._run_callbacks()

@@ -27,7 +27,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from ..executor import LocalExecutor
-from ._item import Entry, Item
+from ._item import Record
 
 if TYPE_CHECKING:
     from ._driver import Driver
@@ -66,9 +66,9 @@ class Shared:
 class DriverState:
     """State shared by a pool (user threads), its token holder and its driver thread.
 
-    Under ``lock``: every field but ``running`` and ``kill_on_start`` (token holder's).
-    Kept apart from the pool object so the thread does not keep the pool alive: a pool
-    that is garbage collected shuts down like ``shutdown(wait=False)``.
+    Under ``lock``: every field but ``kill_on_start`` (token holder's). Kept apart from
+    the pool object so the thread does not keep the pool alive: a pool that is garbage
+    collected shuts down like ``shutdown(wait=False)``.
     """
 
     def __init__(self, executor: LocalExecutor, capacity: int) -> None:
@@ -93,14 +93,15 @@ class DriverState:
         self.thread: threading.Thread | None = None  # the driver thread, once started
         self.driver_ident: int | None = None  # its ident, once it runs
         # -- the work -----------------------------------------------------------------------
-        self.keys = itertools.count()  # LocalExecutor keys, one per submitted call
-        self.pending: deque[Entry] = deque()  # submitted, not yet handed over (PENDING)
-        self.commands: deque[tuple[str, int]] = deque()  # (SUBMIT_*, key) for the holder
-        self.running: dict[int, Item] = {}  # handed to the LocalExecutor, not finished
-        self.kill_on_start: set[int] = set()  # kill requested before the task started
-        self.cancelling: dict[int, float] = {}  # key -> deadline: a cancel() waits for the
-        # LocalExecutor's word on a future handed over (SUBMIT_CANCEL, then its event)
-        self.callbacks_due: deque[Item] = deque()  # settled, callbacks not yet run
+        # The work: each call is one record (``_item``), from submit() to its outcome.
+        self.keys = itertools.count(1)  # record numbers (the LocalExecutor's tids)
+        self.pending: deque[Record] = deque()  # submitted, not yet handed over (PENDING)
+        self.commands: deque[tuple[str, Record]] = deque()  # (SUBMIT_*, record): holder's
+        self.running: set[Record] = set()  # handed to the LocalExecutor, not settled
+        self.kill_on_start: set[Record] = set()  # kill requested before the task started
+        self.cancelling: dict[Record, float] = {}  # -> deadline: a cancel() waits for the
+        # LocalExecutor's word on a future handed over (SUBMIT_CANCEL, then its record)
+        self.callbacks_due: deque[Record] = deque()  # settled, callbacks not yet run
         self.pids: tuple[int, ...] = ()  # live worker pids after the last round
         self.pool_ref: Any = None  # weakref.ref whose callback shuts down a lost pool
 
@@ -108,9 +109,9 @@ class DriverState:
         """Ask more of the pool: a stage is never taken back (lock held)."""
         self.stage = max(self.stage, stage)
 
-    def drain_pending(self) -> list[Item]:
-        """Take every pending (never handed over) item out of the queue (lock held)."""
-        taken = [entry.item for entry in self.pending]
+    def drain_pending(self) -> list[Record]:
+        """Take every pending (never handed over) record out of the queue (lock held)."""
+        taken = list(self.pending)
         self.pending.clear()
         return taken
 
