@@ -135,8 +135,22 @@ class LocalExecutor(Reaper, Dispatcher):
 
     def _idle(self, timeout: float) -> None:
         """Wait, never deferred, until a worker writes, ``wake()``, ``timeout`` or the
-        nearest deadline of a step (``_wait_bound``): the wait between two rounds."""
-        self._loop.wait(min(timeout, self._wait_bound()))
+        nearest deadline of a step (``_wait_bound``): the wait between two rounds.
+
+        An outcome due within microseconds (a worker holds a task, and tasks have been
+        shorter than a spin) is polled for first, for a bounded time and only while a
+        core is free (``_spin``): no wake-up to pay when it comes."""
+        loop = self._loop
+        spin = self._spin
+        if (
+            spin is not None
+            and timeout > 0
+            and self._depth.task_time < spin.limit
+            and any(w.in_flight for w in self._workers.values())
+            and spin.wait(lambda: loop.wait(0), timeout)
+        ):
+            return
+        loop.wait(min(timeout, self._wait_bound()))
 
     def _round(self) -> None:
         deferred = None
@@ -355,10 +369,12 @@ class LocalExecutor(Reaper, Dispatcher):
     def _wait_bound(self) -> float:
         """How long a wait may last before a step in this object has work to do."""
         bound = REAP_INTERVAL
-        if any(w.closing for w in self._workers.values()):
-            bound = 0.001  # an exit code is due any moment
-        elif any(w.in_flight and w.current is None for w in self._workers.values()):
-            bound = START_POLL  # a start mark may move without waking us
+        for w in self._workers.values():  # one pass: this runs before every wait
+            if w.closing:
+                bound = 0.001  # an exit code is due any moment
+                break
+            if w.in_flight and w.current is None:
+                bound = START_POLL  # a start mark may move without waking us
         bound = self._deadline_bound(bound)
         bound = self._depth.wait_bound(self._workers.values(), bound)
         if self._queue and self._init_retry_at > time.monotonic():

@@ -73,10 +73,12 @@ class DepthPolicy:
         """``bound``, or less if a worker's lead tasks become trapped sooner (adaptive
         depth only): a wait must end in time to revoke them."""
         if self.prefetch is None:
-            now = time.monotonic()
-            after = self.overrun_after()
-            deadlines = [self.trap_deadline(w, after) for w in workers]
-            bound = min([bound] + [d - now for d in deadlines if d is not None])
+            leading = [w for w in workers if w.current is not None and len(w.in_flight) > 1]
+            if leading:  # (the others have no tasks to trap: most rounds, no clock read)
+                now = time.monotonic()
+                after = self.overrun_after()
+                deadlines = [self.trap_deadline(w, after) for w in leading]
+                bound = min([bound] + [d - now for d in deadlines if d is not None])
         return bound
 
     def trapped(self, workers: Iterable[_Worker]) -> list[_Worker]:
@@ -88,10 +90,13 @@ class DepthPolicy:
         """
         if self.prefetch is not None:
             return []  # a fixed depth is the caller's explicit choice
+        leading = [w for w in workers if w.current is not None and len(w.in_flight) > 1]
+        if not leading:  # (the others have no tasks to trap: most rounds, no clock read)
+            return []
         now = time.monotonic()
         after = self.overrun_after()
         trapped = []
-        for w in workers:
+        for w in leading:
             deadline = self.trap_deadline(w, after)
             if deadline is not None and deadline <= now:
                 trapped.append(w)

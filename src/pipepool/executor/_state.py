@@ -20,7 +20,7 @@ import multiprocessing
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .. import _oom
+from .. import _oom, _spin
 from .. import loop as _impl
 from .._api import SchedulerAPI
 from .._task import Task
@@ -144,6 +144,8 @@ class LocalState(SchedulerAPI):
         # -- the round's own ------------------------------------------------------------
         self._depth = DepthPolicy(prefetch)  # how deep to dispatch; which tasks are trapped
         self._starting: list[tuple[Task, int | None]] = []  # seen started, no RUNNING yet
+        # Before a wait for a short task's outcome, poll a little (``_spin``), or None:
+        self._spin = _spin.Spin() if _spin.ENABLED else None
         # -- the initializer's back-off ----------------------------------------------------
         self._init_failures = 0  # initializer (or start-up) failures in a row
         self._init_retry_at = 0.0  # no worker starts before this after a failure

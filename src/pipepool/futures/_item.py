@@ -168,12 +168,11 @@ class PoolFuture(Record, Future):  # type: ignore[misc]  # (Future's done/cancel
         self._condition = driver.cond
 
     def result(self, timeout: float | None = None) -> Any:
-        if self._state == FINISHED and self._exception is None:
-            return self._result  # the driver sets the state last: no lock needed to read
         if self._state != FINISHED:
             self.driver.wait_for(self.done, timeout)
-            return super().result(0)  # raises CancelledError or TimeoutError, as due
-        return super().result()
+        if self._state == FINISHED and self._exception is None:
+            return self._result  # the driver sets the state last: no lock needed to read
+        return super().result(0)  # raises its error, CancelledError or TimeoutError
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         if self._state != FINISHED:
