@@ -101,6 +101,8 @@ def _unit_of(data: dict[str, Any], measure: str, field: str | None) -> str:
     m = data["measures"].get(measure, {})
     if field in ("p50_us", "p99_us", "mean_us"):
         return "µs"
+    if field in ("parent_cpu_us", "worker_cpu_us"):
+        return "µs/task"
     return m.get("unit", "")
 
 

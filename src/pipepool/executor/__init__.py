@@ -126,7 +126,8 @@ class LocalExecutor(Reaper, Dispatcher):
         the first round, which drained the wake-up pipe: true skips the wait. A thread
         that changes what ``ready`` reads and then calls ``wake()`` is never missed.
         """
-        self._require_started()
+        if self._state != "started":
+            self._require_started()
         published = self._published
         self._round()
         if timeout > 0 and self._published == published and not (ready and ready()):

@@ -2,19 +2,21 @@
 
 Data flow (one token holder at a time touches the LocalExecutor)::
 
-    submit() ─► pending (deque) ─► feed ─► LocalExecutor.queue_call ─► workers
+    submit() ─► pending (deque) ─► feed ─► LocalExecutor._queue_tasks ─► workers
                                     │  token holder: a caller blocked in result(),
                                     ▼  map, wait(), as_completed(); else the driver thread
-    Future ◄── settle (one lock per batch) ◄── deliver ◄── get_event_buffer ◄── sync
+    Future ◄── settle (one lock per round) ◄── deliver ◄── _take_records ◄── the round
 
-A user thread appends a work item to ``pending`` under the pool's lock; the first of a
-batch wakes whoever holds the token (or the driver thread, if nobody does). A thread
-that then waits for a result takes the token itself when it is free and runs the rounds
-(``_driver``): the worker's result wakes the waiting thread's own poll, no thread
-hop in between. The driver thread holds the token only while work is outstanding and no
-caller wants it: fire-and-forget work, done-callbacks, shutdown. Commands (``kill``)
-travel the same way. Futures share their pool's lock, so a batch of results completes
-under one lock and one notify.
+A future is the LocalExecutor's task record itself (``_item.Record``): one object per
+call from ``submit`` to its outcome, handed over and handed back in bulk (the records
+way out, ``pipepool._api``). A user thread appends it to ``pending`` under the pool's
+lock; the first of a batch wakes whoever holds the token (or the driver thread, if
+nobody does). A thread that then waits for a result takes the token itself when it is
+free and runs the turns (``_driver``): the worker's result wakes the waiting thread's
+own poll, no thread hop in between. The driver thread holds the token only while work
+is outstanding and no caller wants it: fire-and-forget work, done-callbacks, shutdown.
+Commands (``kill``) travel the same way. Futures share their pool's lock, so a round's
+results complete under one lock and one notify.
 
 Future states follow the start marks: a future is PENDING (cancellable) until its worker
 starts it, and RUNNING from then on (``running()`` is true only then). The driver hands

@@ -1,12 +1,12 @@
 """The engine of ``ProcessPoolExecutor``: one LocalExecutor, driven by whoever waits.
 
 The LocalExecutor is not thread-safe, so one thread at a time holds the *token* (the
-``poller`` field) and runs rounds of named steps (``_round.py``): *feed* (pending work
-into the LocalExecutor, while it holds fewer than its capacity), *sync* (the
-LocalExecutor's own round: results, reaping and starting workers, dispatch; it sleeps
-in the poll when nothing happens) and *deliver* (complete futures from the event
-buffer). The state all threads share, and the states a reader can list, are
-``_state.py``.
+``poller`` field) and runs *turns* (``_round.py``), each one step under one signal
+deferral: *feed* (pending records into the LocalExecutor, in bulk, while it holds fewer
+than its capacity), the LocalExecutor's own steps (results, reaping and starting
+workers, dispatch) and *deliver* (settle the records that ended, in bulk); between two
+turns it waits in the LocalExecutor's poll when nothing happened. The state all threads
+share, and the states a reader can list, are ``_state.py``.
 
 Who holds the token: a user thread blocked in ``result()``/``exception()``, in a map's
 iterator or in ``wait()``/``as_completed()`` takes it when it is free, and drives until
@@ -15,8 +15,8 @@ write wakes its own poll). The driver thread takes it only when work is outstand
 no caller wants it (fire-and-forget work, done-callbacks, shutdown), and gives it up as
 soon as a caller asks. Everything that a token holder must notice (a submit, a kill,
 shutdown, a cancel, a future completed elsewhere) is changed under ``lock`` and followed
-by ``wake()`` of the loop; the holder re-checks after the round that drained the wake-up
-pipe (``LocalExecutor.sync(ready=...)``), so no wake-up is lost.
+by ``wake()`` of the loop; the holder re-checks after the turn that drained the wake-up
+pipe (``_cycle``'s ``ready``), so no wake-up is lost.
 """
 
 from __future__ import annotations
