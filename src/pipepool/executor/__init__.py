@@ -134,17 +134,19 @@ class LocalExecutor(Reaper, Dispatcher):
             self._idle(timeout)
             self._round()
 
-    def _idle(self, timeout: float) -> None:
+    def _idle(self, timeout: float, *, poll_first: bool = True) -> None:
         """Wait, never deferred, until a worker writes, ``wake()``, ``timeout`` or the
         nearest deadline of a step (``_wait_bound``): the wait between two rounds.
 
         An outcome due within microseconds (a worker holds a task, and tasks have been
         shorter than a spin) is polled for first, for a bounded time and only while a
-        core is free (``_spin``): no wake-up to pay when it comes."""
+        core is free (``_spin``): no wake-up to pay when it comes. ``poll_first=False``:
+        a waiter nobody waits on (a pool's driver thread) sleeps at once."""
         loop = self._loop
         spin = self._spin
         if (
-            spin is not None
+            poll_first
+            and spin is not None
             and timeout > 0
             and self._depth.task_time < spin.limit
             and any(w.in_flight for w in self._workers.values())

@@ -149,7 +149,12 @@ class Driver(Round):
                 self.want += 1
                 try:
                     if self.poller == self.driver_ident and not self.loop_closed:
-                        self.executor.wake()  # the driver yields the token to callers
+                        # The driver yields the token to callers at the end of its turn,
+                        # and lingers: this caller drives from here on.
+                        self.asked = True
+                        self.caller_drove = time.monotonic()
+                        self.linger = True
+                        self.executor.wake()
                     self.cond.wait(remaining)
                 finally:
                     self.want -= 1
@@ -206,11 +211,12 @@ class Driver(Round):
         """A turn; if it had no news and ``ready()`` says nothing else is due, a wait of
         up to ``timeout`` and another turn (``LocalExecutor.sync``'s shape). ``ready``
         is asked after the turn that drained the wake-up pipe: a thread that changes
-        what it reads, then wakes the loop, is never missed. ``deferred``: each turn is
-        one step Ctrl-C cannot cut (a caller's thread; the driver's never runs handlers)."""
+        what it reads, then wakes the loop, is never missed. ``deferred``: a caller's
+        thread (each turn one step Ctrl-C cannot cut, and its wait may poll first); else
+        the driver thread (which never runs handlers, and sleeps at once)."""
         turn = self._turn
         if not (self._step(turn) if deferred else turn()) and not ready():
-            self._idle(timeout)
+            self._idle(timeout, caller=deferred)
             if deferred:
                 self._step(turn)
             else:
@@ -263,6 +269,7 @@ class Driver(Round):
                 or self.commands
                 or self.stage is TERMINATING
                 or self.want
+                or self.asked
                 or finished
             )
 
@@ -275,7 +282,8 @@ class Driver(Round):
                 return True
             with self.lock:
                 if self.stage is OPEN or self.pending or self.running or self.commands:
-                    if self.want or not self._outstanding():
+                    if self.want or self.asked or not self._outstanding():
+                        self.asked = False
                         self.poller = None
                         self._hand_off()
                         return False

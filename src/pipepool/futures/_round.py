@@ -60,12 +60,14 @@ class Round(DriverState):
         self.pids = tuple(ex.worker_pids())
         return self._deliver() or ex._published != published
 
-    def _idle(self, timeout: float) -> None:
+    def _idle(self, timeout: float, *, caller: bool) -> None:
         """Wait (outside any deferral) until a worker writes, a wake-up, ``timeout`` or
-        the LocalExecutor's own next deadline; sooner to withdraw a cancel in time."""
+        the LocalExecutor's own next deadline; sooner to withdraw a cancel in time. Only
+        a ``caller`` (a thread waiting for a result) polls before it sleeps: the driver
+        thread's poll would cost the submitting thread the GIL, and nobody waits on it."""
         if self.cancelling:  # wake up in time to withdraw a cancel nobody answered
             timeout = min(timeout, max(0.0, min(self.cancelling.values()) - time.monotonic()))
-        self.executor._idle(timeout)
+        self.executor._idle(timeout, poll_first=caller)
 
     def _feed(self) -> None:
         """Hand pending records to the LocalExecutor, in bulk, while it has room; run

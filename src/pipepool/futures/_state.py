@@ -13,7 +13,8 @@ What a reader can list, the pool's states:
   pending work: yes), FRESH (it was told of pending work it has not fed yet) or FULL
   (it stopped at capacity: a result brings it back, so no).
 * The token: ``poller`` (the thread that holds it, or None), ``want`` (callers blocked
-  until it is free), and whether the driver thread lingers: ``linger`` (callers drive;
+  until it is free), ``asked`` (a caller asked the driver thread for it), and whether the
+  driver thread lingers: ``linger`` (callers drive;
   it looks every LINGER instead of being woken by each submit) with ``caller_drove``
   (when a caller last held the token: LINGER_IDLE after it, the driver sleeps again).
 """
@@ -88,6 +89,9 @@ class DriverState:
         # -- the token ----------------------------------------------------------------------
         self.poller: int | None = None  # the thread holding the token
         self.want = 0  # callers blocked until the token is free
+        self.asked = False  # a caller waited for the token the driver thread holds: the
+        # driver gives it up at the end of its turn, even if that caller's future was
+        # settled meanwhile (it will want the token again: callers drive, the driver lingers)
         self.linger = False  # callers drive: the driver looks every LINGER, unwoken
         self.caller_drove = 0.0  # monotonic time a caller last took the token
         self.thread: threading.Thread | None = None  # the driver thread, once started

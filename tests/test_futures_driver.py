@@ -1,0 +1,47 @@
+"""Who holds a ProcessPoolExecutor's token (``futures/_driver.py``): the driver thread
+gives it up to a caller that asked for it, and the turn's news decide whether it waits."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import futures_tasks as ft
+from pipepool import LocalExecutor
+from pipepool.futures._driver import Driver
+from pipepool.futures._item import PoolFuture
+from pipepool.futures._state import TERMINATING
+
+WAIT = 30.0
+
+
+@pytest.mark.timeout(120)
+def test_the_driver_yields_the_token_to_a_caller_that_asked(tmp_path):
+    """A caller asked for the token (it waited while the driver held it), then its
+    future was settled by the driver's own turn and it stopped waiting: the driver still
+    gives the token up at the end of that turn, instead of settling every later future
+    for it one by one while it wakes up for each (callers drive, the driver lingers)."""
+    ex = LocalExecutor(1, start_method="fork", _records=True)
+    ex.start()
+    d = Driver(ex, 2)
+    gate = tmp_path / "gate"
+    with d.lock:
+        d.add(PoolFuture(d, 1, ft.wait_for_file, (str(gate),), {}, None))  # stays outstanding
+    me = threading.get_ident()
+    d.poller = d.driver_ident = me  # this thread acts as the driver thread
+    d.asked = True
+    ended: list[bool] = []
+    worker = threading.Thread(target=lambda: ended.append(d._run_rounds()), daemon=True)
+    worker.start()
+    worker.join(WAIT)
+    try:
+        assert ended == [False], "the driver kept the token a caller had asked for"
+        assert d.poller is None and not d.asked and d.running  # handed off, work still out
+    finally:
+        if worker.is_alive():
+            d.stage = TERMINATING  # its next check stops it
+            ex.wake()
+            worker.join(WAIT)
+        gate.touch()
+        ex.terminate()
