@@ -580,28 +580,6 @@ PARENT_SOON = textwrap.dedent("""
 """)
 
 
-def marked_processes(marker: str) -> set[int]:
-    """Every process whose environment carries ``marker``: the parent, its workers, a
-    forkserver and its children, re-parented or not. Linux reads /proc/PID/environ;
-    elsewhere ``ps -E`` appends the environment to each command."""
-    needle = marker.encode()
-    if proc_table.HAVE_PROC:
-        found = set()
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    with open(f"/proc/{entry}/environ", "rb") as f:
-                        if needle in f.read():
-                            found.add(int(entry))
-                except OSError:
-                    pass
-        return found
-    out = subprocess.run(
-        ["ps", "-A", "-E", "-ww", "-o", "pid=,command="], capture_output=True, check=False
-    ).stdout
-    return {int(line.split(None, 1)[0]) for line in out.splitlines() if needle in line}
-
-
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("delay_ms", [0, 10, 25, 50])
 def test_parent_killed_soon_after_creation(impl, start_method, delay_ms):
@@ -621,8 +599,8 @@ def test_parent_killed_soon_after_creation(impl, start_method, delay_ms):
     try:
         assert proc.stdout.readline().strip() == "created"
         time.sleep(delay_ms / 1000)
-        if delay_ms:  # what is there to outlive the parent (a /proc scan: about 5 ms)
-            before = marked_processes(marker) - {proc.pid}
+        if delay_ms:  # what is there to outlive the parent (a /proc scan: about 5 ms, ps about 20)
+            before = proc_table.with_environ(marker) - {proc.pid}
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
@@ -630,9 +608,7 @@ def test_parent_killed_soon_after_creation(impl, start_method, delay_ms):
     if delay_ms == 50:
         assert before, "nothing had started 50 ms after the pool: the check is vacuous"
     deadline = time.monotonic() + 2.0
-    while (left := {p for p in marked_processes(marker) if proc_table.alive(p)}) and (
-        time.monotonic() < deadline
-    ):
+    while (left := proc_table.with_environ(marker)) and time.monotonic() < deadline:
         time.sleep(0.02)
     for p in left:
         with contextlib.suppress(ProcessLookupError):
