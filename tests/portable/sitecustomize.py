@@ -8,7 +8,8 @@ What it hides, and how (nothing in pipepool knows about it):
 * functions and constants only Linux has (``HIDDEN``): deleted from their modules at
   start-up, so ``hasattr``/``getattr`` checks take the other path and a direct use is an
   AttributeError, as it is on macOS. ``os.waitid`` and the ``P_*`` id types are on the
-  list: CPython exposes them on macOS only from 3.13.
+  list: CPython exposes them on macOS only from 3.13. ``os.process_cpu_count`` (3.13+)
+  becomes ``os.cpu_count``, as os.py makes it where there is no affinity.
 * ``prctl(2)``: ``ctypes`` refuses to look the symbol up (as dlsym fails on macOS), patched
   when ctypes is first imported.
 * ``/proc`` and ``/sys``: every Python-level way to reach a path under them (open, os.open,
@@ -101,8 +102,11 @@ def _hidden(path: Any) -> bool:
         text = os.fsdecode(os.fspath(path))
     except TypeError:
         return False
-    if not text.startswith("/"):
-        text = posixpath.join(os.getcwd(), text)  # a relative path from "/" or "/proc"
+    if not text.startswith("/"):  # a relative path from "/" or "/proc" (not a dir_fd's)
+        try:
+            text = posixpath.join(os.getcwd(), text)
+        except OSError:  # the working directory is gone: the call fails on its own
+            return False
     text = posixpath.normpath(text)
     return any(text == tree or text.startswith(tree + "/") for tree in HIDDEN_TREES)
 
