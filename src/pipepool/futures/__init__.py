@@ -238,7 +238,7 @@ class ProcessPoolExecutor(Executor):
     kill_workers = terminate_workers
 
     def worker_pids(self) -> list[int]:
-        """Pids of the live workers, as of the driver's last round."""
+        """Pids of the live workers, as of a round at most ``PIDS_EVERY`` (10 ms) old."""
         return list(self._driver.pids)
 
     # -- internals ----------------------------------------------------------------------

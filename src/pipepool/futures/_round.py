@@ -21,6 +21,7 @@ from ._state import FED, FINISHING, FULL, TERMINATING, DriverState, Shared
 SUBMIT_KILL = "kill"  # a command: kill (or cancel) this record's call
 SUBMIT_CANCEL = "cancel"  # a command: cancel this record's call if it has not started
 SUBMIT_CANCEL_REST = "cancel-rest"  # the same, but each worker's next call runs (shutdown)
+PIDS_EVERY = 0.01  # s between two looks at the live workers' pids (worker_pids())
 CANCEL_WAIT = 1.0  # s a cancel of a future handed over and not started waits for its
 # worker's answer to REVOKE. Its watcher thread answers within a GIL switch (5 ms) unless
 # the task before it holds the GIL (a long C call); past this the cancel is withdrawn
@@ -57,7 +58,10 @@ class Round(DriverState):
             if not (Shared.global_shutdown and 0 < alive < ex.parallelism):
                 raise
             ex.parallelism = alive  # a step that cannot repeat: each time there are fewer
-        self.pids = tuple(ex.worker_pids())
+        now = time.monotonic()
+        if now >= self.pids_due:  # (a waitpid per worker: not every turn)
+            self.pids = tuple(ex.worker_pids())
+            self.pids_due = now + PIDS_EVERY
         return self._deliver() or ex._published != published
 
     def _idle(self, timeout: float, *, caller: bool) -> None:

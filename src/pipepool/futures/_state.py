@@ -106,7 +106,8 @@ class DriverState:
         self.cancelling: dict[Record, float] = {}  # -> deadline: a cancel() waits for the
         # LocalExecutor's word on a future handed over (SUBMIT_CANCEL, then its record)
         self.callbacks_due: deque[Record] = deque()  # settled, callbacks not yet run
-        self.pids: tuple[int, ...] = ()  # live worker pids after the last round
+        self.pids: tuple[int, ...] = ()  # live worker pids, as of a round PIDS_EVERY ago
+        self.pids_due = 0.0  # monotonic time the next turn looks at them again
         self.pool_ref: Any = None  # weakref.ref whose callback shuts down a lost pool
 
     def _advance(self, stage: Stage) -> None:
