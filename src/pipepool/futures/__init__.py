@@ -271,12 +271,14 @@ class ProcessPoolExecutor(Executor):
             if d.thread is None:
                 self._start_driver()
             t = record(d, next(d.keys), fn, args, kwargs, timeout)
-            if callable(fn):
-                d.add(t)
-            else:  # the call's own error, as a task's: its future fails, nothing else
+            if not callable(fn):  # the call's own error, as a task's: its future fails
                 t._exception = TypeError(f"{fn!r} is not callable")
                 t._state = FINISHED
-            return t
+                return t
+            burst = d.add(t)
+        if burst:  # a burst of submits: this thread feeds the workers (Driver.add)
+            d.burst()
+        return t
 
     def _start_driver(self) -> None:
         """Start the LocalExecutor and its driver thread (caller holds the lock).

@@ -34,6 +34,7 @@ from ._item import PoolFuture, Record
 from ._round import CANCEL_WAIT, SUBMIT_CANCEL, SUBMIT_CANCEL_REST, Round
 from ._state import FED, FINISHING, FRESH, OPEN, TERMINATING, Shared
 
+BURST = 256  # records waiting that make a submitting thread run a turn itself (add)
 IDLE_WAIT = 1.0  # s a token holder may sleep in the poll; the LocalExecutor shortens it
 # to its own next deadline (worker reaping, task timeouts), and wake() cuts it short.
 
@@ -50,14 +51,20 @@ class Driver(Round):
 
     # -- any thread ---------------------------------------------------------------------
 
-    def add(self, t: Record) -> None:
+    def add(self, t: Record) -> bool:
         """Queue one submitted record (lock held): one wake-up per batch, not per call.
+        True if the submitting thread now holds the token for one turn (``burst``).
 
         With the token free (nobody in the LocalExecutor, and nobody can take it while
         this holds the lock), nothing queued before it and room, the record goes straight
         into the LocalExecutor: the caller's next result() runs the LocalExecutor's
         round, without a feed step of its own. A Ctrl-C in here strands nothing: until
         submit() returns, nobody holds the future.
+
+        A thread that submits a burst feeds the workers itself: once ``BURST`` records
+        wait, with the token free, it takes the token for one turn (``burst``), so the
+        workers start while it submits, and the driver thread, which would race it for
+        the GIL, lingers. Submits fewer and further apart are the driver's, as before.
         """
         if (
             self.poller is None
@@ -69,13 +76,37 @@ class Driver(Round):
             self.executor._queue_tasks([t])
             if len(self.running) == 1 and not self.linger:
                 self._hand_off()  # the first outstanding work: someone must drive
-            return
+            return False
         self.pending.append(t)
+        if (
+            len(self.pending) >= BURST
+            and self.poller is None
+            and not self.loop_closed
+            and self.stage is OPEN
+        ):
+            self.poller = threading.get_ident()
+            self.caller_drove = time.monotonic()
+            self.linger = True  # callers drive: the driver thread looks every LINGER
+            return True
         if self.feed is FED:
             self.feed = FRESH
             if self.poller is not None or not self.linger:
                 self.poke()
             # else the driver looks within LINGER, if no caller has driven by then
+        return False
+
+    def burst(self) -> None:
+        """One turn in a submitting thread that took the token (``add``): feed, the
+        round and deliver, no wait and no done-callback (those wait for a thread that
+        waits); then the token is free again."""
+        try:
+            self._step(self._turn)
+        except KeyboardInterrupt:  # between steps, as everywhere: the state is whole
+            raise
+        except BaseException as exc:  # an internal error: fail every future, hang none
+            self._crash(exc)
+        finally:
+            self._release(caller=True)
 
     def poke(self) -> None:
         """Tell the token holder, or the thread due to take the token, to look again."""
