@@ -53,7 +53,7 @@ class Driver(Round):
 
     def add(self, t: Record) -> bool:
         """Queue one submitted record (lock held): one wake-up per batch, not per call.
-        True if the submitting thread now holds the token for one turn (``burst``).
+        True if the submitting thread should run a turn now (``burst``).
 
         With the token free (nobody in the LocalExecutor, and nobody can take it while
         this holds the lock), nothing queued before it and room, the record goes straight
@@ -62,9 +62,9 @@ class Driver(Round):
         submit() returns, nobody holds the future.
 
         A thread that submits a burst feeds the workers itself: once ``BURST`` records
-        wait, with the token free, it takes the token for one turn (``burst``), so the
-        workers start while it submits, and the driver thread, which would race it for
-        the GIL, lingers. Submits fewer and further apart are the driver's, as before.
+        wait, with the token free, it runs one turn (``burst``), so the workers start
+        while it submits, and the driver thread, which would race it for the GIL,
+        lingers. Submits fewer and further apart are the driver's, as before.
         """
         if (
             self.poller is None
@@ -78,15 +78,7 @@ class Driver(Round):
                 self._hand_off()  # the first outstanding work: someone must drive
             return False
         self.pending.append(t)
-        if (
-            len(self.pending) >= BURST
-            and self.poller is None
-            and not self.loop_closed
-            and self.stage is OPEN
-        ):
-            self.poller = threading.get_ident()
-            self.caller_drove = time.monotonic()
-            self.linger = True  # callers drive: the driver thread looks every LINGER
+        if len(self.pending) >= BURST and self.poller is None:
             return True
         if self.feed is FED:
             self.feed = FRESH
@@ -96,9 +88,15 @@ class Driver(Round):
         return False
 
     def burst(self) -> None:
-        """One turn in a submitting thread that took the token (``add``): feed, the
-        round and deliver, no wait and no done-callback (those wait for a thread that
+        """One turn in a submitting thread (``add``), if the token is still free: feed,
+        the round and deliver, no wait and no done-callback (those are for a thread that
         waits); then the token is free again."""
+        with self.lock:
+            if self.poller is not None or self.loop_closed or self.stage is not OPEN:
+                return
+            self.poller = threading.get_ident()
+            self.caller_drove = time.monotonic()
+            self.linger = True  # callers drive: the driver thread looks every LINGER
         try:
             self._step(self._turn)
         except KeyboardInterrupt:  # between steps, as everywhere: the state is whole
