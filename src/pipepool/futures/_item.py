@@ -40,7 +40,7 @@ class Record(Task):
     (``_result`` or ``_exception``) or CANCELLED_AND_NOTIFIED, set by the driver.
     """
 
-    __slots__ = ("_exception", "_result", "_state", "driver")
+    __slots__ = ("_condition", "_exception", "_result", "_state", "driver")
     hooked = False  # a waiter or a done-callback is attached (a PoolFuture's, set by them)
 
     def __init__(
@@ -57,6 +57,7 @@ class Record(Task):
         self._result: Any = None
         self._exception: BaseException | None = None
         self.driver = driver
+        self._condition = driver.cond  # a Future's Condition: the pool's, shared
 
     def done(self) -> bool:
         """Finished or cancelled. Without a lock: the driver sets ``_state`` last."""
@@ -151,21 +152,9 @@ class PoolFuture(Record, Future):  # type: ignore[misc]  # (Future's done/cancel
     token is free instead of sleeping until another thread has done it.
     """
 
-    __slots__ = ("_condition",)
+    __slots__ = ()  # (Record's __init__, not Future's: its Condition is the pool's)
     _waiters = _LazyWaiters()
     _done_callbacks = _LazyCallbacks()
-
-    def __init__(
-        self,
-        driver: Driver,
-        tid: int,
-        fn: Callable[..., Any],
-        args: tuple,
-        kwargs: dict,
-        timeout: float | None,
-    ) -> None:  # no Future.__init__: its Condition is the pool's
-        Record.__init__(self, driver, tid, fn, args, kwargs, timeout)
-        self._condition = driver.cond
 
     def result(self, timeout: float | None = None) -> Any:
         if self._state != FINISHED:
