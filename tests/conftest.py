@@ -1,25 +1,25 @@
-"""Shared fixtures: both loop implementations, every start method, leak checks."""
+"""Fixtures: both loop implementations, every start method, executor factories, the
+shared Dask cluster, leak checks. Helpers are in helpers.py."""
 
 from __future__ import annotations
 
+import copyreg
+import logging
 import os
 import threading
 
 import pytest
 
 import proc_table
+from helpers import (
+    ALLOWED_FAILURES,
+    CLUSTER_WORKERS,
+    START_METHODS,
+    Executors,
+    implementations,
+    is_tblib,
+)
 from pipepool import _impl
-from proc_table import open_fds
-
-START_METHODS = ["fork", "spawn", "forkserver"]
-
-
-def implementations() -> list[str]:
-    """Both twins, unless PIPEPOOL_IMPL pins one (a pure build sets it to "python")."""
-    forced = os.environ.get("PIPEPOOL_IMPL", "").strip().lower()
-    if forced in ("python", "cython"):
-        return [forced]
-    return ["python", "cython"]
 
 
 @pytest.fixture(params=implementations())
@@ -41,66 +41,82 @@ def start_method(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def make(impl: str, start_method: str):
-    """A factory of started LocalExecutors on this test's loop and start method; each is
-    terminated after the test, whatever the test left behind."""
-    from pipepool import LocalExecutor
-
-    made: list = []
-
-    def factory(parallelism: int, **kwargs) -> LocalExecutor:
-        ex = LocalExecutor(parallelism, start_method=start_method, _loop_impl=impl, **kwargs)
-        ex.start()
-        made.append(ex)
-        return ex
-
-    yield factory
-    for ex in made:
-        ex.terminate()
-
-
-def child_pids() -> set[int]:
-    """Pids whose parent is this process (zombies included): /proc, or ps on macOS."""
-    return proc_table.children(os.getpid())
+    """``make(parallelism, **kwargs)``: a started LocalExecutor on this test's loop and
+    start method; each is terminated after the test, whatever the test left behind."""
+    executors = Executors(impl, start_method)
+    yield executors
+    executors.close()
 
 
 @pytest.fixture
 def no_leaks():
     """Fail the test if it leaves a child, a thread or an fd behind."""
     import multiprocessing
+    from multiprocessing import forkserver, resource_tracker
 
-    fds_before = open_fds()
+    def helper(pid: int) -> bool:
+        # The forkserver and the resource tracker are shared and live on purpose (the
+        # first spawn or forkserver pool of a session starts the tracker).
+        cmd = proc_table.cmdline(pid)
+        return b"forkserver" in cmd or b"resource_tracker" in cmd
+
+    def helper_fd(fd: int) -> bool:
+        server, tracker = forkserver._forkserver, resource_tracker._resource_tracker
+        return fd in (server._forkserver_alive_fd, getattr(tracker, "_fd", None))
+
+    fds_before = proc_table.open_fds()
     threads_before = {t.ident for t in threading.enumerate()}
-    kids_before = child_pids()
+    kids_before = proc_table.children(os.getpid())
     yield
     multiprocessing.active_children()  # reaps multiprocessing's own finished children
-    leaked_kids = child_pids() - kids_before
-    # The forkserver and the resource tracker are shared and live on purpose (the first
-    # spawn or forkserver pool of a session starts the tracker); they are not ours to leak.
-    leaked_kids = {p for p in leaked_kids if not _is_multiprocessing_helper(p)}
+    leaked_kids = proc_table.children(os.getpid()) - kids_before
+    leaked_kids = {p for p in leaked_kids if not helper(p)}
     assert not leaked_kids, f"child processes left behind: {sorted(leaked_kids)}"
     leaked_threads = [t for t in threading.enumerate() if t.ident not in threads_before]
     assert not leaked_threads, f"threads left behind: {leaked_threads}"
-    leaked_fds = open_fds() - fds_before
-    leaked_fds = {fd for fd in leaked_fds if not _is_forkserver_fd(fd)}
+    leaked_fds = {fd for fd in proc_table.open_fds() - fds_before if not helper_fd(fd)}
     assert not leaked_fds, f"fds left open: {sorted(leaked_fds)}"
 
 
-def _is_multiprocessing_helper(pid: int) -> bool:
-    cmd = proc_table.cmdline(pid)
-    return b"forkserver" in cmd or b"resource_tracker" in cmd
+@pytest.fixture(scope="module")
+def dask_cluster():
+    """Two Dask worker processes with one thread each; nothing listens beyond 127.0.0.1."""
+    distributed = pytest.importorskip("distributed")
+    import dask
+    import tblib.pickling_support
+
+    tblib.pickling_support.install()  # as importing distributed did, whichever module did
+    from pipepool.cluster import WORKER_SATURATION
+
+    with dask.config.set(
+        {
+            "distributed.scheduler.allowed-failures": ALLOWED_FAILURES,
+            "distributed.scheduler.worker-saturation": WORKER_SATURATION,
+        }
+    ):
+        cluster = distributed.LocalCluster(
+            n_workers=CLUSTER_WORKERS,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+            silence_logs=logging.CRITICAL,
+        )
+    try:
+        yield cluster
+    finally:
+        cluster.close(timeout=30)
 
 
-def _is_forkserver_fd(fd: int) -> bool:
-    from multiprocessing import forkserver
-
-    server = forkserver._forkserver
-    return fd in (server._forkserver_alive_fd,) or _is_resource_tracker_fd(fd)
-
-
-def _is_resource_tracker_fd(fd: int) -> bool:
-    from multiprocessing import resource_tracker
-
-    return fd == getattr(resource_tracker._resource_tracker, "_fd", None)
+@pytest.fixture(scope="module", autouse=True)
+def no_tblib_after_this_module():
+    """Importing distributed registers tblib's reducer for every exception class in this
+    process (copyreg), and so in LocalExecutor's forked workers, where SystemExit then
+    loses its code. Later modules test LocalExecutor in a process without Dask: undo it."""
+    yield
+    for cls, reducer in list(copyreg.dispatch_table.items()):
+        if is_tblib(reducer):
+            del copyreg.dispatch_table[cls]
 
 
 _AIRFLOW_TESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "airflow")

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import fake_checkout
+
 ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.skipif(
@@ -164,8 +166,6 @@ def test_cli_full_runs_this_checkouts_suite_not_the_cwds(tmp_path: Path) -> None
     """pipepool imported from this checkout, run from a folder holding another
     benchmarks/suite.py (``python -m`` puts the cwd first on sys.path): this checkout's
     suite answers, the folder's is never imported."""
-    from test_cli import fake_checkout
-
     work = tmp_path / "work"
     ran = fake_checkout(work)
     proc = subprocess.run(

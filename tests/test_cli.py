@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import (
+from helpers import (
     ENV,
+    fake_checkout,
     joblog_rows,
     marked,
-    marker,  # noqa: F401  (test_cluster.py imports it from here)
     run_cli,
     start_cli,
     survivors,
@@ -533,20 +533,6 @@ def test_bench_still_works() -> None:
     proc = run_cli("bench", "--tasks", "300", "--rounds", "1", "-j", "2", timeout=90)
     assert proc.returncode == 0, proc.stderr
     assert "tasks/s" in proc.stdout and "ProcessPoolExecutor" in proc.stdout
-
-
-FAKE_SUITE = "import pathlib\npathlib.Path({ran!r}).write_text('ran')\nraise SystemExit(3)\n"
-
-
-def fake_checkout(folder: Path) -> Path:
-    """Make ``folder`` look like a checkout's root whose benchmarks/suite.py, when
-    imported, leaves the file this returns."""
-    (folder / "benchmarks").mkdir(parents=True)
-    (folder / "benchmarks" / "__init__.py").write_text("")
-    ran = folder / "fake-suite-ran"
-    (folder / "benchmarks" / "suite.py").write_text(FAKE_SUITE.format(ran=str(ran)))
-    (folder / "pyproject.toml").write_text("")
-    return ran
 
 
 def test_bench_full_never_runs_a_suite_from_the_current_directory(tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ import pytest
 import futures_tasks as ft
 import pipepool
 import proc_table
+from helpers import wait_for
 from pipepool import (
     TaskKilledError,
     TaskPicklingError,
@@ -96,7 +97,7 @@ def make_pool(flavor, start_method, no_leaks):
                 and proc_table.open_fds() <= fds_before
             )
 
-        wait_until(wound_down, what="the stdlib pool to wind down")
+        assert wait_for(wound_down), "the stdlib pool did not wind down"
 
 
 def shutdown_stdlib(pool: cf.ProcessPoolExecutor) -> None:
@@ -136,16 +137,8 @@ def warm_up(pool: cf.Executor, workers: int = 2) -> None:
         f.result(timeout=WAIT)
 
 
-def wait_until(predicate, limit: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + limit
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {limit} s waiting for {what}")
-        time.sleep(0.005)
-
-
 def read_pid(path: Path, limit: float = WAIT) -> int:
-    wait_until(path.exists, limit, f"{path.name} to appear")
+    assert wait_for(path.exists, limit), f"{path.name} did not appear"
     return int(path.read_text())
 
 
@@ -238,7 +231,7 @@ def test_cancel_pending_futures(make_pool, tmp_path):
     pool = make_pool(1)
     gate = tmp_path / "gate"
     first = pool.submit(ft.wait_for_file, str(gate), "first")
-    wait_until(first.running, what="the first task to be running")
+    assert wait_for(first.running), "the first task is not running"
     fs = [pool.submit(ft.square, i) for i in range(10)]
     # The last ones are certainly still pending (stdlib and pipepool hand at most a few
     # futures ahead to the workers): they cancel, and never run.
@@ -291,14 +284,14 @@ def test_shutdown_cancel_futures_cancels_pending_only(make_pool, flavor, tmp_pat
     pool = make_pool(1)
     gate = tmp_path / "gate"
     first = pool.submit(ft.wait_for_file, str(gate), "first")
-    wait_until(first.running, what="the first task to be running")
+    assert wait_for(first.running), "the first task is not running"
     fs = [pool.submit(ft.square, i) for i in range(20)]
     opener = threading.Timer(0.3, gate.touch)
     opener.start()
     try:
         pool.shutdown(wait=wait, cancel_futures=True)
         if not wait and flavor == "stdlib":  # its manager thread cancels them, soon after
-            wait_until(lambda: all(f.cancelled() for f in fs[5:]), what="cancellation")
+            assert wait_for(lambda: all(f.cancelled() for f in fs[5:])), "no cancellation"
         # pipepool cancels them before shutdown() returns, waiting or not.
         assert all(f.cancelled() for f in fs[5:]), "pending futures were not cancelled"
         assert first.result(timeout=WAIT) == "first"
@@ -599,7 +592,7 @@ def test_sigkill_one_worker_among_1000_tasks(make_pipepool, tmp_path):
     assert pid not in served
     assert len(set(served)) >= 2, "the replacement worker never served a task"
     # The pool is whole again: two live workers, the killed one not among them.
-    wait_until(lambda: len(pool.worker_pids()) == 2, what="two live workers")
+    assert wait_for(lambda: len(pool.worker_pids()) == 2), "not two live workers"
     assert pid not in pool.worker_pids()
     assert all(alive(p) for p in pool.worker_pids())
     assert pool.submit(ft.square, 5).result(timeout=WAIT) == 25
@@ -657,7 +650,7 @@ def test_kill_a_running_task(make_pipepool, tmp_path):
     assert pool.kill(victim) is True
     with pytest.raises(TaskKilledError):
         victim.result(timeout=WAIT)
-    wait_until(lambda: not alive(pid), what="the killed worker to exit")
+    assert wait_for(lambda: not alive(pid)), "the killed worker did not exit"
     assert pool.submit(ft.square, 3).result(timeout=WAIT) == 9
     assert pool.kill(victim) is False  # already finished
     with pytest.raises(ValueError):
@@ -671,7 +664,7 @@ def test_kill_before_start_and_kill_pending(make_pipepool, tmp_path):
     first = pool.submit(ft.wait_for_file, str(gate), "first")
     handed = pool.submit(ft.announce_and_sleep, str(marker), 60)  # queued behind first
     pending = [pool.submit(ft.square, i) for i in range(5)]
-    wait_until(handed.running, what="the second task to be handed over")
+    assert wait_for(handed.running), "the second task was not handed over"
     assert pool.kill(handed) is True
     assert pool.kill(pending[-1]) is True  # still pending: simply cancelled
     assert pending[-1].cancelled()
@@ -788,7 +781,7 @@ def test_ctrl_c_interrupts_promptly_and_stops_the_workers(tmp_path, start_method
     try:
         pids = [read_pid(tmp_path / f"w{i}") for i in range(2)]
         waiting = tmp_path / "waiting"
-        wait_until(waiting.exists, WAIT, "the main thread to wait in result()")
+        assert wait_for(waiting.exists, WAIT), "the main thread did not wait in result()"
         start = time.monotonic()
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=WAIT)
@@ -797,7 +790,7 @@ def test_ctrl_c_interrupts_promptly_and_stops_the_workers(tmp_path, start_method
         proc.kill()
         proc.wait()
     assert "KeyboardInterrupt" in err, err
-    wait_until(lambda: not any(alive(p) for p in pids), 5, "the workers to exit")
+    assert wait_for(lambda: not any(alive(p) for p in pids), 5), "the workers did not exit"
 
 
 def test_workers_exit_when_the_parent_is_killed(tmp_path, start_method):
@@ -809,7 +802,7 @@ def test_workers_exit_when_the_parent_is_killed(tmp_path, start_method):
     finally:
         proc.kill()
         proc.communicate()
-    wait_until(lambda: not any(alive(p) for p in pids), 5, "the orphaned workers to exit")
+    assert wait_for(lambda: not any(alive(p) for p in pids), 5), "orphaned workers live on"
 
 
 @pytest.mark.parametrize("mode", ["exit", "exit-crash"])
@@ -827,4 +820,4 @@ def test_interpreter_exit_finishes_submitted_work(tmp_path, start_method, mode):
     missing = [name for name in done if not (tmp_path / name).exists()]
     assert not missing, f"submitted work did not complete at exit: {missing}\n{err}"
     pid = read_pid(tmp_path / "w0", 0)
-    wait_until(lambda: not alive(pid), 5, "the worker to exit")
+    assert wait_for(lambda: not alive(pid), 5), "the worker did not exit"

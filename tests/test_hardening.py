@@ -76,8 +76,7 @@ import pytest
 
 import proc_table
 import tasks
-from conftest import START_METHODS, implementations
-from executor_helpers import Recorder
+from helpers import START_METHODS, Executors, Recorder, implementations, runs
 from pipepool import (
     InitializerError,
     LocalExecutor,
@@ -110,27 +109,11 @@ def full_size_of(test: str) -> list[pytest.MarkDecorator]:
 
 @pytest.fixture
 def pool(impl):
-    """``pool(parallelism, start_method, **kwargs)``: a started LocalExecutor on ``impl``,
-    terminated at teardown whatever the test did."""
-    made: list[LocalExecutor] = []
-
-    def factory(parallelism: int = 2, start_method: str = "fork", **kwargs) -> LocalExecutor:
-        ex = LocalExecutor(parallelism, start_method=start_method, _loop_impl=impl, **kwargs)
-        ex.start()
-        made.append(ex)
-        return ex
-
-    yield factory
-    for ex in made:
-        ex.terminate()
-
-
-def runs(log: str) -> Counter:
-    """How many times each key's task body ran: the first word of each line in ``log``."""
-    if not os.path.exists(log):
-        return Counter()
-    with open(log) as f:
-        return Counter(line.split()[0] for line in f if line.strip())
+    """``pool(parallelism, start_method, **kwargs)``: a started LocalExecutor on ``impl``
+    (fork unless told), terminated at teardown whatever the test did."""
+    executors = Executors(impl, "fork")
+    yield executors
+    executors.close()
 
 
 def exactly_one_each(rec: Recorder, keys) -> None:

@@ -10,18 +10,10 @@ import time
 from collections import Counter
 
 import tasks
-from executor_helpers import Recorder
+from helpers import Recorder, runs
 from pipepool import LocalExecutor, State, TaskPicklingError, WorkerLostError
 
 PAGE = 4096
-
-
-def runs(log) -> Counter:
-    """How many times each key's task body actually ran (one line per run)."""
-    if not os.path.exists(log):
-        return Counter()
-    with open(log) as f:
-        return Counter(line.strip() for line in f if line.strip())
 
 
 # 1. The seed deadlock -----------------------------------------------------------------

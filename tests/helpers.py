@@ -1,0 +1,266 @@
+"""What the tests share, in one home: the loops and start methods under test, polling,
+the LocalExecutor factory, the event recorder, task-run logs, and ``pipepool run`` in a
+subprocess. Fixtures are in conftest.py; task functions (imported by name in workers) in
+tasks.py, fault_tasks.py, futures_tasks.py and cluster_tasks.py; who is running and
+what is open in proc_table.py.
+
+``pipepool run`` jobs that could outlive a test carry a unique marker in their command
+line (a ``sleep`` duration such as ``1000.4711``); ``survivors(marker)`` finds any
+process still carrying it via /proc, so "nothing is left running" is checked, not assumed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Hashable
+from pathlib import Path
+
+from pipepool import Event, LocalExecutor
+
+START_METHODS = ["fork", "spawn", "forkserver"]
+
+
+def implementations() -> list[str]:
+    """Both twins, unless PIPEPOOL_IMPL pins one (a pure build sets it to "python")."""
+    forced = os.environ.get("PIPEPOOL_IMPL", "").strip().lower()
+    if forced in ("python", "cython"):
+        return [forced]
+    return ["python", "cython"]
+
+
+def wait_for(
+    predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.02
+) -> bool:
+    """Poll ``predicate`` until it is true or ``timeout`` s have passed; its last value.
+    For real processes and files, whose changes no event announces; callers assert it
+    (``assert wait_for(...), "what did not come"``), so a condition that never comes
+    fails the test instead of sleeping through it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return bool(predicate())
+
+
+class Executors:
+    """Builds LocalExecutors on one loop implementation (``start_method`` is the default
+    for each call) and terminates each one at ``close()``, whatever the test left."""
+
+    def __init__(self, impl: str, start_method: str = "fork") -> None:
+        self.impl = impl
+        self.start_method = start_method
+        self.made: list[LocalExecutor] = []
+
+    def build(
+        self, parallelism: int = 2, start_method: str | None = None, **kwargs
+    ) -> LocalExecutor:
+        """An executor not started yet (still terminated at ``close()``)."""
+        ex = LocalExecutor(
+            parallelism,
+            start_method=start_method or self.start_method,
+            _loop_impl=self.impl,
+            **kwargs,
+        )
+        self.made.append(ex)
+        return ex
+
+    def __call__(
+        self, parallelism: int = 2, start_method: str | None = None, **kwargs
+    ) -> LocalExecutor:
+        ex = self.build(parallelism, start_method, **kwargs)
+        ex.start()
+        return ex
+
+    def close(self) -> None:
+        for ex in self.made:
+            ex.terminate()
+        self.made.clear()
+
+
+class Recorder:
+    """Pops an executor's event buffer after every round, so no terminal event can be
+    overwritten unseen, and checks that no key is ever reported terminal twice."""
+
+    def __init__(self, ex) -> None:
+        self.ex = ex
+        self.terminal: dict[Hashable, Event] = {}
+        self.running_seen: set[Hashable] = set()
+        self.duplicates: list[Hashable] = []
+        self.history: dict[Hashable, list[str]] = defaultdict(list)
+
+    def take(self) -> None:
+        for key, event in self.ex.get_event_buffer().items():
+            self.history[key].append(event.state.value)
+            if event.state.terminal:
+                if key in self.terminal:
+                    self.duplicates.append(key)
+                self.terminal[key] = event
+            else:
+                self.running_seen.add(key)
+
+    def round(self, timeout: float = 0.01) -> None:
+        self.ex.sync(timeout=timeout)
+        self.take()
+
+    def run_until(
+        self, predicate: Callable[[], bool], limit: float = 60.0, timeout: float = 0.01
+    ) -> None:
+        deadline = time.monotonic() + limit
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"condition not reached in {limit}s; stats={self.ex.stats()}")
+            self.round(timeout)
+
+    def finish(self, limit: float = 120.0) -> None:
+        self.run_until(lambda: not self.ex.has_work(), limit)
+        self.ex.end()
+        self.take()
+
+
+def runs(log: str | Path) -> Counter:
+    """How many times each key's task body ran: the first word of each line that
+    ``tasks.record`` or ``tasks.record_pid`` appended to ``log``."""
+    if not os.path.exists(log):
+        return Counter()
+    with open(log) as f:
+        return Counter(line.split()[0] for line in f if line.strip())
+
+
+# -- the Dask cluster the ClusterExecutor tests share -----------------------------------------
+
+CLUSTER_WORKERS = 2
+# A task whose worker dies runs once more elsewhere, then is reported lost: Dask's
+# default (3 retries) would only make the crash cases slower, not different.
+ALLOWED_FAILURES = 1
+
+
+def connect(cluster, **kwargs):
+    """A started ClusterExecutor on ``cluster``, once all its workers are there (a test
+    may kill one before it connects again; its nanny is restarting it)."""
+    from pipepool import ClusterExecutor
+
+    ex = ClusterExecutor(cluster.scheduler_address, **kwargs)
+    ex.start()
+    ex.client.wait_for_workers(CLUSTER_WORKERS, timeout=60)
+    return ex
+
+
+def is_tblib(reducer) -> bool:
+    """Whether a copyreg reducer is tblib's, which importing distributed registers for
+    every exception class."""
+    return getattr(getattr(reducer, "func", reducer), "__module__", "").startswith("tblib")
+
+
+# -- pipepool run, through the real CLI in a subprocess ------------------------------------
+
+# Run against whatever `import pipepool` finds here: the installed package in CI, the
+# source tree when the tests run with PYTHONPATH=src.
+ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+ENV.pop("PIPEPOOL_PROGRESS", None)
+_markers = itertools.count(1)
+
+
+def marker() -> str:
+    """Digits unique to this test run, usable as the fraction of a sleep duration."""
+    return f"{os.getpid() % 10000:04d}{next(_markers):03d}"
+
+
+def run_cli(
+    *args: str, input: str | None = None, timeout: float = 60, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pipepool", *args],
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=ENV,
+        cwd=cwd,
+    )
+
+
+def start_cli(*args: str, cwd: Path | None = None, **kw) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "pipepool", *args], env=ENV, cwd=cwd, text=True, **kw
+    )
+
+
+def survivors(mark: str, *, jobs_only: bool = False) -> list[int]:
+    """Live (non-zombie) processes whose command line contains ``mark``: the jobs, and
+    the runner, its workers and their guardians when the marker is one of its arguments
+    (forked processes keep their parent's command line). ``jobs_only``: just the jobs."""
+    python = sys.executable.encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+            with open(f"/proc/{entry}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if (
+            mark.encode() in cmdline
+            and state != "Z"
+            and not (jobs_only and cmdline.startswith(python))
+        ):
+            found.append(int(entry))
+    return found
+
+
+def kill_survivors(mark: str) -> None:
+    for pid in survivors(mark):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def joblog_rows(path: Path) -> list[list[str]]:
+    lines = path.read_text().splitlines()
+    assert lines[0].split("\t") == [
+        "Seq",
+        "Host",
+        "Starttime",
+        "JobRuntime",
+        "Send",
+        "Receive",
+        "Exitval",
+        "Signal",
+        "Command",
+    ]
+    return [line.split("\t") for line in lines[1:]]
+
+
+def marked():
+    """The body of a ``mark`` fixture: a fresh marker, then a check that no process
+    carrying it is left (each test module wraps it in ``@pytest.fixture``)."""
+    m = marker()
+    yield m
+    # A worker killed by the runner exits a moment later, and its guardian after it.
+    wait_for(lambda: not survivors(m), timeout=3)
+    left = survivors(m)
+    kill_survivors(m)
+    assert not left, f"processes left running: {left}"
+
+
+FAKE_SUITE = "import pathlib\npathlib.Path({ran!r}).write_text('ran')\nraise SystemExit(3)\n"
+
+
+def fake_checkout(folder: Path) -> Path:
+    """Make ``folder`` look like a checkout's root whose benchmarks/suite.py, when
+    imported, leaves the file this returns."""
+    (folder / "benchmarks").mkdir(parents=True)
+    (folder / "benchmarks" / "__init__.py").write_text("")
+    ran = folder / "fake-suite-ran"
+    (folder / "benchmarks" / "suite.py").write_text(FAKE_SUITE.format(ran=str(ran)))
+    (folder / "pyproject.toml").write_text("")
+    return ran
