@@ -456,62 +456,67 @@ def test_map_frees_each_result_once_yielded(make_pool, flavor, chunksize, buffer
 
 # == pickling failures: one future each ======================================================
 
-# (row id, how to submit it, shared with the stdlib, pipepool's error type, its .part)
-PICKLING_CASES = [
-    ("lambda", lambda pool: pool.submit(lambda: 1), True, TaskPicklingError, "function"),
-    (
-        "unpicklable argument",
+# row id: (how to submit it, shared with the stdlib, pipepool's error type, its .part)
+PICKLING_CASES = {
+    "lambda": (lambda pool: pool.submit(lambda: 1), True, TaskPicklingError, "function"),
+    "unpicklable argument": (
         lambda pool: pool.submit(ft.identity, threading.Lock()),
         True,
         TaskPicklingError,
         "arguments",
     ),
-    (
-        "unpicklable result",
+    "unpicklable result": (
         lambda pool: pool.submit(ft.return_lock),
         True,
         TaskPicklingError,
         "result",
     ),
-    # The stdlib breaks the whole pool on the rows below.
-    (
-        "exception that cannot be unpickled",
+    # The stdlib breaks the whole pool on the rows below: pipepool's rows only.
+    "exception that cannot be unpickled": (
         lambda pool: pool.submit(ft.raise_two_arg_error),
         False,
         TaskUnpicklingError,
         "exception",
     ),
-    (
-        "result that cannot be unpickled",
+    "result that cannot be unpickled": (
         lambda pool: pool.submit(ft.return_unloadable),
         False,
         TaskUnpicklingError,
         "result",
     ),
-    (
-        "argument the worker cannot unpickle",
+    "argument the worker cannot unpickle": (
         lambda pool: pool.submit(ft.identity, ft.Unloadable()),
         False,
         TaskUnpicklingError,
         "task",
     ),
-]
+}
 
 
-def test_pickling_failures_fail_only_their_own_future(make_pool, flavor):
+@pytest.mark.parametrize(
+    ("flavor", "case"),
+    [
+        (flavor, case)
+        for case, (_, shared, _, _) in PICKLING_CASES.items()
+        for flavor in POOLS
+        if shared or flavor == "pipepool"
+    ],
+)
+def test_pickling_failures_fail_only_their_own_future(make_pool, flavor, case):
+    """The bad future fails (pipepool: with its typed error naming the part), and the
+    100 submitted right behind it all succeed. One row per case, so one failure hides
+    none of the others."""
+    submit_bad, _, error_type, part = PICKLING_CASES[case]
     pool = make_pool()
-    for name, submit_bad, shared, error_type, part in PICKLING_CASES:
-        if flavor == "stdlib" and not shared:
-            continue
-        bad = submit_bad(pool)
-        following = [pool.submit(ft.square, i) for i in range(100)]
-        error = bad.exception(timeout=WAIT)
-        assert error is not None, f"{name}: the future did not fail"
-        if flavor == "pipepool":
-            assert isinstance(error, error_type), f"{name}: {error!r}"
-            assert error.part == part, f"{name}: part {error.part!r}, not {part!r}"
-        results = [f.result(timeout=WAIT) for f in following]
-        assert results == [i * i for i in range(100)], f"{name}: a following task failed"
+    bad = submit_bad(pool)
+    following = [pool.submit(ft.square, i) for i in range(100)]
+    error = bad.exception(timeout=WAIT)
+    assert error is not None, "the future did not fail"
+    if flavor == "pipepool":
+        assert isinstance(error, error_type), repr(error)
+        assert error.part == part, f"part {error.part!r}, not {part!r}"
+    results = [f.result(timeout=WAIT) for f in following]
+    assert results == [i * i for i in range(100)], "a following task failed"
 
 
 # == pipepool only: its lighter Future ======================================================
