@@ -4,21 +4,13 @@ shared Dask cluster, leak checks. Helpers are in helpers.py."""
 from __future__ import annotations
 
 import copyreg
-import logging
 import os
 import threading
 
 import pytest
 
 import proc_table
-from helpers import (
-    ALLOWED_FAILURES,
-    CLUSTER_WORKERS,
-    START_METHODS,
-    Executors,
-    implementations,
-    is_tblib,
-)
+from helpers import START_METHODS, Executors, SharedCluster, implementations, is_tblib
 from pipepool import _impl
 
 
@@ -78,34 +70,25 @@ def no_leaks():
     assert not leaked_fds, f"fds left open: {sorted(leaked_fds)}"
 
 
-@pytest.fixture(scope="module")
-def dask_cluster():
-    """Two Dask worker processes with one thread each; nothing listens beyond 127.0.0.1."""
-    distributed = pytest.importorskip("distributed")
-    import dask
-    import tblib.pickling_support
-
-    tblib.pickling_support.install()  # as importing distributed did, whichever module did
-    from pipepool.cluster import WORKER_SATURATION
-
-    with dask.config.set(
-        {
-            "distributed.scheduler.allowed-failures": ALLOWED_FAILURES,
-            "distributed.scheduler.worker-saturation": WORKER_SATURATION,
-        }
-    ):
-        cluster = distributed.LocalCluster(
-            n_workers=CLUSTER_WORKERS,
-            threads_per_worker=1,
-            processes=True,
-            host="127.0.0.1",
-            dashboard_address="127.0.0.1:0",
-            silence_logs=logging.CRITICAL,
-        )
+@pytest.fixture(scope="session")
+def _shared_cluster(tmp_path_factory: pytest.TempPathFactory):
+    pytest.importorskip("distributed")
+    cluster = SharedCluster(tmp_path_factory.mktemp("dask"))
     try:
         yield cluster
     finally:
-        cluster.close(timeout=30)
+        cluster.close()
+
+
+@pytest.fixture
+def dask_cluster(_shared_cluster: SharedCluster):
+    """The Dask cluster the ClusterExecutor tests share (helpers.ClusterHost: a
+    LocalCluster of two worker processes, in a process of its own), with every worker
+    there: a test may kill one, and the next one waits for its replacement."""
+    import tblib.pickling_support
+
+    tblib.pickling_support.install()  # as importing distributed did (undone below)
+    return _shared_cluster.whole()
 
 
 @pytest.fixture(scope="module", autouse=True)

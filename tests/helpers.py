@@ -14,10 +14,12 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import select
 import signal
 import subprocess
 import sys
 import time
+import warnings
 from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable
 from pathlib import Path
@@ -140,9 +142,94 @@ CLUSTER_WORKERS = 2
 # A task whose worker dies runs once more elsewhere, then is reported lost: Dask's
 # default (3 retries) would only make the crash cases slower, not different.
 ALLOWED_FAILURES = 1
+# s a test waits for a killed worker's replacement before the cluster is replaced: a
+# nanny restarts one in 1-3 s on a loaded 2-core machine.
+REPLACEMENT_BOUND = 30.0
+# s for a kill the previous test ordered to land before the workers are counted: a
+# ClusterExecutor's kill makes the worker die 20 ms after it answers (EXIT_DELAY).
+KILL_SETTLE = 0.1
+CLUSTER_HOST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cluster_host.py")
 
 
-def connect(cluster, **kwargs):
+class ClusterHost:
+    """tests/cluster_host.py in a subprocess: a Dask LocalCluster of ``CLUSTER_WORKERS``
+    worker processes, its scheduler at ``scheduler_address``, its log in ``log``."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        with open(log, "ab") as stderr:  # the child's; the parent keeps no fd of it
+            self.proc = subprocess.Popen(
+                [sys.executable, CLUSTER_HOST, str(CLUSTER_WORKERS), str(ALLOWED_FAILURES)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+                env=ENV,
+            )
+        try:
+            self.scheduler_address = self._answer(60)
+        except BaseException:
+            self.close()
+            raise
+
+    def whole(self, timeout: float) -> bool:
+        """True once every worker is registered (after ``KILL_SETTLE``); False if one is
+        missing after ``timeout`` s."""
+        self.proc.stdin.write(f"whole {KILL_SETTLE} {timeout}\n")
+        self.proc.stdin.flush()
+        return int(self._answer(timeout + 30)) == CLUSTER_WORKERS
+
+    def _answer(self, timeout: float) -> str:
+        ready = select.select([self.proc.stdout], [], [], timeout)[0]
+        line = self.proc.stdout.readline() if ready else ""
+        if not line:
+            raise RuntimeError(f"the Dask cluster host did not answer:\n{self.tail()}")
+        return line.strip()
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def close(self) -> None:
+        """Close the cluster (stdin's EOF), SIGKILL it if that takes over 60 s."""
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc.stdout.close()
+
+
+class SharedCluster:
+    """The session's ClusterHost, whole for each test: a killed worker's replacement is
+    waited for, and a cluster still short after ``REPLACEMENT_BOUND`` is replaced (with
+    a warning quoting its log), so no test inherits the damage an earlier one did."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.host: ClusterHost | None = None
+        self.replaced = 0
+
+    def whole(self) -> ClusterHost:
+        if self.host is not None and not self.host.whole(REPLACEMENT_BOUND):
+            warnings.warn(
+                f"the shared Dask cluster stayed short of {CLUSTER_WORKERS} workers for "
+                f"{REPLACEMENT_BOUND} s and was replaced; its log:\n{self.host.tail()}",
+                stacklevel=2,
+            )
+            self.close()
+            self.replaced += 1
+        if self.host is None:
+            self.host = ClusterHost(self.folder / f"cluster-{self.replaced}.log")
+        return self.host
+
+    def close(self) -> None:
+        if self.host is not None:
+            self.host, host = None, self.host
+            host.close()
+
+
+def connect(cluster: ClusterHost, **kwargs):
     """A started ClusterExecutor on ``cluster``, once all its workers are there (a test
     may kill one before it connects again; its nanny is restarting it)."""
     from pipepool import ClusterExecutor
