@@ -1,17 +1,39 @@
 """Fixtures: both loop implementations, every start method, executor factories, the
-shared Dask cluster, leak checks. Helpers are in helpers.py."""
+shared Dask cluster, and the leak check every test runs under. Helpers are in helpers.py."""
 
 from __future__ import annotations
 
 import copyreg
 import os
-import threading
 
 import pytest
 
-import proc_table
+import leakcheck
 from helpers import START_METHODS, Executors, SharedCluster, implementations, is_tblib
 from pipepool import _impl
+
+_STRICT = pytest.StashKey[bool]()
+
+
+@pytest.fixture(autouse=True)
+def leak_check(request: pytest.FixtureRequest):
+    """Fail any test that leaves a child process, an fd or a thread behind (what lives
+    on purpose is named in leakcheck.py). Autouse, so it is set up before and torn down
+    after the test's other function-scoped fixtures: their clean-up counts as the test's."""
+    before = leakcheck.snapshot()
+    yield
+    strict = request.node.stash.get(_STRICT, False)
+    left = leakcheck.leaks(before, grace=0.0 if strict else leakcheck.GRACE, collect=not strict)
+    if left:
+        pytest.fail("left behind by this test:\n  " + "\n  ".join(left), pytrace=False)
+
+
+@pytest.fixture
+def no_leaks(request: pytest.FixtureRequest) -> None:
+    """The leak check, strict: for tests whose point is that nothing is left, the moment
+    the executor returns from ``end()`` or ``terminate()``, with no grace period and no
+    garbage collection to close what the code under test forgot."""
+    request.node.stash[_STRICT] = True
 
 
 @pytest.fixture(params=implementations())
@@ -40,44 +62,15 @@ def make(impl: str, start_method: str):
     executors.close()
 
 
-@pytest.fixture
-def no_leaks():
-    """Fail the test if it leaves a child, a thread or an fd behind."""
-    import multiprocessing
-    from multiprocessing import forkserver, resource_tracker
-
-    def helper(pid: int) -> bool:
-        # The forkserver and the resource tracker are shared and live on purpose (the
-        # first spawn or forkserver pool of a session starts the tracker).
-        cmd = proc_table.cmdline(pid)
-        return b"forkserver" in cmd or b"resource_tracker" in cmd
-
-    def helper_fd(fd: int) -> bool:
-        server, tracker = forkserver._forkserver, resource_tracker._resource_tracker
-        return fd in (server._forkserver_alive_fd, getattr(tracker, "_fd", None))
-
-    fds_before = proc_table.open_fds()
-    threads_before = {t.ident for t in threading.enumerate()}
-    kids_before = proc_table.children(os.getpid())
-    yield
-    multiprocessing.active_children()  # reaps multiprocessing's own finished children
-    leaked_kids = proc_table.children(os.getpid()) - kids_before
-    leaked_kids = {p for p in leaked_kids if not helper(p)}
-    assert not leaked_kids, f"child processes left behind: {sorted(leaked_kids)}"
-    leaked_threads = [t for t in threading.enumerate() if t.ident not in threads_before]
-    assert not leaked_threads, f"threads left behind: {leaked_threads}"
-    leaked_fds = {fd for fd in proc_table.open_fds() - fds_before if not helper_fd(fd)}
-    assert not leaked_fds, f"fds left open: {sorted(leaked_fds)}"
-
-
 @pytest.fixture(scope="session")
 def _shared_cluster(tmp_path_factory: pytest.TempPathFactory):
     pytest.importorskip("distributed")
     cluster = SharedCluster(tmp_path_factory.mktemp("dask"))
-    try:
-        yield cluster
-    finally:
-        cluster.close()
+    with leakcheck.keep("the shared Dask cluster", cluster.held):
+        try:
+            yield cluster
+        finally:
+            cluster.close()
 
 
 @pytest.fixture

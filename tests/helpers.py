@@ -24,6 +24,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable
 from pathlib import Path
 
+import leakcheck
 from pipepool import Event, LocalExecutor
 
 START_METHODS = ["fork", "spawn", "forkserver"]
@@ -199,6 +200,12 @@ class ClusterHost:
             self.proc.wait()
         self.proc.stdout.close()
 
+    def held(self) -> leakcheck.Held:
+        return leakcheck.Held(
+            pids={self.proc.pid},
+            fds={f.fileno() for f in (self.proc.stdin, self.proc.stdout) if not f.closed},
+        )
+
 
 class SharedCluster:
     """The session's ClusterHost, whole for each test: a killed worker's replacement is
@@ -222,6 +229,9 @@ class SharedCluster:
         if self.host is None:
             self.host = ClusterHost(self.folder / f"cluster-{self.replaced}.log")
         return self.host
+
+    def held(self) -> leakcheck.Held:
+        return self.host.held() if self.host is not None else leakcheck.Held()
 
     def close(self) -> None:
         if self.host is not None:
