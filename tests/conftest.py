@@ -43,6 +43,15 @@ def impl(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
+@pytest.fixture(params=implementations()[-1:])
+def one_impl(request: pytest.FixtureRequest) -> str:
+    """One loop implementation, for stress rows whose subject is what the twins share
+    (the executor's bookkeeping; each twin's own part is tested on both elsewhere): the
+    compiled loop users run, unless PIPEPOOL_IMPL pins the pure one."""
+    _impl.load(request.param)
+    return request.param
+
+
 @pytest.fixture
 def loop_module(impl: str):
     return _impl.load(impl)[1]
