@@ -708,6 +708,29 @@ def test_terminate_workers_stops_running_tasks(make_pipepool, tmp_path):
     assert not alive(pid)
 
 
+def test_shutdown_with_nothing_left_stops_without_waiting_out_a_poll(make_pipepool, monkeypatch):
+    """shutdown(wait=True) of a pool with nothing left to run stops it at once: its
+    driver used to sleep one poll first (LocalExecutor's REAP_INTERVAL, 250 ms), as
+    nothing told the round that the shutdown was due. Counted on the pure loop, whose
+    wait() a test can wrap (the driver is the same for both)."""
+    monkeypatch.setenv("PIPEPOOL_IMPL", "python")
+    pool = make_pipepool(2)
+    assert pool.submit(ft.square, 3).result(timeout=WAIT) == 9
+    driver = pool._driver
+    loop = driver.executor._loop
+    waits_after_shutdown = []
+    real_wait = loop.wait
+
+    def wait(timeout=None):
+        if driver.shutdown:
+            waits_after_shutdown.append(timeout)
+        return real_wait(timeout)
+
+    monkeypatch.setattr(loop, "wait", wait)
+    pool.shutdown(wait=True)
+    assert waits_after_shutdown == []
+
+
 @pytest.mark.parametrize("in_cycle", [False, True], ids=["refcount", "cycle"])
 def test_garbage_collected_pool_stops_its_workers(start_method, no_leaks, in_cycle):
     pool = pipepool.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context(start_method))

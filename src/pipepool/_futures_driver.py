@@ -424,7 +424,9 @@ class Driver:
         pool is stopped (True)."""
 
         def ready() -> bool:
-            return bool(self.fresh or self.commands or self.terminate or self.want)
+            # A shutdown with nothing left to run is due now, not after a poll's wait.
+            closing = self.shutdown and not (self.pending or self.running or self.commands)
+            return bool(self.fresh or self.commands or self.terminate or self.want or closing)
 
         while True:
             self._feed()
