@@ -1,8 +1,9 @@
 """What the tests share, in one home: the loops and start methods under test, polling,
-the LocalExecutor factory, the event recorder, task-run logs, and ``pipepool run`` in a
-subprocess. Fixtures are in conftest.py; task functions (imported by name in workers) in
-tasks.py, fault_tasks.py, futures_tasks.py and cluster_tasks.py; who is running and
-what is open in proc_table.py.
+the LocalExecutor factory, the event recorder, task-run logs, the Dask cluster the
+ClusterExecutor tests share, and ``pipepool run`` in a subprocess. Fixtures are in
+conftest.py; task functions (imported by name in workers) in tasks.py, fault_tasks.py,
+futures_tasks.py and cluster_tasks.py; who is running and what is open in proc_table.py;
+the leak check in leakcheck.py.
 
 ``pipepool run`` jobs that could outlive a test carry a unique marker in their command
 line (a ``sleep`` duration such as ``1000.4711``); ``survivors(marker)`` finds any
@@ -28,6 +29,10 @@ import leakcheck
 from pipepool import Event, LocalExecutor
 
 START_METHODS = ["fork", "spawn", "forkserver"]
+# Subprocesses (the CLI, the Dask cluster's host) run against whatever `import pipepool`
+# finds here: the installed package in CI, the source tree with PYTHONPATH=src.
+ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+ENV.pop("PIPEPOOL_PROGRESS", None)
 
 
 def implementations() -> list[str]:
@@ -258,10 +263,6 @@ def is_tblib(reducer) -> bool:
 
 # -- pipepool run, through the real CLI in a subprocess ------------------------------------
 
-# Run against whatever `import pipepool` finds here: the installed package in CI, the
-# source tree when the tests run with PYTHONPATH=src.
-ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-ENV.pop("PIPEPOOL_PROGRESS", None)
 _markers = itertools.count(1)
 
 

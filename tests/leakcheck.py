@@ -7,8 +7,10 @@ by what a process or fd looks like):
 
 * process-wide helpers that outlive every test by design (``HELPERS``): multiprocessing's
   fork server and resource tracker, loky's resource tracker and reusable executor (the
-  pool joblib keeps between calls) and the queue feeder threads loky leaves blocked,
-  pipepool.joblib's callback thread, Dask's offload and callback threads;
+  pool joblib keeps between calls), the queue feeder threads loky leaves blocked and
+  (``COSTLY_HELPERS``, asked only when something is left) the queues of a loky executor
+  whose manager thread died, pipepool.joblib's callback thread, Dask's offload and
+  callback threads;
 * what a module- or session-scoped fixture keeps between the tests that share it: the
   fixture says so with ``keep(name, held)`` for as long as it lives.
 
@@ -308,5 +310,9 @@ def _compare(before: Snapshot, now: Snapshot, held: Held) -> dict[str, list[int]
             for fd, target in now.fds.items()
             if before.fds.get(fd) != target and fd not in held.fds
         ),
-        "threads": sorted(set(now.threads) - set(before.threads) - held.threads),
+        "threads": sorted(  # the name too: an ended thread's ident is reused
+            ident
+            for ident, name in now.threads.items()
+            if before.threads.get(ident) != name and ident not in held.threads
+        ),
     }
