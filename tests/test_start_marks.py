@@ -16,10 +16,9 @@ from collections import Counter
 import pytest
 
 import tasks
-from executor_helpers import Recorder
+from helpers import Recorder, runs
 from pipepool import State, TaskTimeoutError, TaskUnpicklingError, WorkerLostError
 from pipepool.frames import Kind
-from test_invariants import runs
 
 BATCH = 64
 RUNNING_ONE = 9  # the 10th call of the batch

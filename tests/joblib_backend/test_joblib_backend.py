@@ -11,6 +11,9 @@ from concurrent.futures.process import BrokenProcessPool
 
 import pytest
 
+import proc_table
+from helpers import START_METHODS, wait_for
+
 from .joblib_support import require
 
 joblib = require("joblib")
@@ -22,7 +25,6 @@ from joblib.externals.loky.process_executor import TerminatedWorkerError  # noqa
 import pipepool.joblib as pj  # noqa: E402  (after the require: it imports joblib)
 from pipepool import LocalExecutor, WorkerLostError  # noqa: E402
 
-START_METHODS = ["fork", "spawn", "forkserver"]
 BOUND = 60.0  # s: waits on real conditions end here, never by sleeping longer
 
 
@@ -74,26 +76,6 @@ def fail_soon():
 
 def array_kind(a):
     return type(a).__name__, float(a.sum())
-
-
-def wait_until(condition, what: str) -> None:
-    end = time.monotonic() + BOUND
-    while not condition():
-        if time.monotonic() > end:
-            raise AssertionError(f"not within {BOUND} s: {what}")
-        time.sleep(0.02)
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie counts as gone
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ")[1][0] != "Z"
-    except OSError:
-        return True
 
 
 # -- the start-method fix in executor.py ----------------------------------------------------
@@ -236,7 +218,9 @@ def test_abort_kills_the_tasks_of_the_failed_call_and_keeps_the_pool(tmp_path):
     started = [int(p.name) for p in tmp_path.iterdir()]
     assert started
     # No worker is left running the aborted call: the ones that ran its sleeps die.
-    wait_until(lambda: not any(pid_alive(p) for p in started), "aborted tasks' workers exit")
+    assert wait_for(lambda: not any(proc_table.alive(p) for p in started), BOUND), (
+        "the aborted tasks' workers live on"
+    )
     assert Parallel(n_jobs=2, backend="pipepool")(delayed(square)(3) for _ in range(4)) == [9] * 4
     assert pj._pool is pool
 
