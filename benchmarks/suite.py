@@ -927,21 +927,36 @@ def byte_compile() -> str | None:
     out of all the start-up figures alike.
     """
     import compileall
-    import importlib.util
 
     compiled = []
     for folder in (os.path.dirname(pipepool.__file__), HERE):
-        missing = [
-            p for p in _sources(folder) if not os.path.exists(importlib.util.cache_from_source(p))
-        ]
+        missing = [p for p in _sources(folder) if _stale(p)]
         if missing and compileall.compile_dir(folder, quiet=2):
             compiled.append(f"{os.path.relpath(folder, ROOT)} ({len(missing)} modules)")
     if not compiled:
         return None
     return (
-        "byte-compiled before the run, as a wheel's install is (no bytecode was there): "
-        + ", ".join(compiled)
+        "byte-compiled before the run, as a wheel's install is (there was no bytecode, "
+        "or only a stale one): " + ", ".join(compiled)
     )
+
+
+def _stale(source: str) -> bool:
+    """No bytecode for ``source``, or bytecode of another version of it (its header's
+    timestamp is not the file's): an import would compile it again, in every worker."""
+    import importlib.util
+
+    try:
+        with open(importlib.util.cache_from_source(source), "rb") as f:
+            header = f.read(16)
+        mtime = int(os.stat(source).st_mtime) & 0xFFFFFFFF
+    except OSError:
+        return True
+    if header[:4] != importlib.util.MAGIC_NUMBER:
+        return True
+    if int.from_bytes(header[4:8], "little"):  # hash-based: checked at import, not here
+        return False
+    return int.from_bytes(header[8:12], "little") != mtime
 
 
 def _sources(folder: str) -> list[str]:

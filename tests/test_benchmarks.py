@@ -244,6 +244,21 @@ def test_results_of_a_noisy_full_run_do_not_replace_the_published_ones(bench: An
     assert s.results_dir("/x", "full", noisy=True) == "/x"
 
 
+def test_a_module_without_current_bytecode_is_stale(bench: Any, tmp_path: Path) -> None:
+    # The suite compiles these before it measures: a spawned worker would compile them
+    # again at every start, while the stdlib's workers load bytecode.
+    import compileall
+
+    source = tmp_path / "mod.py"
+    source.write_text("x = 1\n")
+    os.utime(source, (1_000_000_000, 1_000_000_000))
+    assert bench.suite._stale(str(source))  # none at all
+    assert compileall.compile_file(str(source), quiet=2)
+    assert not bench.suite._stale(str(source))
+    os.utime(source, (1_000_000_100, 1_000_000_100))  # edited since: another version
+    assert bench.suite._stale(str(source))
+
+
 def test_readme_refuses_a_run_that_recorded_no_noise(bench: Any, tmp_path: Path) -> None:
     readme = tmp_path / "README.md"
     readme.write_text(README_TEXT)
