@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import threading
 import time
 import warnings
 from concurrent.futures.process import BrokenProcessPool
@@ -102,6 +103,25 @@ def test_registered_on_import_and_selected_by_name():
         p = Parallel()
         assert isinstance(p._backend, pj.PipepoolBackend)
         assert p(delayed(square)(i) for i in range(50)) == [i * i for i in range(50)]
+
+
+def test_completion_callbacks_run_in_the_thread_that_settles_the_batch(monkeypatch):
+    # No thread hop per batch: joblib's callback (which builds and submits the next
+    # batch) runs in the pool's driver, whose next round sends that batch.
+    threads = []
+    retrieve = pj.PipepoolBackend.retrieve_result_callback
+
+    def noting_the_thread(self, future):
+        threads.append(threading.current_thread().name)
+        return retrieve(self, future)
+
+    monkeypatch.setattr(pj.PipepoolBackend, "retrieve_result_callback", noting_the_thread)
+    out = Parallel(n_jobs=2, backend="pipepool", batch_size=1)(
+        delayed(square)(i) for i in range(50)
+    )
+    assert out == [i * i for i in range(50)]
+    assert len(threads) == 50
+    assert {name.split("-")[:2] == ["pipepool", "driver"] for name in threads} == {True}, threads
 
 
 @pytest.mark.parametrize("return_as", ["list", "generator", "generator_unordered"])
