@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))  # helpers, which e2e imports
 sys.path.insert(0, str(ROOT / "tests" / "airflow"))
 sys.path.insert(0, str(ROOT / "src"))
 

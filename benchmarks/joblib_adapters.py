@@ -1,7 +1,8 @@
 """joblib's ``Parallel`` as a contender: the "pipepool" backend against loky, joblib's
 default, with the same calls (auto-batching on, one pool reused across calls).
 
-The suite's ``joblib-tiny`` and ``joblib-mib`` measures use these; ``joblib_arrays.py``
+The suite's ``joblib-tiny`` and ``joblib-mib`` measures use these (``joblib-tiny`` also
+runs joblib's sequential backend: a backend's overhead is its time above that); ``joblib_arrays.py``
 measures large numpy arguments and results. Each adapter's pool outlives a ``Parallel``
 call, as in a program that calls ``Parallel`` repeatedly: the suite's warm-up call
 starts it, the timed call reuses it.
@@ -13,6 +14,8 @@ from typing import Any
 
 from .contenders import PIPEPOOL, Adapter, Spec
 from .tasks import MIB, sleep_s
+
+SEQUENTIAL = "sequential"
 
 
 def make_mib_array(_x: int) -> Any:
@@ -63,6 +66,8 @@ class JoblibAdapter(Adapter):
         return time.perf_counter() - started
 
     def pids(self):
+        if self.backend == SEQUENTIAL:
+            return []
         if self.backend == PIPEPOOL:
             import pipepool.joblib  # registers the backend
 
@@ -74,6 +79,8 @@ class JoblibAdapter(Adapter):
         return [p.pid for p in executor._processes.values()]
 
     def close(self):
+        if self.backend == SEQUENTIAL:
+            return
         if self.backend == PIPEPOOL:
             import pipepool.joblib  # registers the backend
 
@@ -84,6 +91,8 @@ class JoblibAdapter(Adapter):
             get_reusable_executor(reuse=True).shutdown(wait=True)
 
     def abort(self):
+        if self.backend == SEQUENTIAL:
+            return
         if self.backend == PIPEPOOL:
             import pipepool.joblib  # registers the backend
 
@@ -113,3 +122,13 @@ JOBLIB_SPECS = [
         requires="joblib",
     ),
 ]
+
+# The calls run one by one in the parent, through the same Parallel machinery: what the
+# process backends' overhead (``joblib overhead`` in the targets) is counted above.
+JOBLIB_SEQUENTIAL = Spec(
+    "joblib-sequential",
+    'joblib Parallel(backend="sequential")',
+    "joblib",
+    lambda p, m: JoblibAdapter(p, m, SEQUENTIAL),
+    requires="joblib",
+)

@@ -13,12 +13,12 @@ import os
 import sys
 from typing import Any
 
+from . import _noise
+from ._plots import LATENCY_PNG, SWEEP_PNG, write_plots
 from .contenders import PEER_COLUMNS
 
 MD_NAME = "results.md"
 JSON_NAME = "results.json"
-SWEEP_PNG = "throughput_vs_parallelism.png"
-LATENCY_PNG = "latency.png"
 
 
 def write_all(data: dict[str, Any], out_dir: str, *, plots: bool = True) -> list[str]:
@@ -50,6 +50,8 @@ def _fmt(value: float | None, unit: str) -> str:
         return "n/a"
     if unit in ("tasks/s",):
         return f"{value:,.0f}"
+    if unit == "µs/task":
+        return f"{value:,.1f}"
     if unit.startswith("µs"):
         return f"{value:,.0f}"
     if unit == "MB/s":
@@ -57,7 +59,9 @@ def _fmt(value: float | None, unit: str) -> str:
     if unit == "ms":
         return f"{value:,.1f}"
     if unit == "s":
-        return f"{value:,.2f}"
+        return f"{value:,.2f}" if value >= 1 else f"{value:.3g}"
+    if unit == "calls/task":
+        return f"{value:,.1f}"
     return f"{value:,.3g}"
 
 
@@ -83,11 +87,14 @@ def targets_markdown(data: dict[str, Any]) -> str:
     rows = []
     for t in data["targets"]:
         unit = _unit_of(data, t["measure"], t["field"])
-        ours = f"{_label(data, t['ours'])}: {_fmt(t['ours_value'], unit)} {unit}"
+        sign = "+" if t.get("over") else ""  # an overhead above a baseline
+        ours = f"{_label(data, t['ours'])}: {sign}{_fmt(t['ours_value'], unit)} {unit}"
         if t["peer"] in data["contenders"]:
-            peer = f"{_label(data, t['peer'])}: {_fmt(t['peer_value'], unit)} {unit}"
+            peer = f"{_label(data, t['peer'])}: {sign}{_fmt(t['peer_value'], unit)} {unit}"
         else:
             peer = f"{t['peer']}: {_fmt(t['peer_value'], unit)} {unit}"
+        if t.get("over"):
+            peer += f" (above {_label(data, t['over'])}: {_fmt(t['over_value'], unit)} {unit})"
         met = {True: "**met**", False: "not met", None: "n/a"}[t["met"]]
         rows.append([t["target"], ours, peer, _ratio(t["ratio"]), t["goal"], met])
     return _table(
@@ -99,10 +106,12 @@ def targets_markdown(data: dict[str, Any]) -> str:
 
 def _unit_of(data: dict[str, Any], measure: str, field: str | None) -> str:
     m = data["measures"].get(measure, {})
-    if field in ("p50_us", "p99_us", "mean_us"):
-        return "µs"
     if field in ("parent_cpu_us", "worker_cpu_us"):
         return "µs/task"
+    if field in ("p50_us", "p99_us", "mean_us"):
+        return "µs"
+    if field == "seconds":
+        return "s"
     return m.get("unit", "")
 
 
@@ -124,6 +133,8 @@ def _measure_sections(data: dict[str, Any], name: str) -> list[str]:
             header = ["contender", "p50 µs", "p99 µs", "mean µs", "p50 min to max"]
         if name == "startup":
             header += ["close ms"]
+        if name == "calls":
+            header = ["contender", "Python calls/task", "min to max", "builtin calls/task"]
         header += [f"vs {PEER_COLUMNS[k]}" for k in peers]
         rows = []
         for key, entry in by_key.items():
@@ -149,6 +160,8 @@ def _measure_sections(data: dict[str, Any], name: str) -> list[str]:
                 row += [f"{med['parent_cpu_us']:,.1f}", f"{med['worker_cpu_us']:,.1f}"]
             if name == "startup":
                 row += [_fmt(med["close_ms"], "ms")]
+            if name == "calls":
+                row += [_fmt(med["c_calls"], unit)]
             for peer in peers:
                 row.append(_ratio(_better(m, med[fld], by_key[peer]["median"][fld])))
             if len(entry.get("errors", [])):
@@ -156,6 +169,44 @@ def _measure_sections(data: dict[str, Any], name: str) -> list[str]:
             rows.append(row)
         out.append(f"### {_param_title(name, param)}\n\n" + _table(header, rows))
     return out
+
+
+COST_ROWS = ("{local}", "ppe-submit", "airflow", "std-submit")  # cost_markdown's rows
+
+
+def cost_markdown(data: dict[str, Any]) -> str:
+    """Parent and worker CPU per task (``tiny``) and Python-level calls per task in the
+    parent (``calls``) of LocalExecutor, ProcessPoolExecutor, the Airflow-style pair and
+    the stdlib's pool, at each parallelism: the figures load moves least."""
+    tiny = data["measures"].get("tiny", {}).get("params", {})
+    calls = data["measures"].get("calls", {}).get("params", {})
+    params = list(dict.fromkeys([*tiny, *calls]))
+    if not params:
+        return ""
+    local = data["local_choice"]["key"]
+    header = ["contender"]
+    for p in params:
+        header += [f"parent CPU µs, p={p}", f"worker CPU µs, p={p}", f"Python calls, p={p}"]
+    rows = []
+    for key in (k.format(local=local) for k in COST_ROWS):
+        row = [_label(data, key)]
+        for p in params:
+            med = tiny.get(p, {}).get(key, {}).get("median") or {}
+            counted = calls.get(p, {}).get(key, {}).get("median") or {}
+            row += [
+                _fmt(med.get("parent_cpu_us"), "µs/task"),
+                _fmt(med.get("worker_cpu_us"), "µs/task"),
+                _fmt(counted.get("py_calls"), "calls/task"),
+            ]
+        if any(cell != "n/a" for cell in row[1:]):
+            rows.append(row)
+    if not rows:
+        return ""
+    return (
+        "Per task, from the tiny-task batches: CPU of the parent (all its threads) and of "
+        "the workers, and Python-level function calls in the parent (the `calls` "
+        "measure; builtin calls are in its table).\n\n" + _table(header, rows)
+    )
 
 
 def _param_title(measure: str, param: str) -> str:
@@ -231,15 +282,33 @@ def _hol_section(data: dict[str, Any]) -> str:
     )
 
 
-def markdown(data: dict[str, Any]) -> str:
+def header_lines(data: dict[str, Any]) -> list[str]:
+    """The run's header bullets: the machine, the code, the command and how busy the
+    machine was (a noisy run says so first). The README's block starts with these."""
     mach = data["machine"]
     cfg = data["config"]
     cores = f"{mach['cores']} cores"
     if mach.get("usable_cores") not in (None, mach["cores"]):
         cores += f" ({mach['usable_cores']} usable)"
-    lines = [
-        "# pipepool benchmark results",
-        "",
+    noise = data.get("noise")
+    lines = []
+    if noise is None:  # a run from before the machine's load was recorded in full
+        load = (
+            f"1-minute load average {_load(data['load_1min']['before'])} before, "
+            f"{_load(data['load_1min']['after'])} after; the CPU other processes used "
+            "was not recorded"
+        )
+    else:
+        load = _noise.describe(noise)
+        if noise["noisy"]:
+            lines.append(
+                "- **Noisy run**: "
+                + "; ".join(noise["reasons"])
+                + ". Its figures do not count: load slows the peers' helper threads more "
+                "than pipepool, so it flatters pipepool; it does not replace the "
+                "published results or the README's table."
+            )
+    lines += [
         f"- **Machine**: {cores}"
         + (f", {mach['cpu']}" if mach.get("cpu") else "")
         + f", {mach['machine']}; {mach['python']}; kernel {mach['kernel']}",
@@ -249,10 +318,17 @@ def markdown(data: dict[str, Any]) -> str:
         f"- **Command**: `{data['command']}` ({data['preset']} configuration: "
         f"{cfg['rounds']} interleaved rounds, start-up {cfg.get('startup_rounds', cfg['rounds'])}, "
         f"sweep {cfg['sweep_rounds']}, long tasks {cfg['hol_rounds']}; medians), "
-        f"started {data['started']}, "
-        f"took {data['elapsed_s']:.0f} s; 1-minute load average "
-        f"{_load(data['load_1min']['before'])} before, {_load(data['load_1min']['after'])} "
-        "after (a shared machine: other work ran alongside)",
+        f"started {data['started']}, took {data['elapsed_s']:.0f} s",
+        f"- **Load**: {load}" + ("" if noise is None or noise["noisy"] else " (a quiet run)"),
+    ]
+    return lines
+
+
+def markdown(data: dict[str, Any]) -> str:
+    lines = [
+        "# pipepool benchmark results",
+        "",
+        *header_lines(data),
         f"- **LocalExecutor** in the rows marked so and in the targets: "
         f"{data['local_choice']['why']}",
         f"- **map(chunksize=auto)**: {data['map_auto_chunksize']}",
@@ -270,13 +346,27 @@ def markdown(data: dict[str, Any]) -> str:
         "",
         targets_markdown(data),
         "",
+    ]
+    cost = cost_markdown(data)
+    if cost:
+        lines += ["## Cost per task", "", cost, ""]
+    lines += [
         "In the tables below, each `vs peer` column says how many times better the row "
         "is than that peer's headline contender: higher throughput, or lower time "
         "(>1 means the row wins). CPU per task: the parent's own CPU (all its threads), "
         "and the workers' (from /proc/<pid>/schedstat), divided by the tasks.",
         "",
     ]
-    for name in ("tiny", "mib", "kib64", "latency", "startup", "joblib-tiny", "joblib-mib"):
+    for name in (
+        "tiny",
+        "mib",
+        "kib64",
+        "latency",
+        "startup",
+        "calls",
+        "joblib-tiny",
+        "joblib-mib",
+    ):
         if name in data["measures"]:
             lines += ["\n\n".join(_measure_sections(data, name)), ""]
     if "latency" in data["measures"] and plots.get("files"):
@@ -298,84 +388,6 @@ def markdown(data: dict[str, Any]) -> str:
 
 def _load(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f}"
-
-
-# -- plots ----------------------------------------------------------------------------------
-
-
-def write_plots(data: dict[str, Any], out_dir: str) -> dict[str, Any]:
-    """Throughput vs parallelism and the latency distribution, as PNGs."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return {"note": "no plots: matplotlib is not installed (pip install '.[bench]')"}
-    files = []
-    style = {}
-    colors = plt.get_cmap("tab20").colors
-    for i, (key, c) in enumerate(data["contenders"].items()):  # one color per contender,
-        style[key] = {
-            "color": colors[i % len(colors)],  # the same in both plots
-            "linestyle": "-" if c["family"] == "pipepool" else "--",
-            "linewidth": 2.0 if c["family"] == "pipepool" else 1.2,
-        }
-    machine_line = (
-        f"{data['machine']['cores']} cores, {data['machine']['python']}, "
-        f"{data['machine']['kernel']}"
-    )
-    sweep = data["measures"].get("sweep")
-    if sweep:
-        fig, ax = plt.subplots(figsize=(8, 5))
-        params = [int(p) for p in sweep["params"]]
-        keys: list[str] = []
-        for by_key in sweep["params"].values():
-            keys += [k for k in by_key if k not in keys]
-        for key in keys:
-            xs, ys = [], []
-            for p in params:
-                entry = sweep["params"][str(p)].get(key, {})
-                if entry.get("median"):
-                    xs.append(p)
-                    ys.append(entry["median"]["rate"])
-            if xs:
-                ax.plot(xs, ys, marker="o", label=_label(data, key), **style[key])
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xticks(params, [str(p) for p in params])
-        ax.set_xlabel("parallelism (worker processes)")
-        ax.set_ylabel("no-op tasks/s (median)")
-        ax.set_title(f"Throughput vs parallelism ({machine_line})", fontsize=9)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(os.path.join(out_dir, SWEEP_PNG), dpi=110)
-        plt.close(fig)
-        files.append(SWEEP_PNG)
-    cdf = data.get("latency_cdf")
-    if cdf:
-        fig, axes = plt.subplots(1, len(cdf), figsize=(6 * len(cdf), 4.5), squeeze=False)
-        for ax, (param, by_key) in zip(axes[0], cdf.items(), strict=True):
-            for key, points in by_key.items():
-                ax.plot(
-                    [us for _, us in points],
-                    [q for q, _ in points],
-                    label=_label(data, key),
-                    **style[key],
-                )
-            ax.set_xscale("log")
-            ax.set_xlabel("round-trip time of one no-op (µs, log)")
-            ax.set_ylabel("percentile")
-            ax.set_title(f"Latency distribution, parallelism {param}", fontsize=9)
-            ax.grid(True, which="both", alpha=0.3)
-            ax.legend(fontsize=7)
-        fig.suptitle(machine_line, fontsize=8)
-        fig.tight_layout()
-        fig.savefig(os.path.join(out_dir, LATENCY_PNG), dpi=110)
-        plt.close(fig)
-        files.append(LATENCY_PNG)
-    return {"files": files}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,19 +9,29 @@ mib        200 tasks each returning 1 MiB: MB/s (10^6 bytes)
 kib64      2,000 tasks each sending 64 KiB: MB/s
 latency    one no-op at a time, 2,000 round trips: p50 and p99 in µs
 startup    pool construction + first result, with fork, forkserver and spawn: ms
+calls      Python-level calls per task in the parent over a tiny-task batch (a profile
+           function in every parent thread): a count, which load does not move
 sweep      tiny tasks (fewer per point) at parallelism 1, 2, 4, ... 64: tasks/s
 hol        one 10 s task, then 1,000 tasks of 1 ms, on 4 workers: seconds until the
            short ones are done (head-of-line blocking), on a fresh pool (cold) and on
            one that ran no-ops first (warm: an adaptive dispatch depth has seen tiny tasks)
 joblib-*   joblib's Parallel(n_jobs=2), backend "pipepool" vs "loky" (benchmarks/
            joblib_adapters.py): the tiny calls (auto-batching, the pool reused from a
-           warm-up call), and 200 calls each returning a 1 MiB numpy array
+           warm-up call), joblib's sequential backend on the same calls (what the
+           backends' overhead is counted above), and 200 calls each returning a 1 MiB
+           numpy array
 =========  ============================================================================
 
 Every measure runs its contenders interleaved (round 1: A B C, round 2: B C A, ...),
 each sample on a fresh pool whose workers are up before the clock starts (except for
 ``startup``), and reports medians: on a shared machine noise then hits everyone alike.
 Contenders whose package is missing (loky) are skipped with a note.
+
+Every run records how busy the machine was (``benchmarks/_noise.py``): the 1-minute load
+average at its start and end, and the CPU time other processes used while it ran. A run
+on a busy machine is marked noisy in its header, its full-configuration results go to
+``benchmarks/results/noisy/`` instead of replacing the published ones, and it never
+rewrites the README's table (``--readme``, ``benchmarks/readme.py``).
 """
 
 from __future__ import annotations
@@ -45,7 +55,8 @@ from typing import Any
 
 import pipepool
 
-from . import _cpu, report
+from . import _cpu, _noise, readme, report
+from ._calls import CallCounter
 from .contenders import (
     NO_ADAPTIVE,
     SPECS,
@@ -67,6 +78,7 @@ MEASURES = (
     "kib64",
     "latency",
     "startup",
+    "calls",
     "sweep",
     "hol",
     "joblib-tiny",
@@ -85,6 +97,7 @@ class Config:
     latency_calls: int = 2_000
     methods: list[str] = field(default_factory=lambda: list(START_METHODS))
     startup_rounds: int = 9  # start-up samples are short and noisy: more of them (cheap)
+    calls_rounds: int = 1  # a count, not a time: one round says it (profiled runs are slow)
     sweep: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64])
     sweep_tasks: int = 4_000  # per point: start-up is excluded, so a few thousand suffice
     sweep_rounds: int = 3
@@ -165,6 +178,13 @@ MEASURE_INFO: dict[str, dict[str, Any]] = {
         "title": "Start-up: pool construction + first task's result",
         "unit": "ms",
         "field": "ms",
+        "better": "lower",
+    },
+    "calls": {
+        "title": "Python-level calls per task in the parent: {n:,} no-op calls, counted by "
+        "a profile function in every parent thread",
+        "unit": "calls/task",
+        "field": "py_calls",
         "better": "lower",
     },
     "sweep": {
@@ -253,6 +273,33 @@ def throughput_sample(
     if nbytes:
         out["mb_s"] = nbytes * n / elapsed / 1e6
     return out
+
+
+def calls_sample(
+    spec: Spec, parallelism: int, args: list[Any], check: Callable[[list[Any]], bool]
+) -> dict[str, float]:
+    """Python-level and builtin calls per task in the parent (all its threads), over one
+    ``run`` on a fresh, warm pool. The profile function is in place before the pool
+    exists, so the threads the pool starts count too; it counts only during the run."""
+    counter = CallCounter()
+    counter.install()
+    try:
+        adapter = _open(spec, parallelism)
+        try:
+            counter.on = True
+            results = adapter.run(noop, args)
+            counter.on = False
+            if not check(results):
+                raise SampleError(f"{spec.label}: wrong results")
+        except BaseException:
+            counter.on = False
+            adapter.abort()
+            raise
+        adapter.close()
+    finally:
+        counter.uninstall()
+    n = len(args)
+    return {"py_calls": counter.py_calls / n, "c_calls": counter.c_calls / n}
 
 
 def latency_sample(spec: Spec, parallelism: int, calls: int) -> dict[str, Any]:
@@ -493,7 +540,7 @@ class Suite:
 
     def run_joblib(self) -> None:
         """joblib's Parallel on both process backends, at n_jobs=2 (the issue's row)."""
-        from .joblib_adapters import JOBLIB_SPECS, make_mib_array
+        from .joblib_adapters import JOBLIB_SEQUENTIAL, JOBLIB_SPECS, make_mib_array
 
         specs = [s for s in JOBLIB_SPECS if not missing_requirement(s)]
         for note in filter(None, map(missing_requirement, JOBLIB_SPECS)):
@@ -505,7 +552,7 @@ class Suite:
         self.interleave(
             "joblib-tiny",
             [2],
-            specs,
+            [*specs, JOBLIB_SEQUENTIAL],
             self.cfg.rounds,
             lambda s, p: throughput_sample(s, p, noop, tiny, lambda r: r == tiny),
         )
@@ -538,6 +585,18 @@ class Suite:
             self.specs(*keys),
             self.cfg.startup_rounds,
             lambda s, mp: startup_sample(s, mp[1], mp[0]),
+        )
+
+    COST_KEYS = ("local", "ppe-submit", "airflow", "std-submit")  # the cost-per-task rows
+
+    def run_calls(self) -> None:
+        args = list(range(self.cfg.tiny_tasks))
+        self.interleave(
+            "calls",
+            self.cfg.parallelism,
+            self.specs(*self.COST_KEYS),
+            self.cfg.calls_rounds,
+            lambda s, p: calls_sample(s, p, args, lambda r: sorted(r) == args),
         )
 
     def run_sweep(self) -> None:
@@ -600,6 +659,7 @@ def summarize(suite: Suite, cfg: Config) -> None:
             "sweep": cfg.sweep_tasks,
             "hol": cfg.hol_count,
             "startup": 1,
+            "calls": cfg.tiny_tasks,
             "joblib-tiny": cfg.tiny_tasks,
             "joblib-mib": cfg.mib_tasks,
         }[measure]
@@ -666,6 +726,8 @@ class Target:
     field: str | None = None  # the measure's own primary field if None
     absolute: str | None = None  # a Config field to compare with instead of a peer
     if_measured: bool = False  # no row where ``ours`` was not measured (an optional key)
+    over: str | None = None  # a contender whose median is subtracted from both first:
+    # the ratio of the overheads above it (joblib's sequential backend)
 
 
 # The targets (issues 6 and 13), in report order: each group's targets are evaluated for
@@ -744,6 +806,33 @@ TARGETS: tuple[tuple[str, tuple[Target, ...]], ...] = (
         ),
     ),
     (
+        "each p",  # issue 25: CPU time, which load barely moves
+        (
+            Target(
+                "parent CPU per task, LocalExecutor vs the Airflow-style pair, p={p}",
+                "tiny", "{p}", "{local}", "airflow", "<=", 0.4, "parent_cpu_us",
+            ),
+            Target(
+                "parent CPU per task, ProcessPoolExecutor vs LocalExecutor, p={p}",
+                "tiny", "{p}", "ppe-submit", "{local}", "<=", 1.5, "parent_cpu_us",
+            ),
+            Target(
+                "worker CPU per task, LocalExecutor vs the Airflow-style pair, p={p}",
+                "tiny", "{p}", "{local}", "airflow", "<=", 0.4, "worker_cpu_us",
+            ),
+        ),
+    ),
+    (
+        "joblib",
+        (
+            Target(
+                "joblib overhead above its sequential backend, {tiny_tasks:,} calls, n_jobs=2",
+                "joblib-tiny", "2", "joblib-pipepool", "joblib-loky", "<=", 0.5, "seconds",
+                over="joblib-sequential",
+            ),
+        ),
+    ),
+    (
         "each method and p",
         (
             Target(
@@ -773,8 +862,10 @@ def target_params(group: str, cfg: Config, local: str) -> list[dict[str, Any]]:
         return [{"p": p} for p in ps]
     if group == "p=2":
         return [{"p": "2" if "2" in ps else ps[0]}]
+    if group == "joblib":
+        return [{}]
     if group == "each method and p":
-        methods = [m for m in ("fork", "spawn") if m in cfg.methods]
+        methods = [m for m in START_METHODS if m in cfg.methods]
         return [{"method": m, "p": p} for m in methods for p in ps]
     if group == "each state and executor":
         return [
@@ -803,7 +894,13 @@ def evaluate_targets(data: dict[str, Any], cfg: Config) -> list[dict[str, Any]]:
                     if t.absolute
                     else median_of(data, t.measure, param, peer, t.field)
                 )
-                ratio = a / b if a is not None and b else None
+                base = median_of(data, t.measure, param, t.over, t.field) if t.over else None
+                if t.over and (base is None or a is None or b is None):
+                    a = b = None  # an overhead needs all three medians
+                elif base is not None and a is not None and b is not None:
+                    a, b = a - base, b - base
+                # A peer at or below the baseline has no overhead to compare with: n/a.
+                ratio = a / b if a is not None and b is not None and b > 0 else None
                 met = (
                     None
                     if ratio is None
@@ -822,12 +919,68 @@ def evaluate_targets(data: dict[str, Any], cfg: Config) -> list[dict[str, Any]]:
                         "goal": f"{t.goal} {t.bound:g}x",
                         "met": met,
                         "field": t.field or data["measures"].get(t.measure, {}).get("field"),
+                        "over": t.over,
+                        "over_value": base,
                     }
                 )
     return rows
 
 
 # -- machine and command ----------------------------------------------------------------------
+
+
+def byte_compile() -> str | None:
+    """Compile pipepool's modules and this suite's to bytecode where they have none, as
+    an install from a wheel does; a note saying so, or None if there was nothing to do.
+
+    The standard library's modules are compiled, and every spawn or forkserver worker
+    imports its pool's code afresh: a checkout run with PYTHONDONTWRITEBYTECODE=1 (or
+    from a read-only tree) would make pipepool's workers compile ~1,800 lines at each
+    start while the stdlib's load bytecode, a start-up handicap no user has. Compiling
+    the suite's own modules (every worker of every pool imports them) keeps that cost
+    out of all the start-up figures alike.
+    """
+    import compileall
+
+    compiled = []
+    for folder in (os.path.dirname(pipepool.__file__), HERE):
+        missing = [p for p in _sources(folder) if _stale(p)]
+        if missing and compileall.compile_dir(folder, quiet=2):
+            compiled.append(f"{os.path.relpath(folder, ROOT)} ({len(missing)} modules)")
+    if not compiled:
+        return None
+    return (
+        "byte-compiled before the run, as a wheel's install is (there was no bytecode, "
+        "or only a stale one): " + ", ".join(compiled)
+    )
+
+
+def _stale(source: str) -> bool:
+    """No bytecode for ``source``, or bytecode of another version of it (its header's
+    timestamp is not the file's): an import would compile it again, in every worker."""
+    import importlib.util
+
+    try:
+        with open(importlib.util.cache_from_source(source), "rb") as f:
+            header = f.read(16)
+        mtime = int(os.stat(source).st_mtime) & 0xFFFFFFFF
+    except OSError:
+        return True
+    if header[:4] != importlib.util.MAGIC_NUMBER:
+        return True
+    if int.from_bytes(header[4:8], "little"):  # hash-based: checked at import, not here
+        return False
+    return int.from_bytes(header[8:12], "little") != mtime
+
+
+def _sources(folder: str) -> list[str]:
+    return [
+        os.path.join(d, name)
+        for d, _, names in os.walk(folder)
+        if "__pycache__" not in d
+        for name in names
+        if name.endswith(".py")
+    ]
 
 
 def machine() -> dict[str, Any]:
@@ -880,13 +1033,6 @@ def _git_state() -> str | None:
     return head.strip() + (f" + uncommitted changes in {', '.join(files)}" if files else "")
 
 
-def _load() -> float | None:
-    try:
-        return os.getloadavg()[0]
-    except OSError:
-        return None
-
-
 # -- command line ----------------------------------------------------------------------------
 
 
@@ -935,7 +1081,26 @@ def build_parser(prog: str = "python -m benchmarks") -> argparse.ArgumentParser:
         "or benchmarks/results/<preset> with --quick/--smoke)",
     )
     parser.add_argument("--no-plots", action="store_true", help="write no PNG plots")
+    parser.add_argument(
+        "--readme",
+        nargs="?",
+        const=readme.README,
+        metavar="PATH",
+        help="after the run, rewrite the benchmark table in the README (or PATH) from "
+        "it; refused, with exit status 3, if the run was noisy",
+    )
     return parser
+
+
+def results_dir(out: str | None, preset: str, noisy: bool) -> str:
+    """Where a run writes: ``--out``, else ``benchmarks/results`` (the published results,
+    which docs/benchmarks.md includes) for a quiet full run, ``benchmarks/results/noisy``
+    for a noisy one (it must not replace them), ``benchmarks/results/<preset>`` else."""
+    if out:
+        return out
+    if preset == "full":
+        return os.path.join(HERE, "results", "noisy" if noisy else "")
+    return os.path.join(HERE, "results", preset)
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m benchmarks") -> int:
@@ -953,35 +1118,48 @@ def main(argv: list[str] | None = None, prog: str = "python -m benchmarks") -> i
         cfg.tiny_tasks = args.tasks
     if args.prefetch:
         cfg.prefetches = args.prefetch
-    out_dir = args.out or os.path.join(HERE, "results", "" if preset == "full" else preset)
     measures = args.only or list(MEASURES)
 
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
     command = " ".join([prog, *map(shlex.quote, argv)])
-    log(f"{command}: {preset} configuration, measures {', '.join(measures)}, results to {out_dir}")
-    began, load_before = time.time(), _load()
+    log(f"{command}: {preset} configuration, measures {', '.join(measures)}")
+    began, start = time.time(), _noise.read()
+    cores = os.cpu_count() or 1
+    log("machine at the start: " + _noise.describe(_noise.verdict(start, start, cores)))
+    compiled = byte_compile()
     suite = Suite(cfg, log)
+    if compiled:
+        suite.notes.append(compiled)
     for note in suite.notes:
         log("note: " + note)
-    if "tiny" in measures:
-        suite.run_tiny()
-    log(f"LocalExecutor configuration for the other measures: {suite.local_why}")
     steps = {
+        "tiny": suite.run_tiny,
         "mib": suite.run_mib,
         "kib64": suite.run_kib64,
         "latency": suite.run_latency,
         "startup": suite.run_startup,
+        "calls": suite.run_calls,
         "sweep": suite.run_sweep,
         "hol": suite.run_hol,
         "joblib-tiny": suite.run_joblib,  # runs both joblib measures
     }
     if "joblib-mib" in measures and "joblib-tiny" not in measures:
         measures.append("joblib-tiny")
+    by_measure: dict[str, Any] = {}  # how busy the machine was during each measure
     for name, step in steps.items():
         if name in measures:
+            before = _noise.read()
             step()
+            by_measure[name] = _noise.verdict(before, _noise.read(), cores)
+        if name == "tiny":
+            log(f"LocalExecutor configuration for the other measures: {suite.local_why}")
+    noise = _noise.verdict(start, _noise.read(), cores)
+    noise["measures"] = by_measure
+    if noise["noisy"]:
+        log("NOISY RUN: " + "; ".join(noise["reasons"]))
+    out_dir = results_dir(args.out, preset, noise["noisy"])
     summarize(suite, cfg)
     _, _, map_note = pipepool_map_auto()
     data: dict[str, Any] = {
@@ -989,7 +1167,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m benchmarks") -> i
         "preset": preset,
         "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(began)),
         "elapsed_s": round(time.time() - began, 1),
-        "load_1min": {"before": load_before, "after": _load()},
+        "load_1min": {"before": noise["load_1min_start"], "after": noise["load_1min_end"]},
+        "noise": noise,
         "machine": machine(),
         "config": dataclasses.asdict(cfg),
         "notes": suite.notes,
@@ -1007,6 +1186,13 @@ def main(argv: list[str] | None = None, prog: str = "python -m benchmarks") -> i
     paths = report.write_all(data, out_dir, plots=not args.no_plots)
     print(report.targets_markdown(data))
     log("wrote " + ", ".join(os.path.relpath(p) for p in paths))
+    if args.readme:
+        try:
+            readme.update_readme(data, args.readme)
+        except readme.NoisyRunError as exc:
+            log(f"{args.readme} not rewritten: {exc}")
+            return readme.EXIT_NOISY
+        log(f"rewrote the benchmark table in {os.path.relpath(args.readme)}")
     return 0
 
 

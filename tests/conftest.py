@@ -1,31 +1,54 @@
-"""Shared fixtures: both loop implementations, every start method, leak checks."""
+"""Fixtures: both loop implementations, every start method, executor factories, the
+shared Dask cluster, and the leak check every test runs under. Helpers are in helpers.py."""
 
 from __future__ import annotations
 
+import copyreg
 import os
-import threading
 
 import pytest
 
-import proc_table
+import leakcheck
+from helpers import START_METHODS, Executors, SharedCluster, implementations, is_tblib
 from pipepool import loop as _impl
-from proc_table import open_fds
 
-START_METHODS = ["fork", "spawn", "forkserver"]
+_STRICT = pytest.StashKey[bool]()
 
 
-def implementations() -> list[str]:
-    """Both twins, unless PIPEPOOL_IMPL pins one (a pure build sets it to "python")."""
-    forced = os.environ.get("PIPEPOOL_IMPL", "").strip().lower()
-    if forced in ("python", "cython"):
-        return [forced]
-    return ["python", "cython"]
+@pytest.fixture(autouse=True)
+def leak_check(request: pytest.FixtureRequest):
+    """Fail any test that leaves a child process, an fd or a thread behind (what lives
+    on purpose is named in leakcheck.py). Autouse, so it is set up before and torn down
+    after the test's other function-scoped fixtures: their clean-up counts as the test's."""
+    before = leakcheck.snapshot()
+    yield
+    strict = request.node.stash.get(_STRICT, False)
+    left = leakcheck.leaks(before, grace=0.0 if strict else leakcheck.GRACE, collect=not strict)
+    if left:
+        pytest.fail("left behind by this test:\n  " + "\n  ".join(left), pytrace=False)
+
+
+@pytest.fixture
+def no_leaks(request: pytest.FixtureRequest) -> None:
+    """The leak check, strict: for tests whose point is that nothing is left, the moment
+    the executor returns from ``end()`` or ``terminate()``, with no grace period and no
+    garbage collection to close what the code under test forgot."""
+    request.node.stash[_STRICT] = True
 
 
 @pytest.fixture(params=implementations())
 def impl(request: pytest.FixtureRequest) -> str:
     """The loop implementation under test; "cython" fails loudly if it did not build."""
     _impl.load(request.param)  # raises ImportError when the compiled loop is missing
+    return request.param
+
+
+@pytest.fixture(params=implementations()[-1:])
+def one_impl(request: pytest.FixtureRequest) -> str:
+    """One loop implementation, for stress rows whose subject is what the twins share
+    (the executor's bookkeeping; each twin's own part is tested on both elsewhere): the
+    compiled loop users run, unless PIPEPOOL_IMPL pins the pure one."""
+    _impl.load(request.param)
     return request.param
 
 
@@ -41,66 +64,44 @@ def start_method(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def make(impl: str, start_method: str):
-    """A factory of started LocalExecutors on this test's loop and start method; each is
-    terminated after the test, whatever the test left behind."""
-    from pipepool import LocalExecutor
-
-    made: list = []
-
-    def factory(parallelism: int, **kwargs) -> LocalExecutor:
-        ex = LocalExecutor(parallelism, start_method=start_method, _loop_impl=impl, **kwargs)
-        ex.start()
-        made.append(ex)
-        return ex
-
-    yield factory
-    for ex in made:
-        ex.terminate()
+    """``make(parallelism, **kwargs)``: a started LocalExecutor on this test's loop and
+    start method; each is terminated after the test, whatever the test left behind."""
+    executors = Executors(impl, start_method)
+    yield executors
+    executors.close()
 
 
-def child_pids() -> set[int]:
-    """Pids whose parent is this process (zombies included): /proc, or ps on macOS."""
-    return proc_table.children(os.getpid())
+@pytest.fixture(scope="session")
+def _shared_cluster(tmp_path_factory: pytest.TempPathFactory):
+    pytest.importorskip("distributed")
+    cluster = SharedCluster(tmp_path_factory.mktemp("dask"))
+    with leakcheck.keep("the shared Dask cluster", cluster.held):
+        try:
+            yield cluster
+        finally:
+            cluster.close()
 
 
 @pytest.fixture
-def no_leaks():
-    """Fail the test if it leaves a child, a thread or an fd behind."""
-    import multiprocessing
+def dask_cluster(_shared_cluster: SharedCluster):
+    """The Dask cluster the ClusterExecutor tests share (helpers.ClusterHost: a
+    LocalCluster of two worker processes, in a process of its own), with every worker
+    there: a test may kill one, and the next one waits for its replacement."""
+    import tblib.pickling_support
 
-    fds_before = open_fds()
-    threads_before = {t.ident for t in threading.enumerate()}
-    kids_before = child_pids()
+    tblib.pickling_support.install()  # as importing distributed did (undone below)
+    return _shared_cluster.whole()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_tblib_after_this_module():
+    """Importing distributed registers tblib's reducer for every exception class in this
+    process (copyreg), and so in LocalExecutor's forked workers, where SystemExit then
+    loses its code. Later modules test LocalExecutor in a process without Dask: undo it."""
     yield
-    multiprocessing.active_children()  # reaps multiprocessing's own finished children
-    leaked_kids = child_pids() - kids_before
-    # The forkserver and the resource tracker are shared and live on purpose (the first
-    # spawn or forkserver pool of a session starts the tracker); they are not ours to leak.
-    leaked_kids = {p for p in leaked_kids if not _is_multiprocessing_helper(p)}
-    assert not leaked_kids, f"child processes left behind: {sorted(leaked_kids)}"
-    leaked_threads = [t for t in threading.enumerate() if t.ident not in threads_before]
-    assert not leaked_threads, f"threads left behind: {leaked_threads}"
-    leaked_fds = open_fds() - fds_before
-    leaked_fds = {fd for fd in leaked_fds if not _is_forkserver_fd(fd)}
-    assert not leaked_fds, f"fds left open: {sorted(leaked_fds)}"
-
-
-def _is_multiprocessing_helper(pid: int) -> bool:
-    cmd = proc_table.cmdline(pid)
-    return b"forkserver" in cmd or b"resource_tracker" in cmd
-
-
-def _is_forkserver_fd(fd: int) -> bool:
-    from multiprocessing import forkserver
-
-    server = forkserver._forkserver
-    return fd in (server._forkserver_alive_fd,) or _is_resource_tracker_fd(fd)
-
-
-def _is_resource_tracker_fd(fd: int) -> bool:
-    from multiprocessing import resource_tracker
-
-    return fd == getattr(resource_tracker._resource_tracker, "_fd", None)
+    for cls, reducer in list(copyreg.dispatch_table.items()):
+        if is_tblib(reducer):
+            del copyreg.dispatch_table[cls]
 
 
 _AIRFLOW_TESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "airflow")

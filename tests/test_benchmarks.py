@@ -8,10 +8,13 @@ Skipped where benchmarks/ is absent: a wheel's tests run from a copy of tests/ a
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +25,7 @@ pytestmark = pytest.mark.skipif(
     reason="no benchmarks/ beside tests/ (not a source checkout)",
 )
 
-MEASURES = {"tiny", "mib", "kib64", "latency", "startup", "sweep", "hol"}
+MEASURES = {"tiny", "mib", "kib64", "latency", "startup", "calls", "sweep", "hol"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -138,3 +141,162 @@ def test_plots_are_pngs_or_a_note(smoke_run: tuple[Path, str]) -> None:
             assert (out / name).read_bytes().startswith(PNG_MAGIC)
     else:
         assert "matplotlib" in data["plots"]["note"]
+
+
+# -- the machine's load: noisy runs are marked and never rewrite the README ------------------
+
+README_TEXT = (
+    "# project\n\nintro\n\n"
+    "<!-- benchmarks:begin (python -m benchmarks --readme writes this block) -->\n\n"
+    "the old table\n\n<!-- benchmarks:end -->\n\nafter the table\n"
+)
+
+# Runs the suite with the machine's readings replaced: a fake load average, and (QUIET)
+# the machine's busy time equal to this process tree's own, so other processes used 0 s.
+FAKED_RUN = """
+import sys
+from benchmarks import _noise
+_noise.loadavg = lambda: {load}
+if {quiet}:
+    _noise.machine_busy = lambda: (_noise.tree_seconds(), 0.0)
+from benchmarks.suite import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _faked_run(
+    tmp_path: Path, load: float, quiet: bool
+) -> tuple[subprocess.CompletedProcess, Path]:
+    readme = tmp_path / "README.md"
+    readme.write_text(README_TEXT)
+    out = tmp_path / "results"
+    code = FAKED_RUN.format(load=load, quiet=quiet)
+    args = ["--smoke", "--only", "startup", "--no-plots", "--out", str(out)]
+    proc = _run(["-c", code, *args, "--readme", str(readme)])
+    return proc, out
+
+
+def test_a_noisy_run_is_marked_and_does_not_rewrite_the_readme(tmp_path: Path) -> None:
+    proc, out = _faked_run(tmp_path, load=99.0, quiet=True)
+    assert proc.returncode == 3, proc.stderr[-4000:]  # --readme refused: EXIT_NOISY
+    assert (tmp_path / "README.md").read_text() == README_TEXT
+    data = json.loads((out / "results.json").read_text())
+    assert data["noise"]["noisy"] is True
+    assert data["noise"]["load_1min_start"] == 99.0
+    assert any("load average 99.00" in r for r in data["noise"]["reasons"]), data["noise"]
+    header = (out / "results.md").read_text().split("## Targets")[0]
+    assert "**Noisy run**: 1-minute load average 99.00 at the start" in header
+    assert "not rewritten: a noisy run" in proc.stderr
+
+
+def test_a_quiet_run_rewrites_only_the_readme_block(tmp_path: Path) -> None:
+    proc, out = _faked_run(tmp_path, load=0.0, quiet=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    data = json.loads((out / "results.json").read_text())
+    assert data["noise"]["noisy"] is False, data["noise"]
+    assert data["noise"]["other_cpu_s"] is not None  # the /proc path, not load only
+    text = (tmp_path / "README.md").read_text()
+    assert "the old table" not in text
+    assert text.startswith("# project\n\nintro\n\n<!-- benchmarks:begin")
+    assert text.endswith("<!-- benchmarks:end -->\n\nafter the table\n")
+    assert "- **Load**: 1-minute load average 0.00 at the start" in text
+    assert "(a quiet run)" in text and "Noisy run" not in text
+    for t in data["targets"]:
+        assert f"| {t['target']} |" in text
+
+
+@pytest.fixture
+def bench(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The benchmarks package, imported in this process (its pure-Python helpers)."""
+    monkeypatch.syspath_prepend(str(ROOT))
+    from benchmarks import _noise, readme, suite
+
+    return type("Bench", (), {"noise": _noise, "readme": readme, "suite": suite})
+
+
+def _reading(noise: Any, at: float, load: float, busy: float, ours: float) -> Any:
+    return noise.Reading(at=at, load=load, busy=(busy, 0.0), ours=ours)
+
+
+def test_verdict_marks_load_above_half_the_cores_or_other_cpu_above_5_percent(
+    bench: Any,
+) -> None:
+    n = bench.noise
+    # 10 s on 4 cores = 40 s of CPU; we used 8 s.
+    quiet = n.verdict(_reading(n, 0, 2.0, 100, 50), _reading(n, 10, 2.5, 109.9, 58), 4)
+    assert not quiet["noisy"] and quiet["reasons"] == []
+    assert abs(quiet["other_cpu_s"] - 1.9) < 1e-6 and quiet["other_share"] < 0.05
+    busy_start = n.verdict(_reading(n, 0, 2.01, 100, 50), _reading(n, 10, 0, 108, 58), 4)
+    assert busy_start["noisy"] and "load average 2.01" in busy_start["reasons"][0]
+    others = n.verdict(_reading(n, 0, 0.1, 100, 50), _reading(n, 10, 0.1, 110.2, 58), 4)
+    assert others["noisy"] and "5.5% of the CPU" in others["reasons"][0], others
+    # No /proc (macOS): the load alone decides, and the header says what was not measured.
+    no_proc = n.Reading(at=0, load=0.5, busy=None, ours=None)
+    mac = n.verdict(no_proc, n.Reading(at=5, load=0.5, busy=None, ours=None), 4)
+    assert not mac["noisy"] and mac["other_share"] is None
+    assert "os.getloadavg only" in n.describe(mac)
+
+
+def test_results_of_a_noisy_full_run_do_not_replace_the_published_ones(bench: Any) -> None:
+    s = bench.suite
+    published = os.path.join(s.HERE, "results", "")
+    assert s.results_dir(None, "full", noisy=False) == published
+    assert s.results_dir(None, "full", noisy=True) != published
+    assert s.results_dir(None, "full", noisy=True).startswith(published)
+    assert s.results_dir("/x", "full", noisy=True) == "/x"
+
+
+def test_a_module_without_current_bytecode_is_stale(bench: Any, tmp_path: Path) -> None:
+    # The suite compiles these before it measures: a spawned worker would compile them
+    # again at every start, while the stdlib's workers load bytecode.
+    import compileall
+
+    source = tmp_path / "mod.py"
+    source.write_text("x = 1\n")
+    os.utime(source, (1_000_000_000, 1_000_000_000))
+    assert bench.suite._stale(str(source))  # none at all
+    assert compileall.compile_file(str(source), quiet=2)
+    assert not bench.suite._stale(str(source))
+    os.utime(source, (1_000_000_100, 1_000_000_100))  # edited since: another version
+    assert bench.suite._stale(str(source))
+
+
+def test_readme_refuses_a_run_that_recorded_no_noise(bench: Any, tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text(README_TEXT)
+    with pytest.raises(bench.readme.NoisyRunError, match="no load figures"):
+        bench.readme.update_readme({"targets": []}, str(readme))
+    assert readme.read_text() == README_TEXT
+
+
+def _burn(seconds: float) -> None:
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+def _reap_a_burning_child(seconds: float, done: Any, release: Any) -> None:
+    # A fork server's place: it reaps its children (their CPU goes to its cutime) and
+    # lives on, so the CPU reaches the top process only through /proc/<pid>/stat.
+    child = multiprocessing.get_context("fork").Process(target=_burn, args=(seconds,))
+    child.start()
+    child.join()
+    done.set()
+    release.wait(60)
+
+
+@pytest.mark.timeout(60)
+def test_cpu_of_descendants_reaped_by_a_live_child_counts_as_ours(bench: Any) -> None:
+    n = bench.noise
+    ctx = multiprocessing.get_context("fork")
+    done, release = ctx.Event(), ctx.Event()
+    before = n.tree_seconds()
+    middle = ctx.Process(target=_reap_a_burning_child, args=(0.3, done, release))
+    middle.start()
+    try:
+        assert done.wait(30)
+        used = n.tree_seconds() - before  # the middle process is alive, its child reaped
+    finally:
+        release.set()
+        middle.join(30)
+    assert used >= 0.25, used  # /proc counts in clock ticks (10 ms), rounded down

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 import tasks
-from executor_helpers import Recorder
+from helpers import Recorder
 from pipepool import State, TaskPicklingError
 
 

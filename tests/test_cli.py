@@ -17,11 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import (
+from helpers import (
     ENV,
     joblog_rows,
     marked,
-    marker,  # noqa: F401  (test_cluster.py imports it from here)
     run_cli,
     run_cli_impl,
     start_cli,

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import joblog_rows, run_cli, start_cli
+from helpers import joblog_rows, run_cli, start_cli
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc (Linux)")
 

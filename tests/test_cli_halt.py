@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import ENV, marked
+from helpers import ENV, marked
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc (Linux)")
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import joblog_rows, marked, run_cli, survivors, wait_for
+from helpers import joblog_rows, marked, run_cli, survivors, wait_for
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc (Linux)")
 

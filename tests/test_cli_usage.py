@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import pipepool
-from cli_helpers import ENV, run_cli
+from helpers import ENV, run_cli
 
 SRC = Path(pipepool.__file__).resolve().parent
 

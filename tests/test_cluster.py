@@ -1,7 +1,8 @@
 """ClusterExecutor's own cases, and ``pipepool run --cluster``, on Dask LocalClusters.
 
 The contract shared with LocalExecutor is in tests/test_contract.py; this module uses the
-same module-scoped cluster fixture (two worker processes, one thread each, 127.0.0.1).
+same shared cluster (conftest.py's ``dask_cluster``: two worker processes, one thread each,
+127.0.0.1).
 """
 
 from __future__ import annotations
@@ -17,14 +18,9 @@ from pathlib import Path
 import pytest
 
 import cluster_tasks
+import proc_table
 import tasks
-from executor_helpers import Recorder
-from test_cli import ENV, joblog_rows, marker, run_cli, survivors, wait_for
-from test_contract import (  # noqa: F401  (fixtures, found by name)
-    connect,
-    dask_cluster,
-    no_tblib_after_this_module,
-)
+from helpers import ENV, Recorder, connect, joblog_rows, marker, run_cli, survivors, wait_for
 
 pytestmark = [
     pytest.mark.timeout(120),
@@ -88,11 +84,11 @@ def test_own_local_cluster_listens_on_loopback_only_and_goes_away():
         assert (address, pid) in pids.items()
     finally:
         ex.end()
-    assert wait_for(lambda: not any(alive(p) for p in pids.values()), timeout=15)
+    assert wait_for(lambda: not any(proc_table.alive(p) for p in pids.values()), timeout=15)
     assert ex.client is None
 
 
-def test_functions_travel_by_value_with_cloudpickle(dask_cluster):  # noqa: F811
+def test_functions_travel_by_value_with_cloudpickle(dask_cluster):
     """Unlike LocalExecutor's workers, Dask workers cannot import the caller's __main__ or
     a closure: calls go by value (what changes when a pool spans machines)."""
     ex = connect(dask_cluster)
@@ -104,7 +100,7 @@ def test_functions_travel_by_value_with_cloudpickle(dask_cluster):  # noqa: F811
     assert rec.terminal["lambda"].result == 42 and rec.terminal["closure"].result == 42
 
 
-def test_killing_a_worker_mid_batch_of_500_loses_no_task(dask_cluster, tmp_path):  # noqa: F811
+def test_killing_a_worker_mid_batch_of_500_loses_no_task(dask_cluster, tmp_path):
     """SIGKILL one of two Dask worker processes while 500 tasks run: every key ends with
     exactly one terminal event; what ran on the dead worker ran again elsewhere (Dask's
     retry) or is reported lost, and nothing vanishes. The worker is killed while it runs
@@ -216,7 +212,7 @@ def test_run_on_a_local_cluster_matches_the_local_run(tmp_path: Path):
     assert summary["failed"] == failures and summary["jobs"] == 2
 
 
-def test_run_on_a_cluster_retries_and_keeps_results(dask_cluster, tmp_path):  # noqa: F811
+def test_run_on_a_cluster_retries_and_keeps_results(dask_cluster, tmp_path):
     """--cluster ADDRESS: -j from the cluster, output comes back through Dask (--results
     lands on the runner's side), retries run the job again."""
     counter = tmp_path / "count"
@@ -248,7 +244,7 @@ def test_run_on_a_cluster_retries_and_keeps_results(dask_cluster, tmp_path):  # 
     assert json.loads(proc.stdout.splitlines()[-1])["jobs"] == 2  # the cluster's threads
 
 
-def test_halt_now_on_a_cluster_kills_the_running_job_tree(dask_cluster, tmp_path):  # noqa: F811
+def test_halt_now_on_a_cluster_kills_the_running_job_tree(dask_cluster, tmp_path):
     mark = marker()
     log = tmp_path / "log"
     try:
@@ -282,14 +278,6 @@ def test_halt_now_on_a_cluster_kills_the_running_job_tree(dask_cluster, tmp_path
 
 
 # -- helpers --------------------------------------------------------------------------------------
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def listening_addresses(pids: set[int]) -> set[tuple[str, int]]:

@@ -33,14 +33,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 
 import pytest
 
 import fault_tasks
 import proc_table
-from executor_helpers import Recorder
+from helpers import Recorder, connect, wait_for
 from pipepool import (
     RemoteTraceback,
     State,
@@ -48,11 +47,6 @@ from pipepool import (
     TaskTimeoutError,
     TaskUnpicklingError,
     WorkerLostError,
-)
-from test_contract import (  # noqa: F401  (fixtures, found by name)
-    connect,
-    dask_cluster,
-    no_tblib_after_this_module,
 )
 
 pytestmark = pytest.mark.timeout(90)
@@ -162,7 +156,7 @@ def check_unpickling_error_of_future(error: BaseException | None, raised: type) 
 
 
 @pytest.mark.parametrize("case", ["result sys.exit(3)", "exception sys.exit(4)"])
-def test_cluster_outcome_that_raises_when_unpickled_fails_only_its_task(dask_cluster, case):  # noqa: F811
+def test_cluster_outcome_that_raises_when_unpickled_fails_only_its_task(dask_cluster, case):
     """The same rule in ClusterExecutor: only that task fails, the round goes on."""
     fn, args, part, raised = BAD_OUTCOMES[case]
     ex = connect(dask_cluster)
@@ -186,15 +180,6 @@ def test_cluster_outcome_that_raises_when_unpickled_fails_only_its_task(dask_clu
 # -- 3. kill(), a timeout, terminate(): the task's whole process tree goes ------------------
 
 TREE = 3  # sh and its two sleeps
-
-
-def wait_until(predicate, limit: float, what: str) -> None:
-    """Poll a condition on real processes; fail with ``what`` if it does not come."""
-    deadline = time.monotonic() + limit
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not reached in {limit}s: {what}")
-        time.sleep(0.01)
 
 
 def end_by_kill(ex, rec, key):
@@ -253,7 +238,7 @@ def test_killing_a_task_kills_its_process_tree(make, ending):
             assert rec.terminal["after"].result == 16
         rec.take()
         assert type(rec.terminal["tree"].exception) is error_type
-        wait_until(lambda: not fault_tasks.marked(marker), 10, f"processes left: {ending}")
+        assert wait_for(lambda: not fault_tasks.marked(marker), 10), f"processes left: {ending}"
     finally:
         for pid in fault_tasks.marked(marker):  # a failed run leaves nothing either
             os.kill(pid, signal.SIGKILL)
@@ -294,8 +279,10 @@ def test_a_tree_goes_with_its_worker_when_the_parent_is_killed(impl, start_metho
         }
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
-        wait_until(lambda: not fault_tasks.marked(marker), 10, "the tree outlived the parent")
-        wait_until(lambda: not any(proc_table.alive(p) for p in workers), 10, "a worker lived on")
+        assert wait_for(lambda: not fault_tasks.marked(marker), 10), "the tree outlived the parent"
+        assert wait_for(lambda: not any(proc_table.alive(p) for p in workers), 10), (
+            "a worker lived on"
+        )
     finally:
         proc.kill()
         proc.wait(10)

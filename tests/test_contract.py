@@ -2,19 +2,19 @@
 
 ``local-IMPL-METHOD`` is a LocalExecutor on each loop implementation (``python``,
 ``cython``; the ``impl`` fixture's list) and each start method (fork, spawn,
-forkserver); ``cluster`` is a ClusterExecutor connected to a module-scoped Dask
-LocalCluster of two worker processes on 127.0.0.1. Where the two differ by design (a
-dead LocalExecutor worker has an exit code, a lost Dask task names a worker address
-after the cluster's retries, Dask sends functions by value), the test says so in one
-line; tests/test_executor.py keeps the LocalExecutor-only cases (initializers,
-recycling, adaptive depth, fd hygiene) and tests/test_cluster.py the cluster-only ones.
+forkserver); ``cluster`` is a ClusterExecutor connected to the Dask LocalCluster of two
+worker processes on 127.0.0.1 that the cluster tests share (conftest.py's
+``dask_cluster``). Where the two differ by design (a dead LocalExecutor worker has an
+exit code, a lost Dask task names a worker address after the cluster's retries, Dask
+sends functions by value), the test says so in one line; tests/test_executor.py keeps
+the LocalExecutor-only cases (initializers, recycling, adaptive depth, fd hygiene) and
+tests/test_cluster.py the cluster-only ones.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copyreg
-import logging
 import os
 import time
 from concurrent.futures import CancelledError
@@ -23,8 +23,7 @@ import pytest
 
 import cluster_tasks
 import tasks
-from conftest import START_METHODS, implementations
-from executor_helpers import Recorder
+from helpers import START_METHODS, Executors, Recorder, connect, implementations, is_tblib
 from pipepool import (
     DuplicateKeyError,
     LocalExecutor,
@@ -38,68 +37,7 @@ from pipepool import (
 )
 from pipepool import loop as _impl
 
-CLUSTER_WORKERS = 2
-# A task whose worker dies runs once more elsewhere, then is reported lost: Dask's
-# default (3 retries) would only make the crash cases slower, not different.
-ALLOWED_FAILURES = 1
-
 pytestmark = pytest.mark.timeout(90)
-
-
-def is_tblib(reducer) -> bool:
-    return getattr(getattr(reducer, "func", reducer), "__module__", "").startswith("tblib")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def no_tblib_after_this_module():
-    """Importing distributed registers tblib's reducer for every exception class in this
-    process (copyreg), and so in LocalExecutor's forked workers, where SystemExit then
-    loses its code. Later modules test LocalExecutor in a process without Dask: undo it."""
-    yield
-    for cls, reducer in list(copyreg.dispatch_table.items()):
-        if is_tblib(reducer):
-            del copyreg.dispatch_table[cls]
-
-
-@pytest.fixture(scope="module")
-def dask_cluster():
-    """Two Dask worker processes with one thread each; nothing listens beyond 127.0.0.1."""
-    distributed = pytest.importorskip("distributed")
-    import dask
-    import tblib.pickling_support
-
-    tblib.pickling_support.install()  # as importing distributed did, whichever module did
-    from pipepool.cluster import WORKER_SATURATION
-
-    with dask.config.set(
-        {
-            "distributed.scheduler.allowed-failures": ALLOWED_FAILURES,
-            "distributed.scheduler.worker-saturation": WORKER_SATURATION,
-        }
-    ):
-        cluster = distributed.LocalCluster(
-            n_workers=CLUSTER_WORKERS,
-            threads_per_worker=1,
-            processes=True,
-            host="127.0.0.1",
-            dashboard_address="127.0.0.1:0",
-            silence_logs=logging.CRITICAL,
-        )
-    try:
-        yield cluster
-    finally:
-        cluster.close(timeout=30)
-
-
-def connect(cluster, **kwargs):
-    """A started ClusterExecutor on ``cluster``, once all its workers are back (an earlier
-    test may have killed one; its nanny is restarting it)."""
-    from pipepool import ClusterExecutor
-
-    ex = ClusterExecutor(cluster.scheduler_address, **kwargs)
-    ex.start()
-    ex.client.wait_for_workers(CLUSTER_WORKERS, timeout=60)
-    return ex
 
 
 @contextlib.contextmanager
@@ -123,39 +61,47 @@ EXECUTORS = [
 ]
 
 
+class ClusterExecutors:
+    """The cluster row's ``make``: ClusterExecutors on the shared cluster (asked for on
+    first use, so the local rows never start it), each terminated at ``close()``."""
+
+    kind = "cluster"
+
+    def __init__(self, request: pytest.FixtureRequest) -> None:
+        self.request = request
+        self.made: list = []
+
+    def build(self, parallelism: int = 2, **kwargs):
+        from pipepool import ClusterExecutor
+
+        return ClusterExecutor(self.request.getfixturevalue("dask_cluster").scheduler_address)
+
+    def __call__(self, parallelism: int = 2, **kwargs):
+        ex = connect(self.request.getfixturevalue("dask_cluster"), **kwargs)
+        self.made.append(ex)
+        return ex
+
+    def close(self) -> None:
+        for ex in self.made:
+            ex.terminate()
+
+
 @pytest.fixture(params=EXECUTORS, ids=lambda p: "-".join(x for x in p if x))
 def make(request):
     """``make(parallelism, **kwargs)``: a started executor of this test's kind, terminated
-    after the test; ``make.build(parallelism)`` an unstarted one."""
+    after the test; ``make.build(parallelism)`` an unstarted one; ``make.kind``."""
     kind, impl, start_method = request.param
-    made = []
-    if kind == "local":
-        _impl.load(impl)  # "cython" fails loudly if the compiled loop did not build
-        stack = contextlib.ExitStack()
-        stack.enter_context(plain_exception_pickling())
-        request.addfinalizer(stack.close)
-
-    def build(parallelism: int = 2, **kwargs):
-        if kind == "local":
-            return LocalExecutor(parallelism, start_method=start_method, _loop_impl=impl, **kwargs)
-        from pipepool import ClusterExecutor
-
-        return ClusterExecutor(request.getfixturevalue("dask_cluster").scheduler_address)
-
-    def factory(parallelism: int = 2, **kwargs):
-        if kind == "local":
-            ex = build(parallelism, **kwargs)
-            ex.start()
-        else:
-            ex = connect(request.getfixturevalue("dask_cluster"), **kwargs)
-        made.append(ex)
-        return ex
-
-    factory.kind = kind
-    factory.build = build
-    yield factory
-    for ex in made:
-        ex.terminate()
+    if kind == "cluster":
+        executors = ClusterExecutors(request)
+        yield executors
+        executors.close()
+        return
+    _impl.load(impl)  # "cython" fails loudly if the compiled loop did not build
+    with plain_exception_pickling():
+        local = Executors(impl, start_method)
+        local.kind = "local"  # type: ignore[attr-defined]
+        yield local
+        local.close()
 
 
 def is_cluster(ex) -> bool:

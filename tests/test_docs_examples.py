@@ -46,6 +46,10 @@ NOT_RUN = {
     "rewrites the committed benchmarks/results/ (tests/test_benchmarks.py runs it small)",
     "python -m benchmarks --quick": "a minute of benchmarks; it writes into the checkout",
     "python -m benchmarks --only latency": "it rewrites the committed benchmarks/results/",
+    "python -m benchmarks --readme": "the full benchmark suite, then the README's table "
+    "(tests/test_benchmarks.py runs it small, on a faked quiet and a faked busy machine)",
+    "python -m benchmarks.readme benchmarks/results/results.json": "it rewrites the "
+    "README's table (refused for the committed run: it recorded no load figures)",
     "python benchmarks/loop_bench.py": "about a minute of benchmarks on 2 cores",
     "dask scheduler --host 10.0.0.1": "a server on another machine's address, until stopped",
     "dask worker tcp://10.0.0.1:8786 --nworkers 8 --nthreads 1": "a server, until stopped",

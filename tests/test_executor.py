@@ -9,7 +9,7 @@ import os
 import pickle
 
 import tasks
-from executor_helpers import Recorder
+from helpers import Recorder
 from pipepool import (
     InitializerError,
     LocalExecutor,

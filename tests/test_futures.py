@@ -32,6 +32,7 @@ import pytest
 import futures_tasks as ft
 import pipepool
 import proc_table
+from helpers import wait_for
 from pipepool import (
     TaskKilledError,
     TaskPicklingError,
@@ -96,7 +97,7 @@ def make_pool(flavor, start_method, no_leaks):
                 and proc_table.open_fds() <= fds_before
             )
 
-        wait_until(wound_down, what="the stdlib pool to wind down")
+        assert wait_for(wound_down), "the stdlib pool did not wind down"
 
 
 def shutdown_stdlib(pool: cf.ProcessPoolExecutor) -> None:
@@ -136,16 +137,8 @@ def warm_up(pool: cf.Executor, workers: int = 2) -> None:
         f.result(timeout=WAIT)
 
 
-def wait_until(predicate, limit: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + limit
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {limit} s waiting for {what}")
-        time.sleep(0.005)
-
-
 def read_pid(path: Path, limit: float = WAIT) -> int:
-    wait_until(path.exists, limit, f"{path.name} to appear")
+    assert wait_for(path.exists, limit), f"{path.name} did not appear"
     return int(path.read_text())
 
 
@@ -238,7 +231,7 @@ def test_cancel_pending_futures(make_pool, tmp_path):
     pool = make_pool(1)
     gate = tmp_path / "gate"
     first = pool.submit(ft.wait_for_file, str(gate), "first")
-    wait_until(first.running, what="the first task to be running")
+    assert wait_for(first.running), "the first task is not running"
     fs = [pool.submit(ft.square, i) for i in range(10)]
     # The last ones are certainly still pending (stdlib and pipepool hand at most a few
     # futures ahead to the workers): they cancel, and never run.
@@ -291,14 +284,14 @@ def test_shutdown_cancel_futures_cancels_pending_only(make_pool, flavor, tmp_pat
     pool = make_pool(1)
     gate = tmp_path / "gate"
     first = pool.submit(ft.wait_for_file, str(gate), "first")
-    wait_until(first.running, what="the first task to be running")
+    assert wait_for(first.running), "the first task is not running"
     fs = [pool.submit(ft.square, i) for i in range(20)]
     opener = threading.Timer(0.3, gate.touch)
     opener.start()
     try:
         pool.shutdown(wait=wait, cancel_futures=True)
         if not wait and flavor == "stdlib":  # its manager thread cancels them, soon after
-            wait_until(lambda: all(f.cancelled() for f in fs[5:]), what="cancellation")
+            assert wait_for(lambda: all(f.cancelled() for f in fs[5:])), "no cancellation"
         # pipepool cancels them before shutdown() returns, waiting or not.
         assert all(f.cancelled() for f in fs[5:]), "pending futures were not cancelled"
         assert first.result(timeout=WAIT) == "first"
@@ -463,62 +456,67 @@ def test_map_frees_each_result_once_yielded(make_pool, flavor, chunksize, buffer
 
 # == pickling failures: one future each ======================================================
 
-# (row id, how to submit it, shared with the stdlib, pipepool's error type, its .part)
-PICKLING_CASES = [
-    ("lambda", lambda pool: pool.submit(lambda: 1), True, TaskPicklingError, "function"),
-    (
-        "unpicklable argument",
+# row id: (how to submit it, shared with the stdlib, pipepool's error type, its .part)
+PICKLING_CASES = {
+    "lambda": (lambda pool: pool.submit(lambda: 1), True, TaskPicklingError, "function"),
+    "unpicklable argument": (
         lambda pool: pool.submit(ft.identity, threading.Lock()),
         True,
         TaskPicklingError,
         "arguments",
     ),
-    (
-        "unpicklable result",
+    "unpicklable result": (
         lambda pool: pool.submit(ft.return_lock),
         True,
         TaskPicklingError,
         "result",
     ),
-    # The stdlib breaks the whole pool on the rows below.
-    (
-        "exception that cannot be unpickled",
+    # The stdlib breaks the whole pool on the rows below: pipepool's rows only.
+    "exception that cannot be unpickled": (
         lambda pool: pool.submit(ft.raise_two_arg_error),
         False,
         TaskUnpicklingError,
         "exception",
     ),
-    (
-        "result that cannot be unpickled",
+    "result that cannot be unpickled": (
         lambda pool: pool.submit(ft.return_unloadable),
         False,
         TaskUnpicklingError,
         "result",
     ),
-    (
-        "argument the worker cannot unpickle",
+    "argument the worker cannot unpickle": (
         lambda pool: pool.submit(ft.identity, ft.Unloadable()),
         False,
         TaskUnpicklingError,
         "task",
     ),
-]
+}
 
 
-def test_pickling_failures_fail_only_their_own_future(make_pool, flavor):
+@pytest.mark.parametrize(
+    ("flavor", "case"),
+    [
+        (flavor, case)
+        for case, (_, shared, _, _) in PICKLING_CASES.items()
+        for flavor in POOLS
+        if shared or flavor == "pipepool"
+    ],
+)
+def test_pickling_failures_fail_only_their_own_future(make_pool, flavor, case):
+    """The bad future fails (pipepool: with its typed error naming the part), and the
+    100 submitted right behind it all succeed. One row per case, so one failure hides
+    none of the others."""
+    submit_bad, _, error_type, part = PICKLING_CASES[case]
     pool = make_pool()
-    for name, submit_bad, shared, error_type, part in PICKLING_CASES:
-        if flavor == "stdlib" and not shared:
-            continue
-        bad = submit_bad(pool)
-        following = [pool.submit(ft.square, i) for i in range(100)]
-        error = bad.exception(timeout=WAIT)
-        assert error is not None, f"{name}: the future did not fail"
-        if flavor == "pipepool":
-            assert isinstance(error, error_type), f"{name}: {error!r}"
-            assert error.part == part, f"{name}: part {error.part!r}, not {part!r}"
-        results = [f.result(timeout=WAIT) for f in following]
-        assert results == [i * i for i in range(100)], f"{name}: a following task failed"
+    bad = submit_bad(pool)
+    following = [pool.submit(ft.square, i) for i in range(100)]
+    error = bad.exception(timeout=WAIT)
+    assert error is not None, "the future did not fail"
+    if flavor == "pipepool":
+        assert isinstance(error, error_type), repr(error)
+        assert error.part == part, f"part {error.part!r}, not {part!r}"
+    results = [f.result(timeout=WAIT) for f in following]
+    assert results == [i * i for i in range(100)], "a following task failed"
 
 
 # == pipepool only: its lighter Future ======================================================
@@ -599,7 +597,7 @@ def test_sigkill_one_worker_among_1000_tasks(make_pipepool, tmp_path):
     assert pid not in served
     assert len(set(served)) >= 2, "the replacement worker never served a task"
     # The pool is whole again: two live workers, the killed one not among them.
-    wait_until(lambda: len(pool.worker_pids()) == 2, what="two live workers")
+    assert wait_for(lambda: len(pool.worker_pids()) == 2), "not two live workers"
     assert pid not in pool.worker_pids()
     assert all(alive(p) for p in pool.worker_pids())
     assert pool.submit(ft.square, 5).result(timeout=WAIT) == 25
@@ -657,7 +655,7 @@ def test_kill_a_running_task(make_pipepool, tmp_path):
     assert pool.kill(victim) is True
     with pytest.raises(TaskKilledError):
         victim.result(timeout=WAIT)
-    wait_until(lambda: not alive(pid), what="the killed worker to exit")
+    assert wait_for(lambda: not alive(pid)), "the killed worker did not exit"
     assert pool.submit(ft.square, 3).result(timeout=WAIT) == 9
     assert pool.kill(victim) is False  # already finished
     with pytest.raises(ValueError):
@@ -671,8 +669,10 @@ def test_kill_before_start_and_kill_pending(make_pipepool, tmp_path):
     first = pool.submit(ft.wait_for_file, str(gate), "first")
     handed = pool.submit(ft.announce_and_sleep, str(marker), 60)  # queued behind first
     pending = [pool.submit(ft.square, i) for i in range(5)]
-    wait_until(first.running, what="the first task to start")
-    wait_until(lambda: handed in pool._driver.running, what="the second task to be handed over")
+    assert wait_for(first.running), "the first task to start did not come"
+    assert wait_for(lambda: handed in pool._driver.running), (
+        "the second task to be handed over did not come"
+    )
     assert not handed.running()  # handed over, not started: pending to its user
     assert pool.kill(handed) is True  # not started: cancelled, its worker kept
     assert pool.kill(pending[-1]) is True  # still pending: simply cancelled
@@ -709,7 +709,7 @@ def test_warm_pool_shutdown_cancel_futures_revokes_what_was_sent_ahead(make_pipe
     pool = make_pipepool(2)
     warm_depth(pool)
     fs = [pool.submit(time.sleep, 0.1) for _ in range(50)]
-    wait_until(fs[0].running, what="the first sleep to start")
+    assert wait_for(fs[0].running), "the first sleep to start did not come"
     # All 50 handed over (to the workers, or taken back from them by the revoke trap into
     # the LocalExecutor's queue), none left in the pool's own queue: before, they all
     # counted as running and none could be cancelled.
@@ -733,9 +733,9 @@ def test_a_future_handed_over_is_pending_until_it_starts_and_cancels(
     gate = tmp_path / "gate"
     first = pool.submit(ft.wait_for_file, str(gate), "first")
     behind = [pool.submit(ft.sleep_then_touch, str(tmp_path / f"ran{i}"), 0) for i in range(3)]
-    wait_until(first.running, what="the first task to start")
-    wait_until(
-        lambda: all(f in pool._driver.running for f in behind), what="the others to be handed over"
+    assert wait_for(first.running), "the first task to start did not come"
+    assert wait_for(lambda: all(f in pool._driver.running for f in behind)), (
+        "the others were not handed over"
     )
     assert not any(f.running() or f.done() for f in behind)
     assert behind[1].cancel() is True
@@ -776,6 +776,29 @@ def test_terminate_workers_stops_running_tasks(make_pipepool, tmp_path):
         running.result(timeout=0)
     assert all(f.done() for f in rest)
     assert not alive(pid)
+
+
+def test_shutdown_with_nothing_left_stops_without_waiting_out_a_poll(make_pipepool, monkeypatch):
+    """shutdown(wait=True) of a pool with nothing left to run stops it at once: its
+    driver used to sleep one poll first (LocalExecutor's REAP_INTERVAL, 250 ms), as
+    nothing told the round that the shutdown was due. Counted on the pure loop, whose
+    wait() a test can wrap (the driver is the same for both)."""
+    monkeypatch.setenv("PIPEPOOL_IMPL", "python")
+    pool = make_pipepool(2)
+    assert pool.submit(ft.square, 3).result(timeout=WAIT) == 9
+    driver = pool._driver
+    loop = driver.executor._loop
+    waits_after_shutdown = []
+    real_wait = loop.wait
+
+    def wait(timeout=None):
+        if driver.shutdown:
+            waits_after_shutdown.append(timeout)
+        return real_wait(timeout)
+
+    monkeypatch.setattr(loop, "wait", wait)
+    pool.shutdown(wait=True)
+    assert waits_after_shutdown == []
 
 
 @pytest.mark.parametrize("in_cycle", [False, True], ids=["refcount", "cycle"])
@@ -857,7 +880,7 @@ def test_ctrl_c_interrupts_promptly_and_stops_the_workers(tmp_path, start_method
     try:
         pids = [read_pid(tmp_path / f"w{i}") for i in range(2)]
         waiting = tmp_path / "waiting"
-        wait_until(waiting.exists, WAIT, "the main thread to wait in result()")
+        assert wait_for(waiting.exists, WAIT), "the main thread did not wait in result()"
         start = time.monotonic()
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=WAIT)
@@ -866,7 +889,7 @@ def test_ctrl_c_interrupts_promptly_and_stops_the_workers(tmp_path, start_method
         proc.kill()
         proc.wait()
     assert "KeyboardInterrupt" in err, err
-    wait_until(lambda: not any(alive(p) for p in pids), 5, "the workers to exit")
+    assert wait_for(lambda: not any(alive(p) for p in pids), 5), "the workers did not exit"
 
 
 def test_workers_exit_when_the_parent_is_killed(tmp_path, start_method):
@@ -878,7 +901,7 @@ def test_workers_exit_when_the_parent_is_killed(tmp_path, start_method):
     finally:
         proc.kill()
         proc.communicate()
-    wait_until(lambda: not any(alive(p) for p in pids), 5, "the orphaned workers to exit")
+    assert wait_for(lambda: not any(alive(p) for p in pids), 5), "orphaned workers live on"
 
 
 @pytest.mark.parametrize("mode", ["exit", "exit-crash"])
@@ -896,4 +919,4 @@ def test_interpreter_exit_finishes_submitted_work(tmp_path, start_method, mode):
     missing = [name for name in done if not (tmp_path / name).exists()]
     assert not missing, f"submitted work did not complete at exit: {missing}\n{err}"
     pid = read_pid(tmp_path / "w0", 0)
-    wait_until(lambda: not alive(pid), 5, "the worker to exit")
+    assert wait_for(lambda: not alive(pid), 5), "the worker did not exit"

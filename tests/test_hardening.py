@@ -32,22 +32,27 @@ corrupted or oversized frame from a worker     ``test_bad_frame``
 stats()                                        ``test_stats_after_a_known_scenario``
 =============================================  ==============================================
 
-Sizes (what runs where). By default every row runs at the issue's size on fork except
-max_tasks_per_child=2 (2,000 tasks), and the churn row (10,000 tasks, 100 crashes, 100
-timeouts) runs at full size on every start method. Starting a
-worker costs about 3 ms with fork, 15-30 ms with forkserver and 50-80 ms with spawn on the
-reference 2-core box, so the rows that start one worker per task or two run smaller by
-default where it costs minutes, and at full size in ``*_full`` duplicates, marked ``slow``
-and run only with ``PIPEPOOL_SLOW=1`` (their skip reason names the default test):
+Sizes (what runs where). The stress rows run by default at the smallest load that
+still fails against the bug they guard (each row's comment names the bug, reintroduced
+once, and the size it failed at), on one loop implementation where what they stress is
+the executor's bookkeeping both twins share (conftest's ``one_impl``: the compiled one);
+the issue's full sizes run, on both loops, in ``*_full`` duplicates marked ``slow`` and
+run only with ``PIPEPOOL_SLOW=1`` (the scheduled job of .github/workflows/tests.yml;
+their skip reason names the default test). Starting a worker costs about 3 ms with fork
+(20 ms once the test process has grown through the suite), 15-30 ms with forkserver and
+50-80 ms with spawn on the reference 2-core box.
 
 =============================  =========================  ====================================
-row                            default                    PIPEPOOL_SLOW=1 adds
+row                            default (one loop)         PIPEPOOL_SLOW=1 (both loops)
 =============================  =========================  ====================================
-send then exit (1 task/child)  fork 10,000; spawn 30;     spawn and forkserver 10,000
-                               forkserver 60              (forkserver: 8 min per loop;
-                                                          spawn: about 14 min per loop)
-max_tasks_per_child=2          fork 2,000; spawn 60;      fork, spawn and forkserver 10,000
+send then exit (1 task/child)  fork 2x the pool's start-  fork, spawn and forkserver 10,000
+                               mark slots (1,024); spawn  (forkserver: 8 min per loop;
+                               30; forkserver 60          spawn: about 14 min per loop)
+max_tasks_per_child=2          fork 200; spawn 60;        fork, spawn and forkserver 10,000
                                forkserver 120             (23 s, 4.5 min, 70 s per loop)
+crashes and timeouts           2,000 tasks, 20 crashes,   10,000, 100, 100 on every start
+                               20 timeouts, every start   method
+                               method
 =============================  =========================  ====================================
 
 White-box: a few checks read ``LocalExecutor`` internals (``_workers``, ``_loop``) where
@@ -79,8 +84,7 @@ import pytest
 
 import proc_table
 import tasks
-from conftest import START_METHODS, implementations
-from executor_helpers import Recorder
+from helpers import START_METHODS, Executors, Recorder, implementations, runs
 from pipepool import (
     InitializerError,
     LocalExecutor,
@@ -113,27 +117,20 @@ def full_size_of(test: str) -> list[pytest.MarkDecorator]:
 
 @pytest.fixture
 def pool(impl):
-    """``pool(parallelism, start_method, **kwargs)``: a started LocalExecutor on ``impl``,
-    terminated at teardown whatever the test did."""
-    made: list[LocalExecutor] = []
-
-    def factory(parallelism: int = 2, start_method: str = "fork", **kwargs) -> LocalExecutor:
-        ex = LocalExecutor(parallelism, start_method=start_method, _loop_impl=impl, **kwargs)
-        ex.start()
-        made.append(ex)
-        return ex
-
-    yield factory
-    for ex in made:
-        ex.terminate()
+    """``pool(parallelism, start_method, **kwargs)``: a started LocalExecutor on ``impl``
+    (fork unless told), terminated at teardown whatever the test did."""
+    executors = Executors(impl, "fork")
+    yield executors
+    executors.close()
 
 
-def runs(log: str) -> Counter:
-    """How many times each key's task body ran: the first word of each line in ``log``."""
-    if not os.path.exists(log):
-        return Counter()
-    with open(log) as f:
-        return Counter(line.split()[0] for line in f if line.strip())
+@pytest.fixture
+def pool_on_one_loop(one_impl):
+    """``pool`` on one loop implementation (conftest's ``one_impl``), for stress rows
+    whose subject is bookkeeping both twins share."""
+    executors = Executors(one_impl, "fork")
+    yield executors
+    executors.close()
 
 
 def exactly_one_each(rec: Recorder, keys) -> None:
@@ -297,8 +294,27 @@ def test_failure_kinds_are_documented():
 # -- 2. A worker sends its result and exits at once -------------------------------------
 
 # max_tasks_per_child=1: every worker sends one result and exits straight after, so the
-# result frame and the EOF (and the exit status) race to the parent 10,000 times.
-SEND_THEN_EXIT = {"fork": 10_000, "spawn": 30, "forkserver": 60}
+# result frame and the EOF (and the exit status) race to the parent once per task, and
+# each task takes a worker, a start-mark slot and its pipes, given back when the worker
+# is reaped. With fork, twice as many tasks as the pool has mark slots: a slot that is
+# not given back stalls the pool once the slots run out (a pool of 2 has a page of
+# them: 512 with 4 KiB pages), which 500 tasks would not show. Reintroduced once
+# (``_retire`` without ``self._marks.release(w.slot)``): 1,024 tasks stall at 512,
+# 500 pass.
+
+
+def mark_slots(parallelism: int) -> int:
+    """How many start-mark slots a pool of ``parallelism`` has (white-box)."""
+    from pipepool.worker._marks import MarkTable
+
+    table = MarkTable(parallelism)
+    try:
+        return len(table._marks)
+    finally:
+        table.close()
+
+
+SEND_THEN_EXIT = {"fork": 2 * mark_slots(2), "spawn": 30, "forkserver": 60}
 
 
 def check_send_then_exit(ex: LocalExecutor, log: str, n: int, limit: float) -> None:
@@ -325,16 +341,19 @@ def check_send_then_exit(ex: LocalExecutor, log: str, n: int, limit: float) -> N
     SEND_THEN_EXIT.items(),
     ids=[f"{m}-{n}" for m, n in SEND_THEN_EXIT.items()],
 )
-def test_send_then_exit(pool, tmp_path, start_method, n):
-    """Recorded exactly once, never reported lost, never run again."""
-    ex = pool(2, start_method, max_tasks_per_child=1)
+def test_send_then_exit(pool_on_one_loop, tmp_path, start_method, n):
+    """Recorded exactly once, never reported lost, never run again. On one loop: what
+    races here is the executor's bookkeeping, which both twins share; each twin's own
+    part (the frames before an EOF, then the EOF, once) is test_loop.py's
+    test_frames_before_eof_are_delivered_then_closed_once, on both."""
+    ex = pool_on_one_loop(2, start_method, max_tasks_per_child=1)
     check_send_then_exit(ex, str(tmp_path / "runs.log"), n, limit=200)
 
 
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize(
     "start_method",
-    [pytest.param(m, marks=full_size_of("test_send_then_exit")) for m in ("spawn", "forkserver")],
+    [pytest.param(m, marks=full_size_of("test_send_then_exit")) for m in START_METHODS],
 )
 def test_send_then_exit_full(pool, tmp_path, start_method):
     ex = pool(2, start_method, max_tasks_per_child=1)
@@ -708,7 +727,12 @@ def test_slow_initializer_is_not_respawned(tmp_path):
 
 # -- 7. max_tasks_per_child=2 over 10,000 tasks ----------------------------------------
 
-MAX_TASKS_2 = {"fork": 2_000, "spawn": 60, "forkserver": 120}
+# What can go wrong is each worker's count (the parent's quota against prefetch=2, the
+# worker's own), wrong from a worker's first tasks: 100 recycles with fork show it.
+# Reintroduced once (the worker serving one task past its limit, ``served <=
+# max_tasks`` in worker.serve): 200 tasks stall after 4. The slot each recycled worker
+# gives back is test_send_then_exit's.
+MAX_TASKS_2 = {"fork": 200, "spawn": 60, "forkserver": 120}
 
 
 def check_max_tasks_2(ex: LocalExecutor, log: str, n: int, limit: float) -> None:
@@ -733,9 +757,10 @@ def check_max_tasks_2(ex: LocalExecutor, log: str, n: int, limit: float) -> None
 @pytest.mark.parametrize(
     ("start_method", "n"), MAX_TASKS_2.items(), ids=[f"{m}-{n}" for m, n in MAX_TASKS_2.items()]
 )
-def test_max_tasks_per_child_2(pool, tmp_path, start_method, n):
-    """Each pid serves at most 2 tasks; each task body ran exactly once (its log line)."""
-    ex = pool(2, start_method, max_tasks_per_child=2, prefetch=2)
+def test_max_tasks_per_child_2(pool_on_one_loop, tmp_path, start_method, n):
+    """Each pid serves at most 2 tasks; each task body ran exactly once (its log line).
+    On one loop: the counts are the executor's and the worker's, shared by the twins."""
+    ex = pool_on_one_loop(2, start_method, max_tasks_per_child=2, prefetch=2)
     check_max_tasks_2(ex, str(tmp_path / "runs.log"), n, limit=200)
 
 
@@ -751,9 +776,14 @@ def test_max_tasks_per_child_2_full(pool, tmp_path, start_method):
 
 # -- 8. 10,000 tasks, 100 crashes, 100 timeouts: nothing leaks --------------------------
 
-# Full size everywhere: 200 replacements take about 2 s with fork, 4 s with forkserver
-# and 9 s with spawn on the reference box.
-CHURN = {m: (10_000, 100, 100) for m in START_METHODS}
+# 2,000 tasks, 20 crashes and 20 timeouts on every start method: what can go wrong is
+# per replacement (an fd or a child kept, a replacement started before the worker it
+# replaces is gone), and the checks every 25 rounds catch a brief excess of workers
+# only if replacements are many. Reintroduced once (``_start_workers`` counting a
+# killed worker whose pipe has not closed yet as gone: ``and not w.killed``), it failed
+# 8 of 9 rows over three runs at this size, 4 of 9 at 1,000-10-10. The issue's full
+# size runs with PIPEPOOL_SLOW=1.
+CHURN = {m: (2_000, 20, 20) for m in START_METHODS}
 
 
 def check_churn(
@@ -838,11 +868,27 @@ def check_churn(
     CHURN.items(),
     ids=[f"{m}-{n}-{c}-{t}" for m, (n, c, t) in CHURN.items()],
 )
-def test_crashes_and_timeouts_leak_nothing(no_leaks, pool, tmp_path, start_method, sizes):
+def test_crashes_and_timeouts_leak_nothing(
+    no_leaks, pool_on_one_loop, tmp_path, start_method, sizes
+):
     """No zombie and no child the pool forgot, at most ``parallelism`` live children and
     exactly that many at the end, the same fd count at the end as when the pool first
-    stood at full strength, and (``no_leaks``) nothing at all after ``end()``."""
-    check_churn(pool(4, start_method, prefetch=4), start_method, tmp_path, *sizes)
+    stood at full strength, and (``no_leaks``) nothing at all after ``end()``. On one
+    loop: replacing workers is the executor's; each twin's own fds are held to the
+    strict leak check by test_invariants.py's start/end cycles, on both."""
+    check_churn(pool_on_one_loop(4, start_method, prefetch=4), start_method, tmp_path, *sizes)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(
+    "start_method",
+    [
+        pytest.param(m, marks=full_size_of("test_crashes_and_timeouts_leak_nothing"))
+        for m in START_METHODS
+    ],
+)
+def test_crashes_and_timeouts_leak_nothing_full(no_leaks, pool, tmp_path, start_method):
+    check_churn(pool(4, start_method, prefetch=4), start_method, tmp_path, 10_000, 100, 100)
 
 
 # -- 9. Corrupted or oversized frames from a worker ----------------------------------------

@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 
 import tasks
-from executor_helpers import Recorder
+from helpers import Recorder, runs
 from pipepool import (
     DuplicateKeyError,
     LocalExecutor,
@@ -23,14 +23,6 @@ from pipepool import (
 from pipepool._task import Task
 
 PAGE = 4096
-
-
-def runs(log) -> Counter:
-    """How many times each key's task body actually ran (one line per run)."""
-    if not os.path.exists(log):
-        return Counter()
-    with open(log) as f:
-        return Counter(line.strip() for line in f if line.strip())
 
 
 # 1. The seed deadlock -----------------------------------------------------------------
@@ -285,8 +277,15 @@ def test_running_event_during_partial_write_is_kept(make, tmp_path):
 # 8. Start/end cycles leave nothing behind ---------------------------------------------
 
 
+# Every leak this guards is one per cycle (a pool's fds, its workers, its threads), and
+# the strict check sees it after the last: ten cycles keep a margin for one that only
+# some cycles show. Reintroduced once (``_close`` without ``self._marks.close()``, the
+# start-mark page's fd), it failed on every row; 100 cycles cost 34 s on both loops.
+START_END_CYCLES = 10
+
+
 def test_start_end_cycles_leave_nothing_behind(impl, start_method, no_leaks):
-    for cycle in range(100):
+    for cycle in range(START_END_CYCLES):
         with LocalExecutor(2, start_method=start_method, _loop_impl=impl) as ex:
             ex.queue(cycle, tasks.echo, cycle)
             ex.queue(-cycle - 1, tasks.echo, cycle)

@@ -121,3 +121,51 @@ def test_a_worker_never_loads_the_executor():
     assert "pipepool.worker" in loaded
     rooms = {"executor", "futures", "cluster", "joblib", "airflow", "run"}
     assert not [m for m in loaded if m.split(".")[1:2] and m.split(".")[1] in rooms], loaded
+
+
+def test_a_worker_imports_nothing_it_needs_only_later_or_elsewhere():
+    # Start-up time: the events (the parent's reports), traceback (with linecache,
+    # tokenize, textwrap: only once a task fails) and tempfile (the start marks' and the
+    # crash reports' fallback where there is no memfd_create) load on first use.
+    code = (
+        "import sys, pipepool.worker\n"
+        "print(sorted(m for m in ('pipepool.events', 'traceback', 'tempfile') "
+        "if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True
+    ).stdout
+    assert ast.literal_eval(out) == []
+
+
+FORKSERVER_PRELOAD = """
+from multiprocessing import forkserver
+import pipepool
+if {running}:
+    forkserver.ensure_running()
+else:
+    forkserver.set_forkserver_preload(["__main__", "json"])
+for _ in range(2):  # the second pool adds nothing more
+    ex = pipepool.LocalExecutor(1, start_method="forkserver")
+    ex.start()
+    ex.queue("k", len, "abc")
+    ex.wait_until_done()
+    assert ex.get_event_buffer()["k"].result == 3
+    ex.end()
+print(forkserver._forkserver._preload_modules)
+"""
+
+
+@pytest.mark.parametrize("running", [False, True], ids=["new server", "running server"])
+def test_a_fork_server_the_pool_starts_preloads_the_worker(running):
+    # Each forkserver worker then finds its code imported (a sixth of its start-up);
+    # the user's preloads stay, and a server already running is left as it is.
+    out = subprocess.run(
+        [sys.executable, "-c", FORKSERVER_PRELOAD.format(running=running)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    want = ["__main__"] if running else ["__main__", "json", "pipepool.worker"]
+    assert ast.literal_eval(out) == want

@@ -20,10 +20,14 @@ def shrink(fd: int) -> None:
         fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PAGE)
 
 
+_peers: list[Peer] = []  # closed by the ``loop`` fixture, whatever the test did
+
+
 class Peer:
     """The worker's side of one channel, driven by the test with plain blocking I/O."""
 
     def __init__(self, loop, channel: int, small: bool = False) -> None:
+        _peers.append(self)
         act_r, act_w = os.pipe()  # loop -> peer
         res_r, res_w = os.pipe()  # peer -> loop
         if small:
@@ -57,6 +61,8 @@ def loop(loop_module):
     lp = loop_module.PipeLoop()
     yield lp
     lp.close()
+    while _peers:
+        _peers.pop().close()
 
 
 def pump_until(loop, predicate, timeout: float = 10.0):

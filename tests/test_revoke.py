@@ -15,9 +15,8 @@ from concurrent.futures import CancelledError
 import pytest
 
 import tasks
-from executor_helpers import Recorder
+from helpers import Recorder, runs
 from pipepool import State, TaskKilledError
-from test_invariants import runs
 
 
 def warm(ex, n: int = 2000) -> None:

@@ -16,10 +16,10 @@ from collections import Counter
 import pytest
 
 import tasks
-from executor_helpers import Recorder
+from helpers import Recorder, runs
 from pipepool import State, TaskTimeoutError, TaskUnpicklingError, WorkerLostError
+from pipepool.executor import START_POLL, STARTUP_POLL
 from pipepool.frames import Kind
-from test_invariants import runs
 
 BATCH = 64
 RUNNING_ONE = 9  # the 10th call of the batch
@@ -147,3 +147,30 @@ def test_a_worker_whose_first_task_blocks_has_got_through_start_up(make, tmp_pat
     assert worker.heard
     open(release, "w").close()
     rec.finish()
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_still_starting_up_is_polled_less_often(make, tmp_path):
+    """No frame says a worker got through start-up, and its first start mark moves
+    without waking the parent: while nothing was heard from it, a wait lasts at most
+    STARTUP_POLL (a spawned worker takes ~50 ms to start; waking every START_POLL
+    meanwhile took CPU from it); once heard from, START_POLL again."""
+    first, second = str(tmp_path / "first"), str(tmp_path / "second")
+    ex = make(1)
+    ex.queue("first", tasks.wait_for, first)
+    rec = Recorder(ex)
+    ex.sync()  # starts the worker and sends it the task; nothing collected since
+    (worker,) = ex._workers.values()
+    assert worker.in_flight and not worker.heard and worker.current is None
+    assert ex._wait_bound() == STARTUP_POLL > START_POLL
+    rec.run_until(lambda: "first" in rec.running_seen)
+    assert worker.heard
+    open(first, "w").close()
+    rec.run_until(lambda: "first" in rec.terminal)
+    ex.queue("second", tasks.wait_for, second)
+    ex.sync()  # sent to the same worker, heard from, not yet seen to start it
+    assert ex._workers == {worker.wid: worker} and worker.current is None
+    assert ex._wait_bound() == START_POLL
+    open(second, "w").close()
+    rec.finish()
+    assert rec.terminal["second"].state is State.SUCCESS

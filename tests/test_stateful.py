@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import tasks
-from executor_helpers import Recorder
+from helpers import Recorder
 from pipepool import (
     InitializerError,
     LocalExecutor,

@@ -6,6 +6,8 @@ Public API: ``LocalExecutor`` (scheduler style: queue, sync, event buffer),
 compiled hot loop is in use, "python" for its pure-Python twin).
 """
 
+from typing import TYPE_CHECKING
+
 from .errors import (
     DuplicateKeyError,
     FrameError,
@@ -16,17 +18,22 @@ from .errors import (
     TaskTimeoutError,
     TaskUnpicklingError,
 )
-from .events import Event, State
 from .loop import IMPLEMENTATION
+
+if TYPE_CHECKING:
+    from .events import Event, State
 
 __version__ = "0.1.0"
 """pipepool's version (as in ``pyproject.toml``)."""
 
-# The executors load on first use. Every worker process imports this package (for
-# pipepool.worker): keeping the executors out of that import saves start-up time. Dask is
+# The executors, and the events they report, load on first use. Every worker process
+# imports this package (for pipepool.worker): keeping them out of that import saves
+# start-up time (the events alone, an enum and a named tuple, cost ~1 ms). Dask is
 # an optional extra: ``import pipepool`` and ``from pipepool import ClusterExecutor``
 # never import distributed; creating a ClusterExecutor does.
 _LAZY = {
+    "Event": "events",
+    "State": "events",
     "WorkerLostError": "errors",  # these two extend BrokenProcessPool: see errors
     "InitializerError": "errors",
     "LocalExecutor": "executor",

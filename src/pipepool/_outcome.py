@@ -28,7 +28,6 @@ from __future__ import annotations
 import copyreg
 import io
 import pickle
-import traceback
 from collections import ChainMap
 from collections.abc import Hashable
 from typing import Any
@@ -39,6 +38,9 @@ from .frames import PICKLE_PROTOCOL
 
 def encode_failure(exc: BaseException, pickler: type = pickle.Pickler) -> tuple[str, bytes]:
     """``(traceback text, exception pickled by ``pickler``)``; never raises for ``exc``."""
+    import traceback  # here, not at the top: a worker imports this module as it starts,
+    # and traceback (with linecache, tokenize, textwrap) only matters once a task fails
+
     tb = "".join(traceback.format_exception(exc))
     try:
         exc_bytes = dumps_exception(exc, pickler)

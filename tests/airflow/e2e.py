@@ -3,7 +3,8 @@ sqlite metadata database, the ``e2e_dag.py`` DAG, and Airflow's own processes (t
 api-server, dag-processor and scheduler, or ``airflow dags test --use-executor``) on
 127.0.0.1 only, each in a session of its own, every one bounded and killed at the end.
 
-Used by tests/airflow/test_airflow_e2e.py and benchmarks/airflow_scheduler.py.
+Used by tests/airflow/test_airflow_e2e.py and benchmarks/airflow_scheduler.py (which
+puts tests/ and tests/airflow/ on sys.path).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from helpers import wait_for  # tests/ is on sys.path (pytest, or the benchmark)
 
 HERE = Path(__file__).parent
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
@@ -179,14 +182,6 @@ def stop_sessions(procs) -> None:
         p.wait(10)
 
 
-def wait_for(condition, bound: float, what: str, poll: float = 0.5) -> None:
-    deadline = time.monotonic() + bound
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {bound} s waiting for {what}")
-        time.sleep(poll)
-
-
 def dags_test(home: Home, bound: float = 600) -> dict[str, str | None]:
     """``airflow dags test --use-executor`` against an api-server; the task states. It
     exits 1 when the run failed, as this DAG's must."""
@@ -218,7 +213,7 @@ def scheduler_run(home: Home, bound: float = 600) -> tuple[dict[str, str | None]
         ("api-server",), ("dag-processor",), ("scheduler", "--skip-serve-logs")
     ) as procs:
         home.wait_api(procs["api-server"])
-        wait_for(home.dag_parsed, bound, "the dag-processor to parse the DAG")
+        assert wait_for(home.dag_parsed, bound, 0.5), "the dag-processor never parsed the DAG"
         run_id = f"e2e_{int(time.time())}"
         home.airflow("dags", "trigger", DAG_ID, "--run-id", run_id)
 
@@ -227,7 +222,7 @@ def scheduler_run(home: Home, bound: float = 600) -> tuple[dict[str, str | None]
                 assert p.poll() is None, f"{name} exited:\n{home.tail(name)}"
             return home.run_state(run_id) in ("success", "failed")
 
-        wait_for(finished, bound, "the DAG run to finish", poll=1.0)
+        assert wait_for(finished, bound, 1.0), "the DAG run did not finish"
     rows = home.query(
         "select min(julianday(start_date)), max(julianday(end_date)) from task_instance "
         "where dag_id = ? and run_id = ? and start_date is not null",

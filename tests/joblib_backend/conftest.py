@@ -162,16 +162,49 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         tr.write_line(f"  {line}")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _stop_shared_pools():
-    """After each module, stop the pools joblib keeps between calls (pipepool's shared
-    pool, loky's reusable executor), so that no later test inherits their workers."""
+@pytest.fixture(autouse=True)
+def _stop_per_test_pools(request: pytest.FixtureRequest):
+    """After each test, stop pipepool's shared pool (its workers start in milliseconds),
+    so that the leak check holds every test to what it started; and loky's executor if
+    the test gave it an initializer: the next test cannot reuse it, and it holds the
+    initializer's arguments (joblib's test_initializer_* pass a multiprocessing
+    Manager's proxies, which keep the Manager's server process alive)."""
     yield
     import sys
 
     backend = sys.modules.get("pipepool.joblib")
     if backend is not None:
         backend.shutdown_pool()
+    loky = sys.modules.get("joblib.externals.loky.reusable_executor")
+    executor = getattr(loky, "_executor", None)
+    if executor is not None and getattr(executor, "_initializer", None) is not None:
+        executor.shutdown(wait=True, kill_workers=True)
+        loky._executor = None  # its initializer's arguments go with it
+    if request.node.name.startswith("test_initializer"):
+        _shut_managers_down()
+
+
+def _shut_managers_down() -> None:
+    """joblib's test_initializer_* start a multiprocessing Manager and never shut it
+    down: its server process would outlive the test for as long as anything holds one
+    of its proxies."""
+    import gc
+    from multiprocessing.managers import BaseManager, State
+
+    for obj in gc.get_objects():
+        if isinstance(obj, BaseManager) and obj._state.value == State.STARTED:
+            obj.shutdown()
+            obj._process.close()  # its fds too, not when the Manager is collected
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stop_loky_executor():
+    """After each module, stop loky's reusable executor, which joblib keeps between
+    calls (restarting it costs about a second a test; the leak check names it), so that
+    no later module inherits its workers."""
+    yield
+    import sys
+
     loky = sys.modules.get("joblib.externals.loky.reusable_executor")
     executor = getattr(loky, "_executor", None)
     if executor is not None:

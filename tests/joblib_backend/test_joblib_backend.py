@@ -5,11 +5,15 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import threading
 import time
 import warnings
 from concurrent.futures.process import BrokenProcessPool
 
 import pytest
+
+import proc_table
+from helpers import START_METHODS, wait_for
 
 from .joblib_support import require
 
@@ -22,7 +26,6 @@ from joblib.externals.loky.process_executor import TerminatedWorkerError  # noqa
 import pipepool.joblib as pj  # noqa: E402  (after the require: it imports joblib)
 from pipepool import LocalExecutor, WorkerLostError  # noqa: E402
 
-START_METHODS = ["fork", "spawn", "forkserver"]
 BOUND = 60.0  # s: waits on real conditions end here, never by sleeping longer
 
 
@@ -76,26 +79,6 @@ def array_kind(a):
     return type(a).__name__, float(a.sum())
 
 
-def wait_until(condition, what: str) -> None:
-    end = time.monotonic() + BOUND
-    while not condition():
-        if time.monotonic() > end:
-            raise AssertionError(f"not within {BOUND} s: {what}")
-        time.sleep(0.02)
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie counts as gone
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ")[1][0] != "Z"
-    except OSError:
-        return True
-
-
 # -- the start-method fix in executor.py ----------------------------------------------------
 
 
@@ -120,6 +103,25 @@ def test_registered_on_import_and_selected_by_name():
         p = Parallel()
         assert isinstance(p._backend, pj.PipepoolBackend)
         assert p(delayed(square)(i) for i in range(50)) == [i * i for i in range(50)]
+
+
+def test_completion_callbacks_run_in_the_thread_that_settles_the_batch(monkeypatch):
+    # No thread hop per batch: joblib's callback (which builds and submits the next
+    # batch) runs in the pool's driver, whose next round sends that batch.
+    threads = []
+    retrieve = pj.PipepoolBackend.retrieve_result_callback
+
+    def noting_the_thread(self, future):
+        threads.append(threading.current_thread().name)
+        return retrieve(self, future)
+
+    monkeypatch.setattr(pj.PipepoolBackend, "retrieve_result_callback", noting_the_thread)
+    out = Parallel(n_jobs=2, backend="pipepool", batch_size=1)(
+        delayed(square)(i) for i in range(50)
+    )
+    assert out == [i * i for i in range(50)]
+    assert len(threads) == 50
+    assert {name.split("-")[:2] == ["pipepool", "driver"] for name in threads} == {True}, threads
 
 
 @pytest.mark.parametrize("return_as", ["list", "generator", "generator_unordered"])
@@ -236,7 +238,9 @@ def test_abort_kills_the_tasks_of_the_failed_call_and_keeps_the_pool(tmp_path):
     started = [int(p.name) for p in tmp_path.iterdir()]
     assert started
     # No worker is left running the aborted call: the ones that ran its sleeps die.
-    wait_until(lambda: not any(pid_alive(p) for p in started), "aborted tasks' workers exit")
+    assert wait_for(lambda: not any(proc_table.alive(p) for p in started), BOUND), (
+        "the aborted tasks' workers live on"
+    )
     assert Parallel(n_jobs=2, backend="pipepool")(delayed(square)(3) for _ in range(4)) == [9] * 4
     assert pj._pool is pool
 

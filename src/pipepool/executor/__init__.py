@@ -62,6 +62,9 @@ START_POLL = 0.002  # s a wait may last while a worker holds tasks and none is k
 # run: no frame says "started" (start marks do, without a wake-up), so timeouts, RUNNING
 # events and revocation learn of a start at most this late. Tiny tasks never wait this
 # long (their outcomes wake us); long ones are seen started within it and stop the polling.
+STARTUP_POLL = 0.01  # s, the same for a worker still starting up (nothing heard from it
+# yet): a spawned one takes ~50 ms, and waking every 2 ms meanwhile took CPU from the
+# very worker being waited for. Its first task's start is seen at most this late.
 
 
 class LocalExecutor(Reaper, Dispatcher):
@@ -377,12 +380,15 @@ class LocalExecutor(Reaper, Dispatcher):
     def _wait_bound(self) -> float:
         """How long a wait may last before a step in this object has work to do."""
         bound = REAP_INTERVAL
-        for w in self._workers.values():  # one pass: this runs before every wait
-            if w.closing:
-                bound = 0.001  # an exit code is due any moment
-                break
-            if w.in_flight and w.current is None:
-                bound = START_POLL  # a start mark may move without waking us
+        if any(w.closing for w in self._workers.values()):
+            bound = 0.001  # an exit code is due any moment
+        else:  # a start mark may move without waking us
+            for w in self._workers.values():
+                if w.in_flight and w.current is None:
+                    if w.heard:
+                        bound = START_POLL
+                        break
+                    bound = min(bound, STARTUP_POLL)
         bound = self._deadline_bound(bound)
         bound = self._depth.wait_bound(self._workers.values(), bound)
         if self._queue and self._init_retry_at > time.monotonic():

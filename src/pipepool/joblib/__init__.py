@@ -25,10 +25,6 @@ from __future__ import annotations
 
 # Absolute imports only: this module is named ``pipepool.joblib``; ``joblib`` below is
 # always the real one (no implicit relative imports in Python 3).
-import functools
-import logging
-import os
-import queue
 import reprlib
 import threading
 import warnings
@@ -142,50 +138,6 @@ def shutdown_pool(wait: bool = True) -> None:
         pool.shutdown(wait=wait)
 
 
-class _CallbackThread:
-    """Runs joblib's completion callbacks off pipepool's driver thread, as loky runs them
-    in its result-handler thread: a callback dispatches the next batch (it consumes the
-    user's iterator and builds ``delayed`` calls, milliseconds for a big batch), and
-    meanwhile the driver keeps sending and receiving. In the driver, the workers would
-    idle for that long after every batch."""
-
-    def __init__(self) -> None:
-        self.queue: queue.SimpleQueue = queue.SimpleQueue()
-        self.lock = threading.Lock()
-        self.thread: threading.Thread | None = None
-
-    def submit(self, callback: Callable[[Future], Any], future: Future) -> None:
-        if self.thread is None:
-            with self.lock:
-                if self.thread is None:
-                    self.thread = threading.Thread(
-                        target=self._run, name="pipepool-joblib-callbacks", daemon=True
-                    )
-                    self.thread.start()
-        self.queue.put((callback, future))
-
-    def _run(self) -> None:
-        get = self.queue.get
-        while True:
-            callback, future = get()
-            try:
-                callback(future)
-            except BaseException:  # as Future's own callbacks: log, never kill the thread
-                logging.getLogger("pipepool").exception("joblib callback failed")
-            del callback, future
-
-
-_callbacks = _CallbackThread()
-
-
-def _forget_callback_thread() -> None:
-    global _callbacks
-    _callbacks = _CallbackThread()  # a forked child has the object, not the thread
-
-
-os.register_at_fork(after_in_child=_forget_callback_thread)
-
-
 # -- one Parallel call's view of the pool ---------------------------------------------------
 
 
@@ -224,7 +176,12 @@ class _Session:
         self.batches[future] = batch
         future.add_done_callback(self._forget)
         if callback is not None:
-            future.add_done_callback(functools.partial(_callbacks.submit, callback))
+            # joblib's completion callback (it dispatches the next batch) runs in the
+            # thread that settles the future: the pool's driver, or a caller driving it.
+            # The batch it submits then goes out in that thread's next round, with no
+            # thread hop on the way (loky hands results to a thread of its own, and so
+            # did this backend: a third of its overhead over joblib's sequential run).
+            future.add_done_callback(callback)
         return future
 
     def _forget(self, future: Future) -> None:

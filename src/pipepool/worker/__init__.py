@@ -95,7 +95,7 @@ def main(start: WorkerStart) -> None:
     # A parent thread may have had every signal blocked, or its handlers deferred, while
     # it started us; undo both, and leave Ctrl-C to the parent, which decides what
     # happens to running work.
-    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+    _signals.unblock_all_in_this_thread()
     _signals.reset_in_child()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # A forked worker inherits the parent's Python SIGTERM handler: it would run the

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import tempfile
 
 SLOT_SIZE = 8
 SLOTS_PER_WORKER = 4  # slots per unit of parallelism: room for workers that are dying
@@ -40,6 +39,8 @@ def _shared_fd(size: int) -> int:
     if memfd_create is not None:
         fd = memfd_create("pipepool-marks", os.MFD_CLOEXEC)
     else:  # macOS: an unlinked file; its pages live in the page cache
+        import tempfile  # the parent's side only: a worker never imports it for this
+
         fd, path = tempfile.mkstemp(prefix="pipepool-marks-")
         os.unlink(path)
     try:

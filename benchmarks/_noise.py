@@ -1,0 +1,183 @@
+"""How busy the machine was while a run measured, and whether that makes the run noisy.
+
+Load flatters pipepool: a busy machine slows the peers' helper and feeder threads more
+than pipepool's one loop. So every run records the 1-minute load average at its start
+and end, and the CPU time *other* processes used while it ran: the whole machine's busy
+time (``/proc/stat``, steal included: CPU a hypervisor gave other guests) minus this
+process tree's own. A run is noisy when the load at the start is above half the cores,
+or other processes used more than 5% of the machine's CPU during it; a noisy run never
+replaces the published results (``benchmarks/report.py``, ``update_readme``).
+
+This process tree's CPU is ``getrusage`` of itself and of its reaped children (whose
+own reaped descendants the kernel folds in) plus every live descendant's
+``utime + stime + cutime + cstime`` (``/proc/<pid>/stat``), so workers that a fork server
+reaps count as ours too. Where there is no ``/proc`` (macOS), only the load average is
+read, and the header says so.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from dataclasses import dataclass
+from typing import Any
+
+LOAD_SHARE = 0.5  # a 1-minute load above this many runnable tasks per core at the start
+# is noisy: the peers' extra threads would queue behind other work
+OTHER_SHARE = 0.05  # other processes using more than this share of all cores' time
+# during the run: noisy (CPU time, not wall time, so it is steady under the run's own load)
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+PROC_METHOD = (
+    "other processes' CPU = /proc/stat busy time (steal included) minus this process "
+    "tree's (getrusage + /proc/<pid>/stat of live descendants)"
+)
+LOAD_ONLY_METHOD = (
+    "os.getloadavg only: no /proc on this platform, so the CPU other processes used "
+    "during the run is not measured"
+)
+
+
+def loadavg() -> float | None:
+    """The 1-minute load average, or None where the platform has none."""
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
+
+
+def machine_busy() -> tuple[float, float] | None:
+    """``(busy, steal)`` seconds of CPU summed over every core since boot, or None.
+
+    Busy is user + nice + system + irq + softirq + steal (guest time is already in user);
+    idle and iowait are not busy.
+    """
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu":
+        return None
+    ticks = [int(x) for x in fields[1:9]] + [0] * max(0, 9 - len(fields))
+    user, nice, system, _idle, _iowait, irq, softirq, steal = ticks[:8]
+    return (user + nice + system + irq + softirq + steal) / _TICK, steal / _TICK
+
+
+def _descendants_seconds(root: int) -> float | None:
+    """CPU seconds of every live descendant of ``root`` (their reaped children folded in)."""
+    parent_of: dict[int, int] = {}
+    spent: dict[int, float] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return None
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                # The command name may hold spaces and parentheses: split after the last ")".
+                rest = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        pid = int(name)
+        parent_of[pid] = int(rest[1])
+        # utime stime cutime cstime are fields 14-17 of stat(5): rest[11:15]
+        spent[pid] = sum(int(x) for x in rest[11:15]) / _TICK
+    total = 0.0
+    for pid, seconds in spent.items():
+        p = parent_of.get(pid)
+        while p is not None and p > 1:
+            if p == root:
+                total += seconds
+                break
+            p = parent_of.get(p)
+    return total
+
+
+def tree_seconds() -> float | None:
+    """CPU seconds this process and all its descendants have used, or None (no /proc)."""
+    live = _descendants_seconds(os.getpid())
+    if live is None:
+        return None
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + reaped.ru_utime + reaped.ru_stime + live
+
+
+@dataclass(frozen=True)
+class Reading:
+    """The machine at one moment: what two readings are compared by."""
+
+    at: float  # time.monotonic()
+    load: float | None
+    busy: tuple[float, float] | None  # machine_busy()
+    ours: float | None  # tree_seconds()
+
+
+def read() -> Reading:
+    return Reading(time.monotonic(), loadavg(), machine_busy(), tree_seconds())
+
+
+def verdict(start: Reading, end: Reading, cores: int) -> dict[str, Any]:
+    """What the run's header says about the machine between two readings, and whether
+    it was too busy for the run's figures to count (``noisy``, with its ``reasons``)."""
+    elapsed = max(end.at - start.at, 1e-9)
+    out: dict[str, Any] = {
+        "load_1min_start": start.load,
+        "load_1min_end": end.load,
+        "cores": cores,
+        "seconds": round(elapsed, 3),
+        "other_cpu_s": None,
+        "other_share": None,
+        "steal_s": None,
+        "method": LOAD_ONLY_METHOD,
+    }
+    if None not in (start.busy, end.busy, start.ours, end.ours):
+        assert start.busy is not None and end.busy is not None
+        assert start.ours is not None and end.ours is not None
+        busy = end.busy[0] - start.busy[0]
+        ours = end.ours - start.ours
+        other = max(0.0, busy - ours)
+        out.update(
+            other_cpu_s=round(other, 3),
+            other_share=other / (elapsed * cores),
+            steal_s=round(end.busy[1] - start.busy[1], 3),
+            our_cpu_s=round(ours, 3),
+            method=PROC_METHOD,
+        )
+    reasons = []
+    if start.load is not None and start.load > LOAD_SHARE * cores:
+        reasons.append(
+            f"1-minute load average {start.load:.2f} at the start, above half the {cores} cores"
+        )
+    if out["other_share"] is not None and out["other_share"] > OTHER_SHARE:
+        reasons.append(
+            f"other processes used {out['other_share']:.1%} of the CPU during the run "
+            f"(above {OTHER_SHARE:.0%})"
+        )
+    out["noisy"] = bool(reasons)
+    out["reasons"] = reasons
+    return out
+
+
+def describe(noise: dict[str, Any]) -> str:
+    """One line for a report's header: the load and the other processes' CPU."""
+
+    def load(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.2f}"
+
+    line = (
+        f"1-minute load average {load(noise['load_1min_start'])} at the start, "
+        f"{load(noise['load_1min_end'])} at the end ({noise['cores']} cores)"
+    )
+    if noise.get("other_share") is not None:
+        line += (
+            f"; other processes used {noise['other_cpu_s']:.1f} s of CPU during the run, "
+            f"{noise['other_share']:.1%} of the machine"
+        )
+    else:
+        line += f"; {noise['method']}"
+    return line
