@@ -756,20 +756,6 @@ TARGETS: tuple[tuple[str, tuple[Target, ...]], ...] = (
         ),
     ),
     (
-        "each p",  # issue 25: parent CPU per task, steady under load (the tiny measure's)
-        (
-            Target(
-                "parent CPU per task, LocalExecutor (defaults) vs Airflow-style, p={p}",
-                "tiny", "{p}", "local-default-sync", "airflow", "<=", 0.4, "parent_cpu_us",
-                if_measured=True,
-            ),
-            Target(
-                "parent CPU per task, ProcessPoolExecutor vs LocalExecutor (defaults), p={p}",
-                "tiny", "{p}", "ppe-submit", "local-default-sync", "<=", 1.5, "parent_cpu_us",
-            ),
-        ),
-    ),
-    (
         "each p",
         (
             Target(
