@@ -58,6 +58,16 @@ def make(impl: str, start_method: str):
         ex.terminate()
 
 
+@pytest.fixture
+def pipes_only(monkeypatch):
+    """Every payload through the pipes, as before the shared rings: for the tests of the
+    pipe path (partial writes, a worker blocked in a big write). The parent writes the
+    threshold into each region it makes, so this holds for every start method."""
+    from pipepool.worker import _region
+
+    monkeypatch.setattr(_region, "THRESHOLD", 1 << 62)
+
+
 def child_pids() -> set[int]:
     """Pids whose parent is this process (zombies included): /proc, or ps on macOS."""
     return proc_table.children(os.getpid())

@@ -22,6 +22,7 @@ from ..errors import FrameError, TaskPicklingError, TaskUnpicklingError
 from ..frames import ELAPSED, PICKLE_PROTOCOL, Kind, encode_header, split_frames
 from . import _tree
 from ._marks import StartMark
+from ._region import Region
 
 EXIT_PARENT_DIED = 70  # the lifeline closed: the parent is gone
 EXIT_INIT_FAILED = 71  # the initializer raised; the parent got an INIT_FAILED frame
@@ -66,16 +67,25 @@ class _Gate:
     """What the task loop and the watcher thread share: the result pipe's writes (whole
     frames only, never interleaved) and the start-or-skip decision of each task."""
 
-    __slots__ = ("current", "lock", "mark", "result_fd", "revoked_upto")
+    __slots__ = ("current", "lock", "mark", "region", "result_fd", "revoked_upto")
 
-    def __init__(self, result_fd: int, mark: StartMark | None = None) -> None:
+    def __init__(
+        self, result_fd: int, mark: StartMark | None = None, region: Region | None = None
+    ) -> None:
         self.lock = threading.Lock()
         self.result_fd = result_fd
         self.mark = mark  # None only in tests that drive serve() without a pool
+        self.region = region  # big payloads' shared rings; None: everything by the pipe
         self.current = 0  # sequence number of the last task decided to start
         self.revoked_upto = 0  # tasks numbered above current and up to this are skipped
 
     def write(self, buffers: list[bytes]) -> None:
+        """Write one frame (header, then its payload's pieces); a big payload goes into
+        the shared ring first, and the pipe carries its reference (``_region``). Only
+        the main thread writes payloads, so the ring needs no lock of its own."""
+        region = self.region
+        if region is not None and (len(buffers) > 3 or len(buffers[-1]) >= region.threshold):
+            buffers = region.send(buffers)  # (more than 3: a result in pieces, always big)
         with self.lock:
             _write_all(self.result_fd, buffers)
 
@@ -232,6 +242,17 @@ def _unpickle_batch(payload: bytes, count: int) -> list | None:
     return calls
 
 
+def _shared_payload(region: Region | None, ref: bytes) -> tuple[int, Any]:
+    """The kind and payload a SHARED frame names in the calls' ring; a reference that
+    cannot be trusted (or a SHARED frame without a region) is a bad frame."""
+    if region is None:
+        os._exit(EXIT_BAD_FRAME)
+    try:
+        return region.take(ref)
+    except FrameError:
+        os._exit(EXIT_BAD_FRAME)
+
+
 def serve(
     activity_fd: int,
     result_fd: int,
@@ -247,9 +268,14 @@ def serve(
     """
     reader = _impl.load(impl)[1].FrameReader(activity_fd)
     gate = gate or _Gate(result_fd)
+    region = gate.region
     served = 0
     seq = 0  # calls read so far: the numbering start marks, REVOKE and REVOKED use
     while (max_tasks is None or served < max_tasks) and not _retiring:
+        if region is not None and region.inbound.held:
+            # The last frame's payload was in the shared ring: unpickled, and its
+            # outcome written since (a system call), so its space can be reused.
+            region.release_all()
         try:
             frame = reader.read()
         except FrameError:
@@ -258,6 +284,8 @@ def serve(
             break
         kind, ident, payload = frame
         del frame
+        if kind == Kind.SHARED:
+            kind, payload = _shared_payload(region, payload)
         if kind == Kind.TASK:
             seq += 1
             if gate.start(seq):  # else revoked: the parent gave it to another worker
