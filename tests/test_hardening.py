@@ -952,6 +952,10 @@ def header(kind: int, length: int, ident: int = 0, magic: int = MAGIC, flags: in
     return HEADER.pack(magic, kind, flags, length, ident)
 
 
+def shared_ref(kind: int, length: int, offset: int) -> bytes:
+    return header(Kind.SHARED, _region.REF.size) + _region.REF.pack(kind, length, offset)
+
+
 BAD_FRAMES = {
     "bad-magic": BadFrame(
         (tasks.write_to_result_pipe, b"\x00" * 16), WorkerLostError, "bad frame magic"
@@ -988,6 +992,28 @@ BAD_FRAMES = {
         WorkerLostError,
         "EOF in the middle of a frame",
         exitcode=0,
+    ),
+    # A reference to the shared ring (worker/_region.py) that cannot be trusted: outside
+    # the ring, misaligned, nested, or not a reference at all.
+    "shared-outside-the-ring": BadFrame(
+        (tasks.write_to_result_pipe, shared_ref(Kind.DONE, 100, 1 << 40)),
+        WorkerLostError,
+        "not a page-aligned extent",
+    ),
+    "shared-misaligned": BadFrame(
+        (tasks.write_to_result_pipe, shared_ref(Kind.DONE, 100, 8)),
+        WorkerLostError,
+        "not a page-aligned extent",
+    ),
+    "shared-in-shared": BadFrame(
+        (tasks.write_to_result_pipe, shared_ref(Kind.SHARED, 100, 0)),
+        WorkerLostError,
+        "names another SHARED frame",
+    ),
+    "shared-short": BadFrame(
+        (tasks.write_to_result_pipe, header(Kind.SHARED, 3) + b"abc"),
+        WorkerLostError,
+        "a SHARED frame of 3 bytes",
     ),
     # Past the parent's limit: refused on the header alone, while the worker lives on.
     "oversized": BadFrame(

@@ -65,8 +65,10 @@ from ._marks import shared_fd, unmap_in_children
 THRESHOLD = 16 << 10  # payloads of this many bytes or more go through the ring
 RING_SIZE = (256 << 20) if sys.maxsize > 2**32 else (8 << 20)  # per ring: the largest
 # payload it takes (larger ones use the pipe), and address space, not memory, until used
-WARM = 4 << 20  # bytes at the start of each ring kept allocated once used; beyond them
-# pages go back to the OS as soon as their payload is released (Linux)
+WARM = 8 << 20  # bytes at the start of each ring kept allocated once used; beyond them
+# pages go back to the OS as soon as their payload is released (Linux). A worker keeps
+# its unread outcomes within them (it waits for the parent past that); the parent's calls
+# and any payload larger than this may go beyond
 
 PAGE = mmap.PAGESIZE
 MAGIC = b"PPRG"
@@ -75,8 +77,8 @@ VERSION = 1
 RELEASED = (64 // 8, 128 // 8)  # index, in 8-byte words, of each ring's released count
 CALLS, OUTCOMES = 0, 1  # the rings: parent -> worker, worker -> parent
 REF = struct.Struct("<BxxxxxxxQQ")  # a SHARED frame's payload: kind, length, offset
-WAIT_FIRST = 0.0002  # s a worker first sleeps while its ring is full; doubles
-WAIT_MOST = 0.005  # s between its looks at the released count, at most
+WAIT_FIRST = 0.001  # s a worker first sleeps while its ring is full; doubles (the parent
+WAIT_MOST = 0.01  # is behind then: looking sooner gains nothing) up to this
 
 _MADV_REMOVE: int | None = getattr(mmap, "MADV_REMOVE", None)
 
@@ -108,8 +110,9 @@ class _Writer:
         for _ in range(min(max(gone, 0), len(live))):
             live.popleft()
 
-    def place(self, length: int) -> int | None:
-        """The offset where ``length`` bytes fit now, or None."""
+    def place(self, length: int, spill: bool = True) -> int | None:
+        """The offset where ``length`` bytes fit now, or None. Past the warm pages only
+        if ``spill`` (else None: the caller waits for the warm ones to be released)."""
         need = _pages(length)
         if need > self.size:
             return None
@@ -124,7 +127,7 @@ class _Writer:
                 return cursor
             if need <= oldest:
                 return 0  # back to the warm start rather than on into cold pages
-            return cursor if cursor + need <= self.size else None
+            return cursor if spill and cursor + need <= self.size else None
         return cursor if cursor + need <= oldest else None  # wrapped: free is [cursor, oldest)
 
     def copy(self, offset: int, pieces: Sequence[bytes | memoryview], length: int) -> None:
@@ -166,10 +169,12 @@ class _Reader:
             kind, length, offset = REF.unpack(ref)
         except struct.error:
             raise FrameError(f"a SHARED frame of {len(ref)} bytes (expected {REF.size})") from None
-        if offset % PAGE or offset + length > self.size or kind == Kind.SHARED:
+        if kind == Kind.SHARED:
+            raise FrameError("a SHARED frame names another SHARED frame")
+        if offset % PAGE or offset + length > self.size:
             raise FrameError(
-                f"a SHARED frame names {length} bytes of kind {kind} at {offset}, "
-                f"outside a ring of {self.size}"
+                f"a SHARED frame names {length} bytes at {offset}: not a page-aligned "
+                f"extent of a ring of {self.size} bytes"
             )
         self.held.append((offset, length))
         start = self.base + offset
@@ -247,12 +252,16 @@ class Region:
             pieces = [b if type(b) is bytes else memoryview(b).cast("B") for b in buffers[1:]]
         except TypeError:  # not C-contiguous: the pipe copies it as it can
             return buffers
-        offset = out.place(length)
+        # Into the warm pages, waiting for them if need be (the parent releases what it
+        # read every round): a worker running ahead of its parent would otherwise fault
+        # in fresh pages for every payload. One larger than they are goes wherever it fits.
+        spill = _pages(length) > out.warm
+        offset = out.place(length, spill)
         pause = WAIT_FIRST
-        while offset is None:  # the parent releases what it read every round
+        while offset is None:
             time.sleep(pause)
             pause = min(pause * 2, WAIT_MOST)
-            offset = out.place(length)
+            offset = out.place(length, spill)
         out.copy(offset, pieces, length)
         return [encode_header(Kind.SHARED, ident, REF.size), REF.pack(kind, length, offset)]
 

@@ -84,8 +84,13 @@ class _Gate:
         the shared ring first, and the pipe carries its reference (``_region``). Only
         the main thread writes payloads, so the ring needs no lock of its own."""
         region = self.region
-        if region is not None and (len(buffers) > 3 or len(buffers[-1]) >= region.threshold):
-            buffers = region.send(buffers)  # (more than 3: a result in pieces, always big)
+        if len(buffers) > 3:  # a result in pieces: big, some maybe views of its memory
+            if region is not None:
+                buffers = region.send(buffers)  # copied into the ring: 2 buffers left
+            if len(buffers) > 3:  # for the pipe, whose write may wait: a copy of its own
+                buffers = [b if type(b) is bytes else bytes(b) for b in buffers]
+        elif region is not None and len(buffers[-1]) >= region.threshold:
+            buffers = region.send(buffers)
         with self.lock:
             _write_all(self.result_fd, buffers)
 
@@ -186,11 +191,12 @@ def _done_frame(ident: int, elapsed: bytes, result: object) -> list[bytes]:
     if len(parts) == 1:
         data = parts.pop()
         return [encode_header(Kind.DONE, ident, len(elapsed) + len(data)), elapsed, data]
-    # A bytearray (or buffer) piece is still the result's own mutable memory: copied, as
-    # dumps would, so what is sent is the result as it was returned.
-    pieces = [p if type(p) is bytes else bytes(p) for p in parts]
+    # A bytearray (or buffer) piece is still the result's own mutable memory: copied
+    # before the frame leaves (``_Gate.write``), so what is sent is the result as it was
+    # returned.
+    pieces = parts.copy()
     parts.clear()
-    size = len(elapsed) + sum(map(len, pieces))
+    size = len(elapsed) + sum(len(p) if type(p) is bytes else memoryview(p).nbytes for p in pieces)
     return [encode_header(Kind.DONE, ident, size), elapsed, *pieces]
 
 
