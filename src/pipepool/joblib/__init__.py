@@ -147,20 +147,19 @@ class _CallbackThread:
     in its result-handler thread: a callback dispatches the next batch (it consumes the
     user's iterator and builds ``delayed`` calls, milliseconds for a big batch), and
     meanwhile the driver keeps sending and receiving. In the driver, the workers would
-    idle for that long after every batch."""
+    idle for that long after every batch. (A second one removes ended calls' files.)"""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "pipepool-joblib-callbacks") -> None:
         self.queue: queue.SimpleQueue = queue.SimpleQueue()
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
+        self.name = name
 
-    def submit(self, callback: Callable[[Future], Any], future: Future) -> None:
+    def submit(self, callback: Callable[[Any], Any], future: Any) -> None:
         if self.thread is None:
             with self.lock:
                 if self.thread is None:
-                    self.thread = threading.Thread(
-                        target=self._run, name="pipepool-joblib-callbacks", daemon=True
-                    )
+                    self.thread = threading.Thread(target=self._run, name=self.name, daemon=True)
                     self.thread.start()
         self.queue.put((callback, future))
 
@@ -176,11 +175,13 @@ class _CallbackThread:
 
 
 _callbacks = _CallbackThread()
+_cleanup = _CallbackThread("pipepool-joblib-cleanup")  # removes ended calls' memmaps
 
 
 def _forget_callback_thread() -> None:
-    global _callbacks
+    global _callbacks, _cleanup
     _callbacks = _CallbackThread()  # a forked child has the object, not the thread
+    _cleanup = _CallbackThread("pipepool-joblib-cleanup")
 
 
 os.register_at_fork(after_in_child=_forget_callback_thread)
@@ -192,7 +193,7 @@ os.register_at_fork(after_in_child=_forget_callback_thread)
 class _Session:
     """What one ``Parallel`` call (or ``with Parallel(...)`` block) owns in the shared
     pool: its futures, so that abort stops only its own tasks, and its folder of
-    memmapped arrays, removed when it ends."""
+    memmapped arrays, removed once it ends."""
 
     def __init__(self, pool: ProcessPoolExecutor, context_id: str, memmap: dict) -> None:
         self.pool = pool
@@ -250,12 +251,19 @@ class _Session:
         self.batches.clear()
 
     def close(self) -> None:
+        """The call ended: its memmapped arrays' files go, off the caller's clock (as
+        loky's resource tracker removes them): unlinking 100 MB of them takes
+        milliseconds the caller need not wait for. joblib's own exit hook removes a
+        folder still there when the interpreter exits."""
         if self.temp is not None:
-            # force: our workers never decrement the files' counts (see above).
-            self.temp._clean_temporary_resources(
-                context_id=self.context_id, force=True, allow_non_empty=True
-            )
+            _cleanup.submit(_remove_files, (self.temp, self.context_id))
             self.temp = None
+
+
+def _remove_files(what: tuple[TemporaryResourcesManager, str]) -> None:
+    temp, context_id = what
+    # force: our workers never decrement the files' counts (see _Session.__init__).
+    temp._clean_temporary_resources(context_id=context_id, force=True, allow_non_empty=True)
 
 
 def _crashed(lost: WorkerLostError, batch: Any) -> WorkerCrashedError:

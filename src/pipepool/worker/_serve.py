@@ -67,7 +67,7 @@ class _Gate:
     """What the task loop and the watcher thread share: the result pipe's writes (whole
     frames only, never interleaved) and the start-or-skip decision of each task."""
 
-    __slots__ = ("current", "lock", "mark", "region", "result_fd", "revoked_upto")
+    __slots__ = ("current", "lock", "mark", "region", "result_fd", "revoked_upto", "shared_min")
 
     def __init__(
         self, result_fd: int, mark: StartMark | None = None, region: Region | None = None
@@ -76,6 +76,8 @@ class _Gate:
         self.result_fd = result_fd
         self.mark = mark  # None only in tests that drive serve() without a pool
         self.region = region  # big payloads' shared rings; None: everything by the pipe
+        # A payload this long goes into the ring (its threshold; never without one).
+        self.shared_min = region.threshold if region is not None else 1 << 62
         self.current = 0  # sequence number of the last task decided to start
         self.revoked_upto = 0  # tasks numbered above current and up to this are skipped
 
@@ -83,14 +85,13 @@ class _Gate:
         """Write one frame (header, then its payload's pieces); a big payload goes into
         the shared ring first, and the pipe carries its reference (``_region``). Only
         the main thread writes payloads, so the ring needs no lock of its own."""
-        region = self.region
         if len(buffers) > 3:  # a result in pieces: big, some maybe views of its memory
-            if region is not None:
-                buffers = region.send(buffers)  # copied into the ring: 2 buffers left
+            if self.region is not None:
+                buffers = self.region.send(buffers)  # copied into the ring: 2 buffers left
             if len(buffers) > 3:  # for the pipe, whose write may wait: a copy of its own
                 buffers = [b if type(b) is bytes else bytes(b) for b in buffers]
-        elif region is not None and len(buffers[-1]) >= region.threshold:
-            buffers = region.send(buffers)
+        elif len(buffers[-1]) >= self.shared_min and self.region is not None:
+            buffers = self.region.send(buffers)
         with self.lock:
             _write_all(self.result_fd, buffers)
 
@@ -275,10 +276,12 @@ def serve(
     reader = _impl.load(impl)[1].FrameReader(activity_fd)
     gate = gate or _Gate(result_fd)
     region = gate.region
+    held = region.inbound.held if region is not None else ()  # ring payloads being read
+    shared = Kind.SHARED
     served = 0
     seq = 0  # calls read so far: the numbering start marks, REVOKE and REVOKED use
     while (max_tasks is None or served < max_tasks) and not _retiring:
-        if region is not None and region.inbound.held:
+        if held and region is not None:
             # The last frame's payload was in the shared ring: unpickled, and its
             # outcome written since (a system call), so its space can be reused.
             region.release_all()
@@ -290,7 +293,7 @@ def serve(
             break
         kind, ident, payload = frame
         del frame
-        if kind == Kind.SHARED:
+        if kind == shared:
             kind, payload = _shared_payload(region, payload)
         if kind == Kind.TASK:
             seq += 1
