@@ -8,8 +8,8 @@ entry point; ``_serve`` its task loop and watcher thread.
 A worker holds exactly four pipe ends: the read end of its activity pipe, the write end
 of its result pipe, the read end of its control pipe, and the read end of its pool's
 lifeline; plus its slot in the pool's page of start marks (``_marks``) and its own
-region of shared memory for big payloads (``_region``). It blocks freely
-(only the parent must never block). Its invariants (docs/design.md):
+region of shared memory for big payloads (``_region``). It blocks freely (only the
+parent must never block). Its invariants (docs/design.md):
 
 * The start mark is stored before the task runs, so a worker that dies mid-task is known
   to have started it (the task fails as lost, not re-run), and one that dies before is
