@@ -97,22 +97,10 @@ def stdin_is_a_tty() -> bool:
 
 
 def marked(marker: str) -> set[int]:
-    """Live processes (zombies left out) whose environment carries ``marker`` (Linux)."""
-    needle = f"PIPEPOOL_TREE_MARKER={marker}".encode()
-    found = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                environ = f.read()  # empty for a zombie
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0]
-        except OSError:  # gone, or not ours to read
-            continue
-        if needle in environ.split(b"\0") and state not in (b"Z", b"X"):
-            found.add(int(entry))
-    return found
+    """Live processes (zombies left out) whose environment carries ``marker``."""
+    import proc_table  # beside this file: a worker finds it where it found this module
+
+    return proc_table.with_environ(f"PIPEPOOL_TREE_MARKER={marker}")
 
 
 def _wait_for_marked(marker: str, count: int, limit: float = 30.0) -> None:

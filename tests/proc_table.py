@@ -75,6 +75,41 @@ def processes() -> dict[int, tuple[int, bytes]]:
     return table
 
 
+def with_environ(entry: str) -> set[int]:
+    """Live processes (zombies left out) whose environment holds ``entry``, a whole
+    ``NAME=value``: found by what a process carries, so a re-parented orphan cannot
+    hide. Without /proc, ps appends each environment to the command (macOS: ``-E``;
+    procps: ``e``); a ps that can do neither is an error, not an empty answer."""
+    needle = entry.encode()
+    if HAVE_PROC:
+        found = set()
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{name}/environ", "rb") as f:
+                    environ = f.read().split(b"\0")  # empty for a zombie
+            except OSError:  # gone, or not ours to read
+                continue
+            stat = _stat(int(name))
+            if needle in environ and stat and stat[0] not in ("Z", "X"):
+                found.add(int(name))
+        return found
+    columns = ["-o", "pid=", "-o", "stat=", "-o", "command="]
+    for spelling in (["-E", *columns], [*columns, "e"]):
+        out = subprocess.run(["ps", "-A", "-ww", *spelling], capture_output=True, timeout=30)
+        if out.returncode == 0:
+            break
+    else:
+        raise RuntimeError(f"ps shows no environments: {out.stderr.decode(errors='replace')}")
+    found = set()
+    for line in out.stdout.splitlines():
+        fields = line.split(None, 2)  # pid, state, then the command and its environment
+        if len(fields) == 3 and not fields[1].startswith(b"Z") and needle in fields[2].split():
+            found.add(int(fields[0]))
+    return found
+
+
 def _stat(pid: int) -> tuple[str, int] | None:
     """(state letter, ppid) from /proc/PID/stat; the name field may hold spaces and ')'."""
     try:

@@ -228,13 +228,14 @@ def slow_init(log: str, seconds: float) -> None:
 
 
 def hog_gil(log: str, key, limit: float = 60.0) -> None:
-    """Record the run, then spin without letting another thread of this worker run (the
-    GIL is not handed over for an hour), so its watcher thread cannot answer a REVOKE.
+    """Spin without letting another thread of this worker run (the GIL is not handed
+    over for an hour), so its watcher thread cannot answer a REVOKE; the run is recorded
+    once that holds, so a test that waits for the record knows no answer can come.
     A kill ends it; ``limit`` bounds it if nobody does."""
     import sys
 
+    sys.setswitchinterval(3600)  # first: a REVOKE that arrives from here on stays unread
     record(log, key)
-    sys.setswitchinterval(3600)
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         pass

@@ -223,7 +223,6 @@ ENDINGS = {
 }
 
 
-@pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds processes by /proc/*/environ")
 @pytest.mark.parametrize("ending", list(ENDINGS))
 def test_killing_a_task_kills_its_process_tree(make, ending):
     """A task runs ``sh -c 'sleep 1000 & sleep 1000'`` (found by a marker in their
@@ -281,7 +280,6 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds processes by /proc/*/environ")
 def test_a_tree_goes_with_its_worker_when_the_parent_is_killed(impl, start_method):
     """The lifeline still works from the worker's own process group, and takes the
     group along: SIGKILL the parent, and the worker and its task's tree all go."""

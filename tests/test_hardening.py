@@ -56,13 +56,16 @@ no public API says which worker holds a task or lowers the parent's frame limit.
 
 from __future__ import annotations
 
+import array
 import contextlib
+import fcntl
 import itertools
 import os
 import random
 import signal
 import subprocess
 import sys
+import termios
 import textwrap
 import time
 import uuid
@@ -429,10 +432,10 @@ def _kill_mid_result_write(pool, log, start_method) -> Kills:
     rec = Recorder(ex)
     rec.run_until(lambda: "big" in rec.running_seen)
     victim = worker_running(ex, "big")
-    wait_blocked_writing(victim, log)
+    wait_writing_result(ex, victim)
     for _ in range(3):  # take a few pages of the frame: the parent holds part of it
         ex.sync()
-    wait_blocked_writing(victim, log)  # and the worker is back in its write
+    wait_writing_result(ex, victim)  # and the worker is back in its write
     os.kill(victim, signal.SIGKILL)
     replace_after_kill(ex, rec, victim, log, keys[21:])
     rec.finish()
@@ -504,24 +507,21 @@ def replace_after_kill(ex: LocalExecutor, rec: Recorder, victim: int, log: str, 
     )
 
 
-def wait_blocked_writing(pid: int, log: str) -> None:
+def wait_writing_result(ex: LocalExecutor, pid: int) -> None:
+    """Until worker ``pid`` is inside the write of its 8 MiB result: its result pipe holds
+    more than any other frame of these tests could (1 KiB), so that frame is on its way,
+    and as it is far bigger than a pipe, its writer cannot be done (it is blocked on the
+    full pipe, or about to be). FIONREAD on the parent's end of the pipe: the same check
+    on every Unix, no /proc."""
+    (worker,) = (w for w in ex._workers.values() if w.pid == pid)
+    pending = array.array("i", [0])
     deadline = time.monotonic() + 30
-    while not (runs(log)["big"] and blocked_writing(pid)):
-        assert time.monotonic() < deadline, "the worker never blocked writing its result"
+    while True:
+        fcntl.ioctl(worker.fds[1], termios.FIONREAD, pending)
+        if pending[0] > 1024:
+            return
+        assert time.monotonic() < deadline, "the worker never began writing its result"
         time.sleep(0.005)
-
-
-def blocked_writing(pid: int) -> bool:
-    """True while ``pid`` sleeps in a pipe write (Linux: its wchan is pipe_write,
-    anon_pipe_write or pipe_wait_writable by kernel version; elsewhere assume so once the
-    task body ran, after a grace period)."""
-    try:
-        with open(f"/proc/{pid}/wchan") as f:
-            wchan = f.read()
-        return "pipe" in wchan and "writ" in wchan
-    except FileNotFoundError:
-        time.sleep(0.5)
-        return True
 
 
 def kill_storm(pool, log, start_method) -> Kills:
@@ -643,28 +643,6 @@ PARENT_SOON = textwrap.dedent("""
 """)
 
 
-def marked_processes(marker: str) -> set[int]:
-    """Every process whose environment carries ``marker``: the parent, its workers, a
-    forkserver and its children, re-parented or not. Linux reads /proc/PID/environ;
-    elsewhere ``ps -E`` appends the environment to each command."""
-    needle = marker.encode()
-    if proc_table.HAVE_PROC:
-        found = set()
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    with open(f"/proc/{entry}/environ", "rb") as f:
-                        if needle in f.read():
-                            found.add(int(entry))
-                except OSError:
-                    pass
-        return found
-    out = subprocess.run(
-        ["ps", "-A", "-E", "-ww", "-o", "pid=,command="], capture_output=True, check=False
-    ).stdout
-    return {int(line.split(None, 1)[0]) for line in out.splitlines() if needle in line}
-
-
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("delay_ms", [0, 10, 25, 50])
 def test_parent_killed_soon_after_creation(impl, start_method, delay_ms):
@@ -684,8 +662,8 @@ def test_parent_killed_soon_after_creation(impl, start_method, delay_ms):
     try:
         assert proc.stdout.readline().strip() == "created"
         time.sleep(delay_ms / 1000)
-        if delay_ms:  # what is there to outlive the parent (a /proc scan: about 5 ms)
-            before = marked_processes(marker) - {proc.pid}
+        if delay_ms:  # what is there to outlive the parent (a /proc scan: about 5 ms, ps about 20)
+            before = proc_table.with_environ(marker) - {proc.pid}
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
@@ -693,9 +671,7 @@ def test_parent_killed_soon_after_creation(impl, start_method, delay_ms):
     if delay_ms == 50:
         assert before, "nothing had started 50 ms after the pool: the check is vacuous"
     deadline = time.monotonic() + 2.0
-    while (left := {p for p in marked_processes(marker) if proc_table.alive(p)}) and (
-        time.monotonic() < deadline
-    ):
+    while (left := proc_table.with_environ(marker)) and time.monotonic() < deadline:
         time.sleep(0.02)
     for p in left:
         with contextlib.suppress(ProcessLookupError):
@@ -1097,16 +1073,14 @@ def test_argument_past_header_limit(pool, monkeypatch):
 # -- 10. A 100 MiB argument and a 100 MiB result ----------------------------------------
 
 BIG = textwrap.dedent("""
-    import hashlib, os, sys, time
+    import hashlib, os, resource, sys, time
     sys.path[:0] = {path!r}
     import tasks
     from pipepool import LocalExecutor
 
-    def status(field):
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field):
-                    return int(line.split()[1]) * 1024
+    def peak():  # the peak resident set so far (ru_maxrss: bytes on macOS, KiB else)
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return rss if sys.platform == "darwin" else rss * 1024
 
     if __name__ == "__main__":
         size = {size}
@@ -1117,27 +1091,28 @@ BIG = textwrap.dedent("""
         ex.get_event_buffer()
         arg = os.urandom(size)
         digest = hashlib.sha256(arg).hexdigest()
-        base = status("VmRSS")
+        base = peak()  # what it holds now: it made the argument last, nothing bigger
         ex.queue("big", tasks.echo, arg)  # the worker sends back exactly what it got
         assert ex.wait_until_done(120)
         event = ex.get_event_buffer()["big"]
-        peak = status("VmHWM")
+        high = peak()
         intact = (event.state.value == "success" and len(event.result) == size
                   and hashlib.sha256(event.result).hexdigest() == digest)
         ex.end()
-        print(intact, base, peak, flush=True)
+        print(intact, base, high, flush=True)
 """)
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.skipif(not proc_table.HAVE_PROC, reason="reads VmHWM from /proc/self/status")
 @pytest.mark.parametrize("start_method", ["fork", "spawn"])
 def test_100_mib_argument_and_result(impl, start_method):
     """Delivered intact; the parent's peak RSS above what it held before the call (the
     argument itself included) stays within 2.5x the payload: the pickled call (1x, gone
     once written), then the incoming frame, read in place (1x), and the result (1x). Both
     loops; a pure loop that copied the frame out of its read buffer measured 3x.
-    Measured in a fresh interpreter so the test process's own history cannot hide it."""
+    Measured in a fresh interpreter so the test process's own history cannot hide it, by
+    getrusage's peak (every Unix has it): before the call, the peak is what the process
+    holds, as making the argument was the most it ever held."""
     size = 100 * MiB
     script = BIG.format(path=[HERE, *sys.path], size=size, method=start_method, impl=impl)
     out = subprocess.run(

@@ -36,7 +36,8 @@ if __name__ == "__main__":
 
 
 def platform_default() -> str:
-    if sys.platform == "darwin":
+    # The portable mode (tests/portable/sitecustomize.py) gives Linux macOS's default.
+    if sys.platform == "darwin" or getattr(sys.modules.get("sitecustomize"), "PORTABLE", False):
         return "spawn"
     return "forkserver" if sys.version_info >= (3, 14) else "fork"
 

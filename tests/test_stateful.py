@@ -145,7 +145,10 @@ class ExecutorMachine(RuleBasedStateMachine):
         # integer picks among whatever is alive (hypothesis needs replayable draws).
         pids = sorted(self.ex.worker_pids())
         if pids:
-            os.kill(pids[pick % len(pids)], signal.SIGKILL)
+            try:
+                os.kill(pids[pick % len(pids)], signal.SIGKILL)
+            except ProcessLookupError:
+                return  # it exited on its own (recycled) and was reaped since the listing
             self.killed_any = True
 
     @invariant()

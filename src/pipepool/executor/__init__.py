@@ -285,8 +285,13 @@ class LocalExecutor(Reaper, Dispatcher):
         }
 
     def worker_pids(self) -> list[int]:
-        """Pids of the live workers."""
-        return [w.pid for w in self._workers.values() if w.pid is not None and not w.closing]
+        """Pids of the live workers (one that exited, say recycled, and is not retired
+        yet is not listed: multiprocessing may have reaped it, and its pid be free)."""
+        return [
+            w.pid
+            for w in self._workers.values()
+            if w.pid is not None and not w.closing and w.proc.exitcode is None
+        ]
 
     @property
     def broken(self) -> InitializerError | None:

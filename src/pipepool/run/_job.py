@@ -27,6 +27,7 @@ import contextlib
 import dataclasses
 import errno
 import os
+import resource
 import select
 import shutil
 import signal
@@ -148,7 +149,8 @@ def run_job(spec: JobSpec) -> JobResult:
         if status is None:
             # wait4, not Popen.wait: the kernel's account of what the job (and every
             # descendant it reaped) used comes with the exit status, and only there.
-            _, status, rusage = os.wait4(pid, 0)
+            reaped = _REAPED.pop(pid, None)  # a wait4 _waitid made already, if any
+            _, status, rusage = reaped if reaped is not None else os.wait4(pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)  # Popen must not reap it
         if rusage is not None:
             usage.add(rusage)
@@ -247,10 +249,11 @@ def _file_size(path: str) -> int:
 
 def _exited(pid: int, timeout: float | None) -> bool:
     """Wait up to ``timeout`` s (None: for ever) for ``pid`` to exit, without reaping
-    it (its rusage comes with the reaping); True if it exited.
+    it where waitid(WNOWAIT) exists (its rusage comes with the reaping; where it does
+    not, ``_waitid`` keeps what wait4 said); True if it exited.
 
     A pidfd (Linux 5.3+) wakes exactly when the process exits, so a short job's result
-    is not held back; elsewhere waitid(WNOWAIT) is polled.
+    is not held back; elsewhere ``_waitid`` is polled.
     """
     if timeout is None:
         _waitid(pid, 0)
@@ -277,7 +280,18 @@ def _exited(pid: int, timeout: float | None) -> bool:
     return _waitid(pid, os.WNOHANG)
 
 
+# What wait4 said of a job that _waitid had to reap to see it exit: no os.waitid (macOS
+# before Python 3.13). The pid is then free before the group's last killpg, as it is
+# after the blocking wait4 of a job without --timeout.
+_REAPED: dict[int, tuple[int, int, resource.struct_rusage]] = {}
+
+
 def _waitid(pid: int, flags: int) -> bool:
+    if not hasattr(os, "waitid"):
+        reaped = os.wait4(pid, flags & os.WNOHANG)
+        if reaped[0]:
+            _REAPED[pid] = reaped
+        return bool(reaped[0])
     while True:
         try:
             return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | flags) is not None
