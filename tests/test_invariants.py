@@ -36,9 +36,13 @@ def runs(log) -> Counter:
 # 1. The seed deadlock -----------------------------------------------------------------
 
 
-def test_seed_deadlock_one_page_pipes(make):
+@pytest.mark.parametrize("payloads", ["shared", "pipes"])
+def test_seed_deadlock_one_page_pipes(make, payloads, request):
     """5,000 tasks, 16 KiB in and 32 KiB out through 4 KiB pipes, all queued before the
-    first sync: a blocking writer deadlocks here; pipepool must finish every one."""
+    first sync: a blocking writer deadlocks here; pipepool must finish every one, with
+    its payloads in the workers' shared rings and with every byte through the pipes."""
+    if payloads == "pipes":
+        request.getfixturevalue("pipes_only")
     ex = make(4, pipe_size=PAGE)
     arg = os.urandom(16 * 1024)
     n = 5000

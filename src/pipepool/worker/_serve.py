@@ -282,8 +282,8 @@ def serve(
     seq = 0  # calls read so far: the numbering start marks, REVOKE and REVOKED use
     while (max_tasks is None or served < max_tasks) and not _retiring:
         if held and region is not None:
-            # The last frame's payload was in the shared ring: unpickled, and its
-            # outcome written since (a system call), so its space can be reused.
+            # The last frame's payload was in the shared ring and is done with: unpickled
+            # and its outcome written since (a system call), or skipped unread.
             region.release_all()
         try:
             frame = reader.read()
