@@ -19,6 +19,7 @@ import sys
 import textwrap
 import time
 from collections import Counter
+from concurrent.futures import CancelledError
 
 import pytest
 from hypothesis import given, settings
@@ -27,7 +28,7 @@ from hypothesis import strategies as st
 import proc_table
 import tasks
 from executor_helpers import Recorder
-from pipepool import State
+from pipepool import State, TaskUnpicklingError
 from pipepool.executor import _collect, _dispatch
 from pipepool.frames import Kind
 from pipepool.worker import _region
@@ -232,6 +233,39 @@ def test_a_worker_killed_reading_its_shared_batch_loses_nothing(make, tmp_path):
     assert ex.stats()["tasks_lost"] == 0
     if proc_table.HAVE_PROC:
         assert region_mappings() == 0  # ended: every region unmapped, the dead one's too
+
+
+@pytest.mark.timeout(120)
+def test_refused_and_revoked_calls_give_their_ring_space_back(make, tmp_path):
+    """A BATCH the worker cannot unpickle (REFUSED, resent one call per frame) and calls
+    it skips unread (cancelled while sent ahead: REVOKE) are released like any other:
+    once the worker is idle its calls' ring is empty again, as each call's space would
+    stay taken for the worker's life otherwise, and the ring fill up."""
+    release = str(tmp_path / "release")
+    ex = make(1, prefetch=4)
+    args = {i: distinct(i, 64 * KiB) for i in range(7)}
+    ex.queue(0, tasks.echo, (tasks.UnpicklableInParent(), args[0]))
+    for i in (1, 2, 3):
+        ex.queue(i, tasks.echo, args[i])
+    rec = Recorder(ex)
+    rec.run_until(lambda: len(rec.terminal) == 4)
+    assert isinstance(rec.terminal[0].exception, TaskUnpicklingError)
+    assert all(rec.terminal[i].result == args[i] for i in (1, 2, 3))
+    ex.queue("block", tasks.wait_for, release)
+    rec.run_until(lambda: "block" in rec.running_seen)
+    for i in (4, 5, 6):
+        ex.queue(i, tasks.echo, args[i])
+    rec.run_until(lambda: ex.stats()["tasks_running"] == 4)  # sent ahead, behind "block"
+    assert [ex.cancel(i) for i in (4, 5, 6)] == [1, 1, 1]
+    open(release, "w").close()
+    rec.run_until(lambda: len(rec.terminal) == 8)
+    assert all(isinstance(rec.terminal[i].exception, CancelledError) for i in (4, 5, 6))
+    (w,) = ex._workers.values()
+    calls = w.region.outbound
+    deadline = time.monotonic() + 30  # it releases before it reads its next frame
+    while calls.place(PAGE) != 0:  # an empty ring places at 0
+        assert time.monotonic() < deadline, f"never released: {list(calls.live)}"
+        time.sleep(0.01)
 
 
 @pytest.mark.timeout(120)
