@@ -12,7 +12,7 @@ into the writer's ring once, and the pipe carries a SHARED frame naming it: the 
 ident as the payload's own frame would have it, and ``REF`` (its kind, length and offset)
 as the payload. The reader unpickles from the mapped memory and releases the space.
 
-Layout: one page of header (``HEADER``: sizes the parent chose, so a worker started by
+Layout: one page of header (``LAYOUT``: sizes the parent chose, so a worker started by
 spawn reads them instead of trusting its own module; then each ring's *released* count,
 a 64-bit counter on a cache line of its own, stored by its reader), the calls' ring, the
 outcomes' ring. Sparse: a page costs memory only once a payload touched it.
@@ -40,9 +40,9 @@ The rules (docs/design.md, "Big payloads"):
   they are released, where the OS has it (Linux), so a 100 MB payload costs its memory
   only while it is in flight.
 * No room: the parent, which never blocks, sends the payload through the pipe as before;
-  a worker, which may block, waits until the parent has released enough (it releases an
-  extent in the same round it reads its frame). A payload larger than the ring always
-  goes through the pipe.
+  a worker, which may block, keeps its unread outcomes within the warm pages and waits
+  until the parent has released enough (it releases an extent in the same round it reads
+  its frame). A payload larger than the ring always goes through the pipe.
 """
 
 from __future__ import annotations
@@ -57,18 +57,24 @@ from collections import deque
 from collections.abc import Sequence
 
 from ..errors import FrameError
-from ..frames import HEADER, Kind, encode_header
+from ..frames import HEADER, Kind
+from ..frames import MAGIC as MAGIC_FRAME
 from ._marks import shared_fd, unmap_in_children
 
 # The limits (docs/design.md, "Big payloads"): the parent reads them when it makes a
 # region and writes them into its header; a worker reads them from there.
-THRESHOLD = 16 << 10  # payloads of this many bytes or more go through the ring
-RING_SIZE = (256 << 20) if sys.maxsize > 2**32 else (8 << 20)  # per ring: the largest
-# payload it takes (larger ones use the pipe), and address space, not memory, until used
+_MADV_REMOVE: int | None = getattr(mmap, "MADV_REMOVE", None)  # Linux: give pages back
+
+THRESHOLD = 32 << 10  # payloads of this many bytes or more go through the ring (below
+# it the pipe costs the parent less: measured in docs/design.md, "Big payloads")
 WARM = 8 << 20  # bytes at the start of each ring kept allocated once used; beyond them
 # pages go back to the OS as soon as their payload is released (Linux). A worker keeps
 # its unread outcomes within them (it waits for the parent past that); the parent's calls
 # and any payload larger than this may go beyond
+RING_SIZE = (256 << 20) if sys.maxsize > 2**32 and _MADV_REMOVE is not None else WARM
+# per ring: the largest payload it takes (larger ones use the pipe); address space, not
+# memory, until used. Where pages cannot be given back (macOS), no larger than WARM: a
+# 100 MB payload would otherwise keep 100 MB of the ring's pages for the worker's life
 
 PAGE = mmap.PAGESIZE
 MAGIC = b"PPRG"
@@ -77,14 +83,10 @@ VERSION = 1
 RELEASED = (64 // 8, 128 // 8)  # index, in 8-byte words, of each ring's released count
 CALLS, OUTCOMES = 0, 1  # the rings: parent -> worker, worker -> parent
 REF = struct.Struct("<BxxxxxxxQQ")  # a SHARED frame's payload: kind, length, offset
+# A whole SHARED frame in one pack: the frames.HEADER fields, then REF's.
+SHARED_FRAME = struct.Struct("<BBHIQBxxxxxxxQQ")
 WAIT_FIRST = 0.001  # s a worker first sleeps while its ring is full; doubles (the parent
 WAIT_MOST = 0.01  # is behind then: looking sooner gains nothing) up to this
-
-_MADV_REMOVE: int | None = getattr(mmap, "MADV_REMOVE", None)
-
-
-def _pages(n: int) -> int:
-    return -(-n // PAGE) * PAGE
 
 
 class _Writer:
@@ -92,7 +94,9 @@ class _Writer:
 
     __slots__ = ("base", "live", "made", "released", "size", "slot", "view", "warm")
 
-    def __init__(self, view: memoryview, words: memoryview, ring: int, size: int, warm: int):
+    def __init__(
+        self, view: memoryview, words: memoryview, ring: int, size: int, warm: int
+    ) -> None:
         self.view = view
         self.base = PAGE + ring * size
         self.size = size
@@ -102,22 +106,21 @@ class _Writer:
         self.live: deque[tuple[int, int]] = deque()  # (start, end) of unreleased extents
         self.made = 0  # extents ever placed
 
-    def _forget_released(self) -> None:
-        live = self.live
-        # The reader's count; one it could not have stored (above what was made, or
-        # below what it stored before) is ignored, so a broken reader only hurts itself.
-        gone = self.released[self.slot] - (self.made - len(live))
-        for _ in range(min(max(gone, 0), len(live))):
-            live.popleft()
-
     def place(self, length: int, spill: bool = True) -> int | None:
         """The offset where ``length`` bytes fit now, or None. Past the warm pages only
         if ``spill`` (else None: the caller waits for the warm ones to be released)."""
-        need = _pages(length)
+        need = -(-length // PAGE) * PAGE
         if need > self.size:
             return None
-        self._forget_released()
         live = self.live
+        if live:
+            # Forget what the reader released. A count it could not have stored (above
+            # what was made, or below what it stored before) is ignored: a broken reader
+            # only hurts itself.
+            gone = self.released[self.slot] - (self.made - len(live))
+            if gone > 0:
+                for _ in range(min(gone, len(live))):
+                    live.popleft()
         if not live:
             return 0  # empty: start again at the warm pages
         oldest = live[0][0]
@@ -138,7 +141,7 @@ class _Writer:
             n = len(piece)
             view[pos : pos + n] = piece
             pos += n
-        self.live.append((offset, offset + _pages(length)))
+        self.live.append((offset, offset - (-length // PAGE) * PAGE))
         self.made += 1
 
 
@@ -151,7 +154,7 @@ class _Reader:
 
     def __init__(
         self, m: mmap.mmap, view: memoryview, words: memoryview, ring: int, size: int, warm: int
-    ):
+    ) -> None:
         self.map = m
         self.view = view
         self.base = PAGE + ring * size
@@ -160,7 +163,7 @@ class _Reader:
         self.released = words
         self.slot = RELEASED[ring]
         self.count = 0  # extents released so far: what the writer reads
-        self.held: deque[tuple[int, int]] = deque()  # (offset, length) read, not released
+        self.held: deque[tuple[int, int]] = deque()  # (start, end) read, not released
         self.punch = _MADV_REMOVE is not None
 
     def take(self, ref: bytes | memoryview) -> tuple[int, memoryview]:
@@ -176,22 +179,27 @@ class _Reader:
                 f"a SHARED frame names {length} bytes at {offset}: not a page-aligned "
                 f"extent of a ring of {self.size} bytes"
             )
-        self.held.append((offset, length))
+        end = offset - (-length // PAGE) * PAGE  # its pages'
+        self.held.append((offset, end))
         start = self.base + offset
         return kind, self.view[start : start + length]
 
     def release(self) -> None:
         """Done with the oldest extent taken: give its cold pages back, tell the writer."""
-        offset, length = self.held.popleft()
-        start = max(offset, self.warm)
-        end = offset + _pages(length)
-        if self.punch and end > start and _MADV_REMOVE is not None:
-            try:
-                self.map.madvise(_MADV_REMOVE, self.base + start, end - start)
-            except OSError:  # a file system without hole punching: the pages stay
-                self.punch = False
+        offset, end = self.held.popleft()
+        if end > self.warm and self.punch:
+            self._give_back(max(offset, self.warm), end)
         self.count += 1
         self.released[self.slot] = self.count
+
+    def _give_back(self, start: int, end: int) -> None:
+        """Return the pages of ``[start, end)`` to the OS (their contents are done with)."""
+        if _MADV_REMOVE is None:
+            return
+        try:
+            self.map.madvise(_MADV_REMOVE, self.base + start, end - start)
+        except OSError:  # a file system without hole punching: the pages stay
+            self.punch = False
 
 
 class Region:
@@ -234,28 +242,37 @@ class Region:
         """Parent: copy a call's payload into the ring; its SHARED reference, or None when
         the ring has no room now (the caller sends the payload through the pipe)."""
         out = self.outbound
-        offset = out.place(len(payload))
+        length = len(payload)
+        offset = out.place(length)
         if offset is None:
             return None
-        out.copy(offset, (payload,), len(payload))
-        return REF.pack(kind, len(payload), offset)
+        pos = out.base + offset
+        out.view[pos : pos + length] = payload
+        out.live.append((offset, offset - (-length // PAGE) * PAGE))
+        out.made += 1
+        return REF.pack(kind, length, offset)
 
     def send(self, buffers: list[bytes]) -> list[bytes]:
-        """Worker: a frame's buffers (header, then its payload's pieces) as a SHARED frame
-        whose payload is in the ring, waiting for room if the ring is full; the buffers as
-        they were if the payload is larger than the ring, or cannot be copied as bytes."""
+        """Worker: a frame's buffers (header, then its payload's pieces) as the one buffer
+        of a SHARED frame whose payload is in the ring, waiting for room if the ring is
+        full; the buffers as they were if the payload is larger than the ring, or cannot
+        be copied as bytes."""
         _magic, kind, _flags, length, ident = HEADER.unpack(buffers[0])
         out = self.outbound
-        if length < self.threshold or _pages(length) > out.size:
+        need = -(-length // PAGE) * PAGE
+        if length < self.threshold or need > out.size:
             return buffers
-        try:
-            pieces = [b if type(b) is bytes else memoryview(b).cast("B") for b in buffers[1:]]
-        except TypeError:  # not C-contiguous: the pipe copies it as it can
-            return buffers
+        pieces: list = buffers[1:]
+        for i, piece in enumerate(pieces):
+            if type(piece) is not bytes:
+                try:
+                    pieces[i] = memoryview(piece).cast("B")
+                except TypeError:  # not C-contiguous: the pipe copies it as it can
+                    return buffers
         # Into the warm pages, waiting for them if need be (the parent releases what it
         # read every round): a worker running ahead of its parent would otherwise fault
         # in fresh pages for every payload. One larger than they are goes wherever it fits.
-        spill = _pages(length) > out.warm
+        spill = need > out.warm
         offset = out.place(length, spill)
         pause = WAIT_FIRST
         while offset is None:
@@ -263,7 +280,9 @@ class Region:
             pause = min(pause * 2, WAIT_MOST)
             offset = out.place(length, spill)
         out.copy(offset, pieces, length)
-        return [encode_header(Kind.SHARED, ident, REF.size), REF.pack(kind, length, offset)]
+        return [
+            SHARED_FRAME.pack(MAGIC_FRAME, Kind.SHARED, 0, REF.size, ident, kind, length, offset)
+        ]
 
     def take(self, ref: bytes | memoryview) -> tuple[int, memoryview]:
         """The payload a SHARED frame names, as a view of the ring (``_Reader.take``)."""

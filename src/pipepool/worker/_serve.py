@@ -87,7 +87,7 @@ class _Gate:
         the main thread writes payloads, so the ring needs no lock of its own."""
         if len(buffers) > 3:  # a result in pieces: big, some maybe views of its memory
             if self.region is not None:
-                buffers = self.region.send(buffers)  # copied into the ring: 2 buffers left
+                buffers = self.region.send(buffers)  # copied into the ring: 1 buffer left
             if len(buffers) > 3:  # for the pipe, whose write may wait: a copy of its own
                 buffers = [b if type(b) is bytes else bytes(b) for b in buffers]
         elif len(buffers[-1]) >= self.shared_min and self.region is not None:
