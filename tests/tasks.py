@@ -300,8 +300,9 @@ def fork_survivor(path: str) -> int:
             time.sleep(60)
         finally:
             os._exit(0)
-    with open(path, "w") as f:
+    with open(path + ".tmp", "w") as f:
         f.write(str(pid))
+    os.replace(path + ".tmp", path)  # whole or absent to a reader
     return pid
 
 

@@ -340,13 +340,21 @@ PARENT = textwrap.dedent("""
 """)
 
 
-def holders(inodes: set[int]) -> dict[int, list[str]]:
-    """Every process we can see that maps, or holds an fd of, one of ``inodes``."""
+def descendants(root: int) -> set[int]:
+    """``root``'s processes: its children, theirs, and so on."""
+    table = proc_table.processes()
+    tree, grew = {root}, True
+    while grew:
+        more = {pid for pid, (ppid, _) in table.items() if ppid in tree} - tree
+        tree |= more
+        grew = bool(more)
+    return tree - {root}
+
+
+def holders(pids: set[int], inodes: set[int]) -> dict[int, list[str]]:
+    """Those of ``pids`` still alive that map, or hold an fd of, one of ``inodes``."""
     found: dict[int, list[str]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        pid = int(entry)
+    for pid in pids:
         try:
             with open(f"/proc/{pid}/maps") as f:
                 maps = [line for line in f if line.split()[4:5] and int(line.split()[4]) in inodes]
@@ -369,9 +377,10 @@ def holders(inodes: set[int]) -> dict[int, list[str]]:
 @pytest.mark.parametrize("backing", ["memfd", "file"])
 def test_nothing_outlives_a_pool_whose_parent_is_killed(impl, start_method, backing, tmp_path):
     """SIGKILL the parent while 3 MiB payloads cross both rings: once its workers are
-    gone, no process maps or holds the pool's shared memory (start marks and payload
-    regions, found by inode), not even a task's forked child that outlives them all;
-    nothing is left in the temporary directory or /dev/shm."""
+    gone, no process of its tree (workers, the forkserver, a task's forked child that
+    outlives them all; taken before the kill) maps or holds the pool's shared memory
+    (start marks and payload regions, by inode); nothing is left in the temporary
+    directory or /dev/shm. (Only its tree: a freed inode may be another pool's soon.)"""
     temp = tmp_path / "tmp"
     temp.mkdir()
     shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
@@ -392,6 +401,8 @@ def test_nothing_outlives_a_pool_whose_parent_is_killed(impl, start_method, back
         with open(survivor_file) as f:
             survivor = int(f.read())
         assert workers and len(inodes) >= 3  # the marks' page and two workers' regions
+        tree = descendants(proc.pid) | {survivor}
+        assert set(workers) <= tree
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         deadline = time.monotonic() + 10
@@ -399,7 +410,7 @@ def test_nothing_outlives_a_pool_whose_parent_is_killed(impl, start_method, back
             assert time.monotonic() < deadline, "workers outlived their parent by 10 s"
             time.sleep(0.02)
         assert proc_table.alive(survivor)  # the one process that may still hold something
-        assert holders(set(inodes)) == {}
+        assert holders(tree, set(inodes)) == {}
         # (multiprocessing's own pymp-* folder, for the forkserver's socket, stays.)
         left = [os.path.join(d, n) for d, dirs, files in os.walk(temp) for n in dirs + files]
         assert not [p for p in left if "pipepool" in p], left
