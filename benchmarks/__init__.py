@@ -7,8 +7,8 @@ Run it from the repository root::
 
 Results go to ``benchmarks/results/`` (``--quick``: ``benchmarks/results/quick/``): a
 markdown table with every target's ratio, the JSON of every sample, and PNG plots. The
-other scripts in this folder (``loop_bench.py``, ``cli_jobs.py``) are separate
-benchmarks of one layer each.
+other scripts in this folder (``loop_bench.py``, ``cli_jobs.py``, ``heartbeat.py``,
+``joblib_arrays.py``...) are separate benchmarks of one layer or one case each.
 """
 
 from __future__ import annotations

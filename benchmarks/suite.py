@@ -18,8 +18,9 @@ hol        one 10 s task, then 1,000 tasks of 1 ms, on 4 workers: seconds until 
 joblib-*   joblib's Parallel(n_jobs=2), backend "pipepool" vs "loky" (benchmarks/
            joblib_adapters.py): the tiny calls (auto-batching, the pool reused from a
            warm-up call), joblib's sequential backend on the same calls (what the
-           backends' overhead is counted above), and 200 calls each returning a 1 MiB
-           numpy array
+           backends' overhead is counted above), 200 calls each returning a 1 MiB
+           numpy array, and 8 calls each returning a fresh 100 MB array, then 8
+           taking one (memmapped by both)
 =========  ============================================================================
 
 Every measure runs its contenders interleaved (round 1: A B C, round 2: B C A, ...),
@@ -83,6 +84,7 @@ MEASURES = (
     "hol",
     "joblib-tiny",
     "joblib-mib",
+    "joblib-arrays",
 )
 START_METHODS = ("fork", "forkserver", "spawn")
 
@@ -107,6 +109,8 @@ class Config:
     hol_workers: int = 4
     hol_rounds: int = 1  # a yes/no measure: blocked short tasks wait the long one out
     prefetches: list[int] = field(default_factory=lambda: [1, 16, 64])
+    array_mb: int = 100  # joblib-arrays: the size of each array, MB (10^6 bytes)
+    array_calls: int = 8  # joblib-arrays: calls per Parallel, each way
     sample_timeout: float = 300.0  # s; a sample that takes longer dumps stacks and exits
 
 
@@ -126,6 +130,7 @@ PRESETS = {
         hol_long=2.0,
         hol_count=200,
         hol_rounds=1,
+        array_calls=4,
     ),
     # The test suite's configuration: a few seconds, checks the outputs, not the numbers.
     "smoke": Config(
@@ -145,6 +150,8 @@ PRESETS = {
         hol_rounds=1,
         prefetches=[1, 16],
         sample_timeout=60.0,
+        array_mb=2,
+        array_calls=2,
     ),
 }
 
@@ -201,6 +208,13 @@ MEASURE_INFO: dict[str, dict[str, Any]] = {
     },
     "joblib-mib": {
         "title": "joblib Parallel(n_jobs=2): {n:,} calls each returning a 1 MiB numpy array",
+        "unit": "MB/s",
+        "field": "mb_s",
+        "better": "higher",
+    },
+    "joblib-arrays": {
+        "title": "joblib Parallel(n_jobs=2): {n} calls each returning a fresh {mb} MB numpy "
+        "array (mb_s), then {n} each taking the same one (args_mb_s; memmapped by both)",
         "unit": "MB/s",
         "field": "mb_s",
         "better": "higher",
@@ -300,6 +314,39 @@ def calls_sample(
         counter.uninstall()
     n = len(args)
     return {"py_calls": counter.py_calls / n, "c_calls": counter.c_calls / n}
+
+
+def arrays_sample(spec: Spec, parallelism: int, nbytes: int, calls: int) -> dict[str, float]:
+    """One Parallel call of ``calls`` tasks each returning a fresh ``nbytes`` array, then
+    one of ``calls`` tasks each taking the same such array, on a fresh, warm pool."""
+    from .joblib_arrays import checksum, make_array
+
+    adapter = _open(spec, parallelism)
+    try:
+        gc.collect()
+        started = time.perf_counter()
+        results = adapter.run(make_array, [nbytes] * calls)
+        results_s = time.perf_counter() - started
+        if not all(a.nbytes == nbytes for a in results):
+            raise SampleError(f"{spec.label}: wrong results")
+        array = results[0]
+        del results
+        expected = checksum(array)
+        started = time.perf_counter()
+        sums = adapter.run(checksum, [array] * calls)
+        args_s = time.perf_counter() - started
+        if sums != [expected] * calls:
+            raise SampleError(f"{spec.label}: wrong checksums")
+    except BaseException:
+        adapter.abort()
+        raise
+    adapter.close()
+    return {
+        "seconds": results_s,
+        "mb_s": nbytes * calls / results_s / 1e6,
+        "args_seconds": args_s,
+        "args_mb_s": nbytes * calls / args_s / 1e6,
+    }
 
 
 def latency_sample(spec: Spec, parallelism: int, calls: int) -> dict[str, Any]:
@@ -565,6 +612,13 @@ class Suite:
                 s, p, make_mib_array, mib, lambda r: all(a.nbytes == MIB for a in r), nbytes=MIB
             ),
         )
+        self.interleave(
+            "joblib-arrays",
+            [2],
+            specs,
+            self.cfg.rounds,
+            lambda s, p: arrays_sample(s, p, self.cfg.array_mb * 10**6, self.cfg.array_calls),
+        )
 
     def run_latency(self) -> None:
         keys = ["local", "ppe-submit", "std-submit", "mp-apply", "loky-submit", "airflow"]
@@ -662,9 +716,10 @@ def summarize(suite: Suite, cfg: Config) -> None:
             "calls": cfg.tiny_tasks,
             "joblib-tiny": cfg.tiny_tasks,
             "joblib-mib": cfg.mib_tasks,
+            "joblib-arrays": cfg.array_calls,
         }[measure]
         data["title"] = info["title"].format(
-            n=n, long=cfg.hol_long, short=cfg.hol_short, w=cfg.hol_workers
+            n=n, long=cfg.hol_long, short=cfg.hol_short, w=cfg.hol_workers, mb=cfg.array_mb
         )
         for by_key in data["params"].values():
             for key, samples in list(by_key.items()):
@@ -784,7 +839,7 @@ TARGETS: tuple[tuple[str, tuple[Target, ...]], ...] = (
     (
         "each p",
         (
-            Target("1 MiB results, p={p}", "mib", "{p}", "ppe-submit", "std-submit", ">=", 2),
+            Target("1 MiB results, p={p}", "mib", "{p}", "ppe-submit", "std-submit", ">=", 4),
             Target(
                 "1 MiB results vs a raw pipe, p={p}",
                 "mib", "{p}", "ppe-submit", "raw-pipe", ">=", 0.6,
@@ -815,6 +870,25 @@ TARGETS: tuple[tuple[str, tuple[Target, ...]], ...] = (
                 "joblib overhead above its sequential backend, {tiny_tasks:,} calls, n_jobs=2",
                 "joblib-tiny", "2", "joblib-pipepool", "joblib-loky", "<=", 0.5, "seconds",
                 over="joblib-sequential",
+            ),
+        ),
+    ),
+    (
+        "p=2",  # issue 26: joblib's numpy arrays, each way, at least as fast as loky's
+        (
+            Target(
+                "joblib 1 MiB numpy results vs loky",
+                "joblib-mib", "2", "joblib-pipepool", "joblib-loky", ">=", 1, if_measured=True,
+            ),
+            Target(
+                "joblib {array_mb} MB numpy results vs loky",
+                "joblib-arrays", "2", "joblib-pipepool", "joblib-loky", ">=", 1,
+                if_measured=True,
+            ),
+            Target(
+                "joblib {array_mb} MB numpy arguments (memmapped) vs loky",
+                "joblib-arrays", "2", "joblib-pipepool", "joblib-loky", ">=", 1, "args_mb_s",
+                if_measured=True,
             ),
         ),
     ),
@@ -1129,9 +1203,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m benchmarks") -> i
         "calls": suite.run_calls,
         "sweep": suite.run_sweep,
         "hol": suite.run_hol,
-        "joblib-tiny": suite.run_joblib,  # runs both joblib measures
+        "joblib-tiny": suite.run_joblib,  # runs every joblib measure
     }
-    if "joblib-mib" in measures and "joblib-tiny" not in measures:
+    if {"joblib-mib", "joblib-arrays"} & set(measures) and "joblib-tiny" not in measures:
         measures.append("joblib-tiny")
     by_measure: dict[str, Any] = {}  # how busy the machine was during each measure
     for name, step in steps.items():

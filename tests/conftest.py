@@ -83,6 +83,16 @@ def _shared_cluster(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture
+def pipes_only(monkeypatch):
+    """Every payload through the pipes, as before the shared rings: for the tests of the
+    pipe path (partial writes, a worker blocked in a big write). The parent writes the
+    threshold into each region it makes, so this holds for every start method."""
+    from pipepool.worker import _region
+
+    monkeypatch.setattr(_region, "THRESHOLD", 1 << 62)
+
+
+@pytest.fixture
 def dask_cluster(_shared_cluster: SharedCluster):
     """The Dask cluster the ClusterExecutor tests share (helpers.ClusterHost: a
     LocalCluster of two worker processes, in a process of its own), with every worker

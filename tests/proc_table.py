@@ -41,6 +41,15 @@ def alive(pid: int) -> bool:
     return row is not None and not row[1].startswith("Z")
 
 
+def state(pid: int) -> str:
+    """``pid``'s state letter ("R", "S", "T" stopped, "Z"...); "" once it is gone."""
+    if HAVE_PROC:
+        stat = _stat(pid)
+        return stat[0] if stat else ""
+    row = _ps(pid).get(pid)
+    return row[1][:1] if row else ""
+
+
 def cmdline(pid: int) -> bytes:
     """``pid``'s command line, arguments separated by spaces; b"" once it is gone."""
     if not HAVE_PROC:

@@ -262,3 +262,62 @@ def big_bytearray(seed: int) -> bytearray:
 def big_then_unpicklable(_=None) -> list:
     """A result whose pickling fails after its big piece was handed over."""
     return [BIG_SHARED, lambda: None]
+
+
+# -- big payloads through the shared rings (tests/test_shared_payloads.py) ---------------
+
+
+def reverse_bytes(data: bytes) -> bytes:
+    """A result as big as the argument and derived from all of it."""
+    return data[::-1]
+
+
+def die_once(path: str) -> str:
+    """Run while a worker unpickles its call: the first time, kill the worker there."""
+    if not os.path.exists(path):
+        open(path, "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return "survived"
+
+
+class DieWhileUnpickled:
+    """An argument whose unpickling kills the worker, once (``die_once``)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (die_once, (self.path,))
+
+
+def fork_survivor(path: str) -> int:
+    """Fork a child that leaves this worker's process group and outlives it (60 s at most):
+    a process that may still hold what its worker held. Its pid goes to ``path``."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setsid()
+            time.sleep(60)
+        finally:
+            os._exit(0)
+    with open(path + ".tmp", "w") as f:
+        f.write(str(pid))
+    os.replace(path + ".tmp", path)  # whole or absent to a reader
+    return pid
+
+
+def held(started: str, go: str) -> str:
+    """Run while a worker unpickles its call: say so, then wait for ``go`` (bounded)."""
+    open(started, "w").close()
+    wait_for(go, limit=30)
+    return "held"
+
+
+class HeldWhileUnpickled:
+    """An argument whose unpickling holds the worker until the test lets it go."""
+
+    def __init__(self, started: str, go: str) -> None:
+        self.started, self.go = started, go
+
+    def __reduce__(self):
+        return (held, (self.started, self.go))

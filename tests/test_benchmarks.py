@@ -71,7 +71,7 @@ def test_json_has_every_measure_with_medians(smoke_run: tuple[Path, str]) -> Non
     assert data["command"].startswith("python -m benchmarks --smoke")
     for field in ("cores", "python", "kernel", "pipepool"):
         assert data["machine"][field]
-    joblib_rows = {"joblib-tiny", "joblib-mib"} if _has("joblib") else set()
+    joblib_rows = {"joblib-tiny", "joblib-mib", "joblib-arrays"} if _has("joblib") else set()
     assert set(data["measures"]) == MEASURES | joblib_rows
     for name, measure in data["measures"].items():
         assert measure["params"], name

@@ -96,6 +96,7 @@ from pipepool import (
 )
 from pipepool.errors import FrameError
 from pipepool.frames import HEADER, MAGIC, Kind
+from pipepool.worker import _region
 
 PAGE = 4096
 MiB = 1 << 20
@@ -433,8 +434,15 @@ def kill_mid_task(pool, log, start_method) -> Kills:
 
 
 def kill_mid_result_write(pool, log, start_method) -> Kills:
-    # An 8 MiB result through one-page pipes: the parent stops reading, the worker blocks
-    # in its write with part of the frame delivered, and dies there.
+    # An 8 MiB result through one-page pipes (not the shared ring: kill_mid_result_copy
+    # is that path): the parent stops reading, the worker blocks in its write with part of
+    # the frame delivered, and dies there.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_region, "THRESHOLD", 1 << 62)  # read by each region the pool makes
+        return _kill_mid_result_write(pool, log, start_method)
+
+
+def _kill_mid_result_write(pool, log, start_method) -> Kills:
     ex = pool(2, start_method, pipe_size=PAGE)
     keys = ["big", *range(30)]
     ex.queue("big", tasks.record_big, log, "big", 8 * MiB)
@@ -451,6 +459,65 @@ def kill_mid_result_write(pool, log, start_method) -> Kills:
     replace_after_kill(ex, rec, victim, log, keys[21:])
     rec.finish()
     return Kills(ex, rec, keys, [victim], {"big"}, 2, {"cause": FrameError})
+
+
+def kill_mid_result_copy(pool, log, start_method) -> Kills:
+    # The shared ring's writer killed half way: a 128 MiB result being copied into the
+    # worker's ring (past its warm pages, so page by page, some 0.1 s). The parent watches
+    # the ring's memory, stops the worker once the copy is under way and not done, and
+    # kills it there: no frame names the torn bytes, so the task is lost as with any
+    # death, and the rest runs on. A copy that ends before the stop lands (a machine too
+    # loaded) is let go, and the next attempt is watched. Rings of 256 MiB wherever the
+    # test runs (without MADV_REMOVE they are only 8 MiB by default).
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_region, "RING_SIZE", 256 * MiB)  # read by each region the pool makes
+        return _kill_mid_result_copy(pool, log, start_method)
+
+
+def _kill_mid_result_copy(pool, log, start_method) -> Kills:
+    ex = pool(2, start_method)
+    keys: list = list(range(20))
+    for k in keys:
+        ex.queue(k, tasks.record_pid, log, k)
+    rec = Recorder(ex)
+    sizes = {}
+    for attempt in range(5):
+        key = f"big{attempt}"
+        keys.append(key)
+        sizes[key] = 128 * MiB
+        ex.queue(key, tasks.record_big, log, key, 128 * MiB)
+        rec.run_until(lambda key=key: key in rec.running_seen)
+        victim = worker_running(ex, key)
+        (region,) = [w.region for w in ex._workers.values() if w.pid == victim]
+        if stop_mid_copy(region, victim, 128 * MiB):
+            break
+        os.kill(victim, signal.SIGCONT)
+        rec.run_until(lambda key=key: key in rec.terminal)
+    else:
+        raise AssertionError("no attempt stopped the worker in the middle of its copy")
+    os.kill(victim, signal.SIGKILL)
+    replace_after_kill(ex, rec, victim, log, more := list(range(20, 30)))
+    keys += more
+    rec.finish()
+    return Kills(ex, rec, keys, [victim], {key}, 2, {"sizes": sizes})
+
+
+def stop_mid_copy(region, pid: int, size: int) -> bool:
+    """SIGSTOP ``pid`` while it copies a ``size``-byte result into the empty outcome
+    ring of ``region`` (the parent's mapping of the same memory): True if it stopped with
+    the copy's start written and its end not yet."""
+    base = region.inbound.base  # an empty ring places at 0; a fresh one is all zeros
+    head = slice(base + PAGE, base + 2 * PAGE)  # the result's bytes: past the headers
+    tail = slice(base + size - PAGE, base + size)  # and before its end
+    zero = bytes(PAGE)
+    deadline = time.monotonic() + 60
+    while region.view[head].tobytes() == zero:
+        assert time.monotonic() < deadline, "the worker never began copying its result"
+    os.kill(pid, signal.SIGSTOP)
+    while proc_table.state(pid) != "T":
+        assert time.monotonic() < deadline, "the worker never stopped"
+        time.sleep(0.001)
+    return region.view[tail].tobytes() == zero
 
 
 def replace_after_kill(ex: LocalExecutor, rec: Recorder, victim: int, log: str, keys) -> None:
@@ -530,6 +597,7 @@ KILL_POINTS = {
     "idle": (kill_idle, ["fork"]),
     "mid-task": (kill_mid_task, ["fork"]),
     "mid-result-write": (kill_mid_result_write, ["fork"]),
+    "mid-result-copy": (kill_mid_result_copy, START_METHODS),
     "random-storm": (kill_storm, START_METHODS),
 }
 
@@ -570,6 +638,8 @@ def test_worker_killed(pool, tmp_path, point, start_method):
         assert ran[str(key)] == 1, f"task {key} ran {ran[str(key)]} times"
         if key in big or key == "big":
             assert len(event.result) == (512 * 1024 if key in big else 8 * MiB)
+        elif key in kills.extra.get("sizes", {}):
+            assert event.result == tasks.record_big(os.devnull, key, kills.extra["sizes"][key])
         elif key != "blocker":
             assert event.result == event.pid  # record_pid returns the pid that ran it
     stats = ex.stats()
@@ -911,6 +981,10 @@ def header(kind: int, length: int, ident: int = 0, magic: int = MAGIC, flags: in
     return HEADER.pack(magic, kind, flags, length, ident)
 
 
+def shared_ref(kind: int, length: int, offset: int) -> bytes:
+    return header(Kind.SHARED, _region.REF.size) + _region.REF.pack(kind, length, offset)
+
+
 BAD_FRAMES = {
     "bad-magic": BadFrame(
         (tasks.write_to_result_pipe, b"\x00" * 16), WorkerLostError, "bad frame magic"
@@ -947,6 +1021,28 @@ BAD_FRAMES = {
         WorkerLostError,
         "EOF in the middle of a frame",
         exitcode=0,
+    ),
+    # A reference to the shared ring (worker/_region.py) that cannot be trusted: outside
+    # the ring, misaligned, nested, or not a reference at all.
+    "shared-outside-the-ring": BadFrame(
+        (tasks.write_to_result_pipe, shared_ref(Kind.DONE, 100, 1 << 40)),
+        WorkerLostError,
+        "not a page-aligned extent",
+    ),
+    "shared-misaligned": BadFrame(
+        (tasks.write_to_result_pipe, shared_ref(Kind.DONE, 100, 8)),
+        WorkerLostError,
+        "not a page-aligned extent",
+    ),
+    "shared-in-shared": BadFrame(
+        (tasks.write_to_result_pipe, shared_ref(Kind.SHARED, 100, 0)),
+        WorkerLostError,
+        "names another SHARED frame",
+    ),
+    "shared-short": BadFrame(
+        (tasks.write_to_result_pipe, header(Kind.SHARED, 3) + b"abc"),
+        WorkerLostError,
+        "a SHARED frame of 3 bytes",
     ),
     # Past the parent's limit: refused on the header alone, while the worker lives on.
     "oversized": BadFrame(

@@ -28,9 +28,13 @@ PAGE = 4096
 # 1. The seed deadlock -----------------------------------------------------------------
 
 
-def test_seed_deadlock_one_page_pipes(make):
+@pytest.mark.parametrize("payloads", ["shared", "pipes"])
+def test_seed_deadlock_one_page_pipes(make, payloads, request):
     """5,000 tasks, 16 KiB in and 32 KiB out through 4 KiB pipes, all queued before the
-    first sync: a blocking writer deadlocks here; pipepool must finish every one."""
+    first sync: a blocking writer deadlocks here; pipepool must finish every one, with
+    its payloads in the workers' shared rings and with every byte through the pipes."""
+    if payloads == "pipes":
+        request.getfixturevalue("pipes_only")
     ex = make(4, pipe_size=PAGE)
     arg = os.urandom(16 * 1024)
     n = 5000
@@ -117,10 +121,11 @@ def test_unpicklable_argument_changes_nothing_else(make):
     assert (stats["tasks_done"], stats["tasks_failed"], stats["worker_crashes"]) == (20, 1, 0)
 
 
-def test_worker_dying_while_its_frame_is_half_written(make, tmp_path):
+def test_worker_dying_while_its_frame_is_half_written(make, tmp_path, pipes_only):
     """One worker, two tasks in flight: the first blocks, the second's 1 MiB frame sits
-    half written in a one-page pipe. Killing the worker fails the first (it started) and
-    dispatches the second again: it runs exactly once."""
+    half written in a one-page pipe (the pipe path: with the shared ring the frame is a
+    small reference, see tests/test_shared_payloads.py). Killing the worker fails the
+    first (it started) and dispatches the second again: it runs exactly once."""
     log = str(tmp_path / "runs.log")
     never = str(tmp_path / "never")
     ex = make(1, prefetch=2, pipe_size=PAGE)
@@ -253,7 +258,7 @@ def test_undoing_second_dispatch_leaves_first_running(make, tmp_path):
 # 7. A RUNNING event that arrives while its dispatch is still being written -------------
 
 
-def test_running_event_during_partial_write_is_kept(make, tmp_path):
+def test_running_event_during_partial_write_is_kept(make, tmp_path, pipes_only):
     release = str(tmp_path / "release")
     ex = make(1, pipe_size=PAGE)
     ex.queue("big", tasks.wait_for, release, "big", b"A" * (1 << 20))

@@ -56,6 +56,9 @@ class Kind(enum.IntEnum):
     REFUSED = 9  # worker → parent: a BATCH that could not be unpickled, none of it run;
     # ident = the sequence number of its first call. The parent sends those calls again,
     # one per frame, so that only the call that cannot be unpickled fails
+    SHARED = 10  # either way: the payload of a frame of another kind lies in the sender's
+    # ring of the worker's shared region (``worker/_region.py``); the payload here is
+    # ``REF``: that kind, the length and the offset; ident = that frame's own ident
 
 
 def encode_header(kind: int, ident: int, length: int) -> bytes:

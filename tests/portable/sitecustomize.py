@@ -30,6 +30,7 @@ import builtins
 import errno
 import fcntl
 import io
+import mmap
 import os
 import posixpath
 import signal
@@ -78,6 +79,8 @@ HIDDEN: dict[ModuleType, tuple[str, ...]] = {
         "removexattr",
     ),
     fcntl: ("F_SETPIPE_SZ", "F_GETPIPE_SZ", "F_ADD_SEALS", "F_GET_SEALS"),
+    # giving a shared region's pages back (pipepool's payload rings keep them instead)
+    mmap: ("MADV_REMOVE",),
     signal: ("pidfd_send_signal", "sigtimedwait", "sigwaitinfo"),
 }
 HIDDEN_SYMBOLS = frozenset({"prctl"})  # looked up through ctypes

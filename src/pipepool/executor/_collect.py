@@ -23,8 +23,9 @@ from ._lifecycle import WorkerLifecycle
 from ._state import _Worker
 
 # Plain names for the values the hot path compares with (events.py says why).
-_DONE, _RAISED, _REVOKED, _REFUSED, _INIT_FAILED = (
-    int(k) for k in (Kind.DONE, Kind.RAISED, Kind.REVOKED, Kind.REFUSED, Kind.INIT_FAILED)
+_DONE, _RAISED, _REVOKED, _REFUSED, _INIT_FAILED, _SHARED = (
+    int(k)
+    for k in (Kind.DONE, Kind.RAISED, Kind.REVOKED, Kind.REFUSED, Kind.INIT_FAILED, Kind.SHARED)
 )
 _SUCCESS, _FAILED, _STARTED = State.SUCCESS, State.FAILED, State.RUNNING
 _ELAPSED_SIZE = ELAPSED.size
@@ -165,7 +166,9 @@ class Collector(WorkerLifecycle):
                 else:
                     self._began.append(t)  # the records way out (``_api``)
 
-    def _on_frame(self, w: _Worker, kind: int, ident: int, payload: bytes, now: float) -> None:
+    def _on_frame(
+        self, w: _Worker, kind: int, ident: int, payload: bytes | memoryview, now: float
+    ) -> None:
         if kind in (_DONE, _RAISED):
             t = w.in_flight.get(ident)
             if t is None:
@@ -208,9 +211,30 @@ class Collector(WorkerLifecycle):
             # already be on its way and the back-off would come too late.
             self._note_init_failure(w, _remote_exception(None, payload))
             return
+        if kind == _SHARED:
+            self._on_shared(w, ident, payload, now)
+            return
         # Any other kind from a worker is a broken stream.
         w.close_error = FrameError(f"unexpected frame kind {kind} from worker pid {w.pid}")
         self._kill_worker(w, None)
+
+    def _on_shared(self, w: _Worker, ident: int, ref: bytes | memoryview, now: float) -> None:
+        """An outcome whose payload is in the worker's shared ring: handled as if it had
+        come by the pipe, then its space goes back to the worker (``worker._region``)."""
+        region = w.region
+        try:
+            if region is None:
+                raise FrameError("a SHARED frame from a worker that has no shared region")
+            kind, payload = region.take(ref)
+        except FrameError as exc:
+            w.close_error = exc
+            self._kill_worker(w, None)
+            return
+        try:
+            self._on_frame(w, kind, ident, payload, now)
+        finally:
+            del payload
+            region.release()  # unpickled: nothing refers to the ring's bytes any more
 
     def _on_revoked(self, w: _Worker, last_started: int) -> None:
         """The worker will skip everything it was sent after ``last_started``: those
@@ -259,6 +283,6 @@ def cancelled_error(key: Hashable) -> CancelledError:
     return CancelledError(f"task {key!r} cancelled")
 
 
-def _remote_exception(key: Hashable, payload: bytes) -> BaseException:
+def _remote_exception(key: Hashable, payload: bytes | memoryview) -> BaseException:
     """Rebuild a worker's exception with its traceback as ``__cause__``; never raises."""
     return load_failure(key, payload, "in the parent")

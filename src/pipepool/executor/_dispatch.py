@@ -118,7 +118,7 @@ class Dispatcher(LocalState):
         if payload is not None:
             # Order matters: the send is the step that can fail, the bookkeeping
             # follows it and cannot, so a task is never counted as sent unless it was.
-            loop.send(w.wid, _BATCH, len(batch), payload, False)
+            loop.send(w.wid, *_via_region(w, _BATCH, len(batch), payload), False)
             in_flight = w.in_flight
             seq = w.seq
             first = seq + 1
@@ -137,7 +137,7 @@ class Dispatcher(LocalState):
             except TaskPicklingError as exc:
                 self._finish(t, _FAILED, exception=exc)
                 continue
-            loop.send(w.wid, _TASK, t.tid, payload, False)
+            loop.send(w.wid, *_via_region(w, _TASK, t.tid, payload), False)
             self._note_sent(w, t)
             t.batch = 0
         loop.flush(w.wid)
@@ -174,6 +174,18 @@ class Dispatcher(LocalState):
         except OSError:  # gone (EPIPE): its exit will re-dispatch what it never started
             return
         w.revoking = w.seq
+
+
+def _via_region(w: _Worker, kind: int, ident: int, payload: bytes) -> tuple[int, int, bytes]:
+    """A frame as sent: a payload of the region's threshold or more is copied into the
+    worker's shared ring and the frame becomes its SHARED reference; without room there
+    it goes through the pipe as it is (the parent never waits for room)."""
+    region = w.region
+    if region is not None and len(payload) >= region.threshold:
+        ref = region.put(kind, payload)
+        if ref is not None:
+            return Kind.SHARED, ident, ref
+    return kind, ident, payload
 
 
 def _pickle_call(t: _Task) -> bytes:

@@ -20,6 +20,7 @@ from ..worker import ChildFd, WorkerStart, _fault, _tree
 from ..worker import main as worker_main
 from ..worker._bootstrap import WORKER_NAME, refuse_while_bootstrapping
 from ..worker._marks import MarkTable
+from ..worker._region import Region
 from ._state import _PARENT_FDS, LocalState, _Worker
 
 log = logging.getLogger("pipepool")
@@ -84,7 +85,8 @@ class WorkerLifecycle(LocalState):
         control_r, control_w = os.pipe()
         os.set_blocking(control_w, False)
         crash_fd = _fault.open_report_file()  # shared with the worker, kept here
-        mine = (activity_r, result_w, control_r)
+        region = _new_region()
+        mine = (activity_r, result_w, control_r) + ((region.fd,) if region else ())
         _PARENT_FDS.update(
             (activity_r, activity_w, result_r, result_w, control_r, control_w, crash_fd)
         )
@@ -109,6 +111,7 @@ class WorkerLifecycle(LocalState):
                     marks=ChildFd(self._marks.fd),
                     mark_slot=slot,
                     crash=ChildFd(crash_fd),
+                    region=ChildFd(region.fd) if region else None,
                     close_fds=close_fds,
                     initializer=self.initializer,
                     initargs=self.initargs,
@@ -126,6 +129,8 @@ class WorkerLifecycle(LocalState):
                 _PARENT_FDS.discard(fd)
                 os.close(fd)
             self._marks.release(slot)
+            if region:
+                region.close()
             raise
         finally:
             for fd in mine:  # the child has its copies now (or never will)
@@ -134,6 +139,7 @@ class WorkerLifecycle(LocalState):
         w = _Worker(
             wid, proc, (activity_w, result_r), control_w, crash_fd, slot, self._init_failures
         )
+        w.region = region  # mapped here until the worker is removed; its fd is closed
         w.oom_at = _oom.snapshot(self._oom_counters)
         self._loop.add(wid, activity_w, result_r)
         self._workers[wid] = w
@@ -153,6 +159,9 @@ class WorkerLifecycle(LocalState):
         _PARENT_FDS.difference_update((*w.fds, w.control_fd, w.crash_fd))
         os.close(w.control_fd)
         os.close(w.crash_fd)
+        if w.region is not None:  # read to the end: nothing refers to it any more
+            w.region.close()
+            w.region = None
         return self._loop.remove(w.wid)
 
     def _note_init_failure(self, w: _Worker, error: BaseException) -> None:
@@ -227,6 +236,18 @@ def _preload_the_worker(forkserver: Any) -> None:
         return  # running, or a multiprocessing whose fork server we do not know
     if WORKER_MODULE not in modules:
         forkserver.set_forkserver_preload([*modules, WORKER_MODULE])
+
+
+def _new_region() -> Region | None:
+    """A new worker's shared payload region, or None where one cannot be made (out of
+    fds or address space): that worker's payloads all go through its pipes."""
+    try:
+        region = Region.create()
+    except (OSError, ValueError) as exc:
+        log.debug("pipepool: no shared payload region (%s); payloads use the pipes", exc)
+        return None
+    _PARENT_FDS.add(region.fd)  # a worker forked before it is closed must not keep it
+    return region
 
 
 def _set_pipe_size(fd: int, size: int) -> None:

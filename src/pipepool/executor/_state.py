@@ -26,6 +26,7 @@ from .._api import SchedulerAPI
 from .._task import Task
 from ..errors import InitializerError
 from ..worker._marks import MarkTable
+from ..worker._region import Region
 from ._depth import DepthPolicy
 
 # Every parent-side pipepool fd open in this process. A forked worker closes all of them
@@ -56,6 +57,7 @@ class _Worker:
         "oom_at",
         "pid",
         "proc",
+        "region",
         "revoking",
         "sent",
         "seq",
@@ -80,6 +82,7 @@ class _Worker:
         self.control_fd = control_fd  # write end of its control pipe (REVOKE), non-blocking
         self.crash_fd = crash_fd  # its faulthandler's file (``worker._fault``), read at death
         self.slot = slot  # its start-mark slot in the pool's MarkTable
+        self.region: Region | None = None  # its shared payload rings, unmapped at removal
         self.mark = 0  # the last start mark read from it
         self.init_round = init_round  # initializer failures counted when it started
         self.in_flight: dict[int, Task] = {}  # tid -> task, in dispatch order

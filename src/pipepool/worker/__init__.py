@@ -7,8 +7,9 @@ entry point; ``_serve`` its task loop and watcher thread.
 
 A worker holds exactly four pipe ends: the read end of its activity pipe, the write end
 of its result pipe, the read end of its control pipe, and the read end of its pool's
-lifeline; plus its slot in the pool's page of start marks (``_marks``). It blocks freely
-(only the parent must never block). Its invariants (docs/design.md):
+lifeline; plus its slot in the pool's page of start marks (``_marks``) and its own
+region of shared memory for big payloads (``_region``). It blocks freely (only the
+parent must never block). Its invariants (docs/design.md):
 
 * The start mark is stored before the task runs, so a worker that dies mid-task is known
   to have started it (the task fails as lost, not re-run), and one that dies before is
@@ -42,6 +43,7 @@ from .. import _signals
 from ..frames import Kind
 from . import _fault, _tree
 from ._marks import StartMark
+from ._region import Region
 from ._serve import EXIT_BAD_FRAME as EXIT_BAD_FRAME  # re-exported: the worker's exit codes
 from ._serve import EXIT_INIT_FAILED, _failure_frame, _Gate, _watch, serve
 from ._serve import EXIT_PARENT_DIED as EXIT_PARENT_DIED
@@ -79,6 +81,7 @@ class WorkerStart(NamedTuple):
     marks: ChildFd  # the pool's page of start marks (``_marks``)
     mark_slot: int  # this worker's slot in it
     crash: ChildFd  # the file a fatal signal's Python stack goes to (``_fault``)
+    region: ChildFd | None  # its shared payload rings (``_region``); None: pipes only
     close_fds: Sequence[int]  # under fork: the parent's other pipepool fds, closed at once
     initializer: Callable[..., object] | None  # run before the first task
     initargs: tuple
@@ -108,7 +111,11 @@ def main(start: WorkerStart) -> None:
             os.close(fd)
     mark = StartMark(start.marks.fd, start.mark_slot)
     os.close(start.marks.fd)  # the mapping stays; the fd is not needed any more
-    gate = _Gate(start.result.fd, mark)
+    region = None
+    if start.region is not None:
+        region = Region(start.region.fd, worker=True)
+        os.close(start.region.fd)
+    gate = _Gate(start.result.fd, mark, region)
     threading.Thread(
         target=_watch,
         args=(start.lifeline.fd, start.control.fd, gate),

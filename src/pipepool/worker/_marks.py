@@ -27,21 +27,48 @@ from __future__ import annotations
 
 import mmap
 import os
+import weakref
+from typing import Protocol
 
 SLOT_SIZE = 8
 SLOTS_PER_WORKER = 4  # slots per unit of parallelism: room for workers that are dying
 # (closed, not yet reaped) while their replacements start; 4x is never reached in practice
 
 
-def _shared_fd(size: int) -> int:
-    """An fd for ``size`` bytes of memory no other process can name."""
+class Unmappable(Protocol):
+    def unmap(self) -> None: ...
+
+
+_mapped: weakref.WeakSet[Unmappable] = weakref.WeakSet()  # what unmap_in_children registered
+
+
+def unmap_in_children(owner: Unmappable) -> None:
+    """Unmap ``owner``'s shared memory (its ``unmap()``) in every process forked from
+    this one, right after the fork: a forked worker maps what it is handed instead, and a
+    task's forked child (which may outlive the pool) holds none of the pool's memory.
+    Not ``MADV_DONTFORK``: a child would then hold mmap objects whose addresses it may
+    reuse, and unmap the wrong memory when one is freed."""
+    _mapped.add(owner)
+
+
+def _unmap_inherited() -> None:
+    for owner in list(_mapped):
+        owner.unmap()
+
+
+os.register_at_fork(after_in_child=_unmap_inherited)
+
+
+def shared_fd(size: int, name: str = "pipepool-marks") -> int:
+    """An fd for ``size`` bytes of memory no other process can name (sparse: a page costs
+    memory once touched). Also the payload regions' (``_region``)."""
     memfd_create = getattr(os, "memfd_create", None)
     if memfd_create is not None:
-        fd = memfd_create("pipepool-marks", os.MFD_CLOEXEC)
+        fd = memfd_create(name, os.MFD_CLOEXEC)
     else:  # macOS: an unlinked file; its pages live in the page cache
         import tempfile  # the parent's side only: a worker never imports it for this
 
-        fd, path = tempfile.mkstemp(prefix="pipepool-marks-")
+        fd, path = tempfile.mkstemp(prefix=f"{name}-")
         os.unlink(path)
     try:
         os.ftruncate(fd, size)
@@ -57,7 +84,7 @@ class MarkTable:
     def __init__(self, parallelism: int) -> None:
         slots = max(16, SLOTS_PER_WORKER * parallelism)
         size = -(-slots * SLOT_SIZE // mmap.PAGESIZE) * mmap.PAGESIZE
-        self.fd = _shared_fd(size)  # kept open: spawn and forkserver children map it
+        self.fd = shared_fd(size)  # kept open: spawn and forkserver children map it
         try:
             self._map = mmap.mmap(self.fd, size)
         except BaseException:
@@ -65,6 +92,7 @@ class MarkTable:
             raise
         self._marks = memoryview(self._map).cast("Q")
         self._free = list(range(len(self._marks) - 1, -1, -1))
+        unmap_in_children(self)
 
     def claim(self) -> int | None:
         """A free slot set to 0 for a new worker, or None when every slot is taken."""
@@ -82,22 +110,30 @@ class MarkTable:
         """The sequence number of the last task the slot's worker began (0: none)."""
         return self._marks[slot]
 
-    def close(self) -> None:
+    def unmap(self) -> None:
         self._marks.release()
         self._map.close()
+
+    def close(self) -> None:
+        self.unmap()
         os.close(self.fd)
 
 
 class StartMark:
     """The worker's side: the one slot it stores its start marks in."""
 
-    __slots__ = ("_map", "_marks", "_slot")
+    __slots__ = ("__weakref__", "_map", "_marks", "_slot")
 
     def __init__(self, fd: int, slot: int) -> None:
         self._map = mmap.mmap(fd, 0)
         self._marks = memoryview(self._map).cast("Q")
         self._slot = slot
+        unmap_in_children(self)
 
     def set(self, seq: int) -> None:
         """Say that task ``seq`` is about to run."""
         self._marks[self._slot] = seq
+
+    def unmap(self) -> None:
+        self._marks.release()
+        self._map.close()

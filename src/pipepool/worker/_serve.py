@@ -23,6 +23,7 @@ from ..errors import FrameError, TaskPicklingError, TaskUnpicklingError
 from ..frames import ELAPSED, PICKLE_PROTOCOL, Kind, encode_header, split_frames
 from . import _tree
 from ._marks import StartMark
+from ._region import Region
 
 EXIT_PARENT_DIED = 70  # the lifeline closed: the parent is gone
 EXIT_INIT_FAILED = 71  # the initializer raised; the parent got an INIT_FAILED frame
@@ -67,16 +68,31 @@ class _Gate:
     """What the task loop and the watcher thread share: the result pipe's writes (whole
     frames only, never interleaved) and the start-or-skip decision of each task."""
 
-    __slots__ = ("current", "lock", "mark", "result_fd", "revoked_upto")
+    __slots__ = ("current", "lock", "mark", "region", "result_fd", "revoked_upto", "shared_min")
 
-    def __init__(self, result_fd: int, mark: StartMark | None = None) -> None:
+    def __init__(
+        self, result_fd: int, mark: StartMark | None = None, region: Region | None = None
+    ) -> None:
         self.lock = threading.Lock()
         self.result_fd = result_fd
         self.mark = mark  # None only in tests that drive serve() without a pool
+        self.region = region  # big payloads' shared rings; None: everything by the pipe
+        # A payload this long goes into the ring (its threshold; never without one).
+        self.shared_min = region.threshold if region is not None else 1 << 62
         self.current = 0  # sequence number of the last task decided to start
         self.revoked_upto = 0  # tasks numbered above current and up to this are skipped
 
     def write(self, buffers: list[bytes]) -> None:
+        """Write one frame (header, then its payload's pieces); a big payload goes into
+        the shared ring first, and the pipe carries its reference (``_region``). Only
+        the main thread writes payloads, so the ring needs no lock of its own."""
+        if len(buffers) > 3:  # a result in pieces: big, some maybe views of its memory
+            if self.region is not None:
+                buffers = self.region.send(buffers)  # copied into the ring: 1 buffer left
+            if len(buffers) > 3:  # for the pipe, whose write may wait: a copy of its own
+                buffers = [b if type(b) is bytes else bytes(b) for b in buffers]
+        elif len(buffers[-1]) >= self.shared_min and self.region is not None:
+            buffers = self.region.send(buffers)
         with self.lock:
             _write_all(self.result_fd, buffers)
 
@@ -177,11 +193,12 @@ def _done_frame(ident: int, elapsed: bytes, result: object) -> list[bytes]:
     if len(parts) == 1:
         data = parts.pop()
         return [encode_header(Kind.DONE, ident, len(elapsed) + len(data)), elapsed, data]
-    # A bytearray (or buffer) piece is still the result's own mutable memory: copied, as
-    # dumps would, so what is sent is the result as it was returned.
-    pieces = [p if type(p) is bytes else bytes(p) for p in parts]
+    # A bytearray (or buffer) piece is still the result's own mutable memory: copied
+    # before the frame leaves (``_Gate.write``), so what is sent is the result as it was
+    # returned.
+    pieces = parts.copy()
     parts.clear()
-    size = len(elapsed) + sum(map(len, pieces))
+    size = len(elapsed) + sum(len(p) if type(p) is bytes else memoryview(p).nbytes for p in pieces)
     return [encode_header(Kind.DONE, ident, size), elapsed, *pieces]
 
 
@@ -233,6 +250,17 @@ def _unpickle_batch(payload: bytes, count: int) -> list | None:
     return calls
 
 
+def _shared_payload(region: Region | None, ref: bytes) -> tuple[int, Any]:
+    """The kind and payload a SHARED frame names in the calls' ring; a reference that
+    cannot be trusted (or a SHARED frame without a region) is a bad frame."""
+    if region is None:
+        os._exit(EXIT_BAD_FRAME)
+    try:
+        return region.take(ref)
+    except FrameError:
+        os._exit(EXIT_BAD_FRAME)
+
+
 def serve(
     activity_fd: int,
     result_fd: int,
@@ -248,6 +276,9 @@ def serve(
     """
     reader = _impl.load(impl)[1].FrameReader(activity_fd)
     gate = gate or _Gate(result_fd)
+    region = gate.region
+    held = region.inbound.held if region is not None else ()  # ring payloads being read
+    shared = Kind.SHARED
     served = 0
     seq = 0  # calls read so far: the numbering start marks, REVOKE and REVOKED use
     # After an outcome, the next task may come within microseconds (a caller that waits
@@ -260,6 +291,10 @@ def serve(
         return bool(activity.poll(0))
 
     while (max_tasks is None or served < max_tasks) and not _retiring:
+        if held and region is not None:
+            # The last frame's payload was in the shared ring and is done with: unpickled
+            # and its outcome written since (a system call), or skipped unread.
+            region.release_all()
         if spin is not None and served and not reader.buffered():
             spin.wait(readable)
         try:
@@ -270,6 +305,8 @@ def serve(
             break
         kind, ident, payload = frame
         del frame
+        if kind == shared:
+            kind, payload = _shared_payload(region, payload)
         if kind == Kind.TASK:
             seq += 1
             if gate.start(seq):  # else revoked: the parent gave it to another worker
