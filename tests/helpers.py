@@ -272,7 +272,11 @@ def marker() -> str:
 
 
 def run_cli(
-    *args: str, input: str | None = None, timeout: float = 60, cwd: Path | None = None
+    *args: str,
+    input: str | None = None,
+    timeout: float = 60,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "pipepool", *args],
@@ -280,7 +284,7 @@ def run_cli(
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=ENV,
+        env=ENV if env is None else env,
         cwd=cwd,
     )
 
@@ -291,14 +295,19 @@ def run_cli_impl(
     """``run_cli`` with the runner's executor on the loop ``impl`` ("python" or
     "cython", as the ``impl`` fixture gives it): ``PIPEPOOL_IMPL`` picks it in the runner
     and in its workers alike."""
-    return subprocess.run(
-        [sys.executable, "-m", "pipepool", *args],
-        input=input,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=dict(ENV, PIPEPOOL_IMPL=impl),
-    )
+    return run_cli(*args, input=input, timeout=timeout, env=dict(ENV, PIPEPOOL_IMPL=impl))
+
+
+def remove_cgroup(path: str, limit: float = 10.0) -> None:
+    """Remove a cgroup a test made, once its last member's exit is accounted (rmdir
+    fails with EBUSY until then)."""
+    deadline = time.monotonic() + limit
+    while os.path.isdir(path):
+        try:
+            os.rmdir(path)
+        except OSError:
+            assert time.monotonic() < deadline, f"cannot remove {path}"
+            time.sleep(0.05)
 
 
 def start_cli(*args: str, cwd: Path | None = None, **kw) -> subprocess.Popen[str]:

@@ -9,7 +9,7 @@ by what a process or fd looks like):
   fork server and resource tracker, loky's resource tracker and reusable executor (the
   pool joblib keeps between calls), the queue feeder threads loky leaves blocked and
   (``COSTLY_HELPERS``, asked only when something is left) the queues of a loky executor
-  whose manager thread died, pipepool.joblib's callback thread, Dask's offload and
+  whose manager thread died, pipepool.joblib's clean-up thread, Dask's offload and
   callback threads;
 * what a module- or session-scoped fixture keeps between the tests that share it: the
   fixture says so with ``keep(name, held)`` for as long as it lives.
@@ -210,9 +210,10 @@ def _loky_queues() -> Held:
 
 
 def _pipepool_joblib() -> Held:
-    """pipepool.joblib's callback thread: one per process, started by the first call."""
+    """pipepool.joblib's clean-up thread (it removes ended calls' memmapped files): one
+    per process, started by the first call that memmapped an argument."""
     module = sys.modules.get("pipepool.joblib")
-    thread = getattr(getattr(module, "_callbacks", None), "thread", None)
+    thread = getattr(getattr(module, "_cleanup", None), "thread", None)
     return Held(threads={thread.ident} if thread is not None and thread.ident else set())
 
 

@@ -23,6 +23,7 @@ import pytest
 
 import death_tasks
 import tasks
+from helpers import remove_cgroup
 from pipepool import WorkerLostError
 from pipepool._oom import Counter, _own_cgroups, rise, snapshot
 from pipepool.executor import REAP_INTERVAL
@@ -179,13 +180,7 @@ def test_the_real_oom_killer_is_named() -> None:
             ex.queue("after", tasks.echo, 7)
             ended = outcomes(ex, 2)
     finally:
-        deadline = time.monotonic() + 10
-        while os.path.isdir(group):
-            try:
-                os.rmdir(group)
-            except OSError:  # its member's exit is not accounted yet
-                assert time.monotonic() < deadline, f"cannot remove {group}"
-                time.sleep(0.05)
+        remove_cgroup(group)
     error = ended["hog"].exception
     assert isinstance(error, WorkerLostError) and error.cause == "oom", error
     assert "killed by the kernel's OOM killer while running task 'hog'" in str(error)

@@ -22,6 +22,7 @@ airflow_env.require_airflow()
 import fakes  # noqa: E402
 
 import proc_table  # noqa: E402
+from helpers import remove_cgroup  # noqa: E402
 
 # Airflow is imported by the tests, not at collection: the rest of the suite forks many
 # thousands of workers, each fork slower with Airflow loaded (conftest.py runs these
@@ -283,13 +284,7 @@ def test_oom_killed_worker_says_so(make, fake_log):
     finally:
         for r in records(fake_log, "start"):
             group = os.path.join(fakes.OOM_CGROUP_ROOT, f"pipepool-oom-{r['pid']}")
-            deadline = time.monotonic() + 10
-            while os.path.isdir(group):
-                try:
-                    os.rmdir(group)
-                except OSError:  # its member's exit is not accounted yet
-                    assert time.monotonic() < deadline, f"cannot remove {group}"
-                    time.sleep(0.05)
+            remove_cgroup(group)
     state, info = ex.event_buffer[victim.ti.key]
     assert state == "failed"
     assert "killed by the kernel's OOM killer" in info, info
