@@ -831,8 +831,8 @@ TARGETS: tuple[tuple[str, tuple[Target, ...]], ...] = (
                 "latency", "{p}", "ppe-submit", "{local}", "<=", 1.3, "p50_us",
             ),
             Target(
-                "round-trip latency p99, p={p}",
-                "latency", "{p}", "ppe-submit", "std-submit", "<=", 0.3, "p99_us",
+                "round-trip latency p99, p={p}",  # issue 25: p50 and p99 at most 0.4x
+                "latency", "{p}", "ppe-submit", "std-submit", "<=", 0.4, "p99_us",
             ),
         ),
     ),

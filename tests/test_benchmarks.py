@@ -99,6 +99,8 @@ def test_every_target_has_a_ratio_and_a_verdict(smoke_run: tuple[Path, str]) -> 
         "ProcessPoolExecutor.map chunksize 1",
         "round-trip latency p50",
         "round-trip latency p99",
+        "parent CPU per task, LocalExecutor vs the Airflow-style pair",
+        "parent CPU per task, ProcessPoolExecutor vs LocalExecutor",
         "1 MiB results",
         "start-up + first task, fork",
         "long tasks, no head-of-line blocking",

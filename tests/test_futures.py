@@ -670,7 +670,9 @@ def test_kill_before_start_and_kill_pending(make_pipepool, tmp_path):
     handed = pool.submit(ft.announce_and_sleep, str(marker), 60)  # queued behind first
     pending = [pool.submit(ft.square, i) for i in range(5)]
     assert wait_for(first.running), "the first task to start did not come"
-    assert wait_for(lambda: handed._handed), "the second task to be handed over did not come"
+    assert wait_for(lambda: handed in pool._driver.running), (
+        "the second task to be handed over did not come"
+    )
     assert not handed.running()  # handed over, not started: pending to its user
     assert pool.kill(handed) is True  # not started: cancelled, its worker kept
     assert pool.kill(pending[-1]) is True  # still pending: simply cancelled
@@ -732,7 +734,9 @@ def test_a_future_handed_over_is_pending_until_it_starts_and_cancels(
     first = pool.submit(ft.wait_for_file, str(gate), "first")
     behind = [pool.submit(ft.sleep_then_touch, str(tmp_path / f"ran{i}"), 0) for i in range(3)]
     assert wait_for(first.running), "the first task to start did not come"
-    assert wait_for(lambda: all(f._handed for f in behind)), "the others were not handed over"
+    assert wait_for(lambda: all(f in pool._driver.running for f in behind)), (
+        "the others were not handed over"
+    )
     assert not any(f.running() or f.done() for f in behind)
     assert behind[1].cancel() is True
     assert behind[1].cancelled() and behind[1].done() and not behind[1].running()
@@ -820,14 +824,15 @@ SCRIPT = textwrap.dedent("""
 
     def announce_waiting(path):
         # Write ``path`` once the main thread waits inside Future.result(): on a
-        # Condition, or driving the pool's loop itself (LocalExecutor.sync).
+        # Condition, or driving the pool's loop itself (its wait between two rounds,
+        # LocalExecutor._idle).
         main = threading.main_thread().ident
         while True:
             frame, names = sys._current_frames().get(main), set()
             while frame is not None:
                 names.add(frame.f_code.co_name)
                 frame = frame.f_back
-            if "result" in names and names & {"wait", "sync"}:
+            if "result" in names and names & {"wait", "_idle"}:
                 open(path, "w").close()
                 return
             time.sleep(0.001)

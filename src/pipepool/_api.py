@@ -1,6 +1,19 @@
 """What LocalExecutor and ClusterExecutor share: the event buffer, the verbs a scheduler
 builds on ``sync`` and ``has_work``, and the bookkeeping of queued, timed and finished
-tasks (``_task.Task``), so both keep one contract."""
+tasks (``_task.Task``), so both keep one contract.
+
+Two ways out. A task's outcome leaves through one door, ``_finish`` (``_succeed`` for many
+successes at once), and reaches its reader in one of two ways, chosen when the executor
+is built:
+
+* the event buffer (the scheduler API, the default): ``get_event_buffer()`` hands out the
+  newest ``Event`` per key;
+* the records (``records=True``, for a face that keeps the task records themselves: a
+  ProcessPoolExecutor's futures *are* its tasks): the face queues records it built
+  (``_queue_tasks``), and ``_take_records()`` hands back, per round and in bulk, the ones
+  that ended (their outcome in ``failed`` and ``value``) and the ones seen started. No
+  ``Event``, no key look-up and no held key per task: one object per task, end to end.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +21,17 @@ import contextlib
 import itertools
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from concurrent.futures import CancelledError
 from typing import Any, Self
 
 from . import _signals
 from ._task import DONE, RUNNING, Task
 from .errors import DuplicateKeyError
-from .events import Event, State
+from .events import _TERMINAL, Event, State
+
+_SUCCESS, _FAILED = State.SUCCESS, State.FAILED  # plain names: events.py says why
+_new = tuple.__new__  # Event(...) through its own __new__ costs twice as much
 
 _WHERE = {
     "queued": "queued",
@@ -29,17 +45,21 @@ class SchedulerAPI:
     built on the steps each one provides (``start``, ``sync``, ``has_work``,
     ``terminate``, ``_shut_down``, ``_dispatched``, ``_time_out``)."""
 
-    def __init__(self, counters: Iterable[str]) -> None:
+    def __init__(self, counters: Iterable[str], *, records: bool = False) -> None:
         self._state = "new"  # new -> started -> ended
         self._queue: deque[Task] = deque()  # queued tasks, in dispatch order
         self._timed: dict[int, Task] = {}  # tid -> started task with a deadline
         self._events: dict[Hashable, Event] = {}  # key -> newest event, until read
         self._published = 0  # events published so far: did a round produce any?
         self._tids = itertools.count(1)  # task ids, unique per executor
-        self._held: dict[Hashable, Task] = {}  # key -> its task, from queue() until its
-        # terminal event is read (a key takes one task at a time); a hint: see _holding()
+        self._held: dict[Hashable, Task] = {}  # key -> its task, from queue() until it
+        # ends; then its unread terminal event in _events holds the key (a key takes one
+        # task at a time). A hint: see _holding()
         self._stats = dict.fromkeys(counters, 0)  # counters stats() reports
         self._last_progress = time.monotonic()  # when a task last ended (stats())
+        # The records way out (module docstring), or None for the event buffer:
+        self._settled: list[Task] | None = [] if records else None  # ended, not yet taken
+        self._began: list[Task] = []  # records: seen started since the last _take_records()
 
     # -- the steps each executor provides -------------------------------------------------
 
@@ -87,10 +107,12 @@ class SchedulerAPI:
         ``TaskTimeoutError`` (what happens to its worker: see the executor's class doc)."""
         if self._state == "ended":
             raise RuntimeError(f"cannot queue on an ended {type(self).__name__}")
+        if self._settled is not None:
+            raise RuntimeError("this executor takes task records (_queue_tasks), not calls")
         if not callable(fn):
             raise TypeError(f"{fn!r} is not callable")
         held = self._held
-        if key in held and (where := self._holding(key)):
+        if (key in held or key in self._events) and (where := self._holding(key)):
             raise DuplicateKeyError(
                 f"key {key!r} is already {_WHERE[where]}: a key takes one task at a time, "
                 "from queue() until get_event_buffer() hands out its terminal event "
@@ -98,10 +120,26 @@ class SchedulerAPI:
                 key=key,
                 where=where,
             )
-        task = Task(next(self._tids), key, fn, tuple(args), kwargs or {}, timeout)
+        args = args if type(args) is tuple else tuple(args)
+        task = Task(next(self._tids), key, fn, args, {} if kwargs is None else kwargs, timeout)
         held[key] = task  # first: interrupted before the append, the key is held by
         # nothing that exists, and _holding() says so the next time it is queued
         self._queue.append(task)  # one atomic append: queued, or (if interrupted) not at all
+
+    def _queue_tasks(self, tasks: Sequence[Task]) -> None:
+        """Queue task records a face built (records way out; each ``tid`` unique here: the
+        face numbers them, and nothing else queues on this executor), in order."""
+        if self._state == "ended":
+            raise RuntimeError(f"cannot queue on an ended {type(self).__name__}")
+        self._queue.extend(tasks)  # one atomic extend: all queued, or (interrupted) none
+
+    def _take_records(self) -> tuple[list[Task], list[Task]]:
+        """The records way out: the tasks that ended and those seen started since the
+        last call, each list in the order it happened."""
+        settled, began = self._settled, self._began
+        assert settled is not None, "an executor of the event buffer keeps no records"
+        self._settled, self._began = [], []
+        return settled, began
 
     def queue(self, key: Hashable, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> None:
         """Queue ``fn(*args, **kwargs)`` under ``key``; pickled when it is dispatched.
@@ -110,7 +148,20 @@ class SchedulerAPI:
         its terminal event, queueing it again raises ``DuplicateKeyError`` (a
         ``ValueError``) and leaves the first task untouched. Once that event is read, the
         key is free again (a scheduler's retry under the same key, say)."""
-        self.queue_call(key, fn, args, kwargs)
+        held = self._held
+        if (
+            key in held
+            or key in self._events
+            or self._state != "started"
+            or self._settled is not None
+            or not callable(fn)
+        ):
+            self.queue_call(key, fn, args, kwargs)  # the checks, their errors, a held key
+            return
+        # The last lines of queue_call, inlined: a scheduler's hot path, one call less.
+        task = Task(next(self._tids), key, fn, args, kwargs, None)
+        held[key] = task
+        self._queue.append(task)
 
     def heartbeat(self, timeout: float = 0.0) -> None:
         """The same as ``sync``: the name Airflow's executors use for one round."""
@@ -122,11 +173,7 @@ class SchedulerAPI:
             events, self._events = self._events, {}
         else:
             events = {k: self._events.pop(k) for k in list(keys) if k in self._events}
-        held = self._held
-        for key, event in events.items():
-            if event.state.terminal:
-                held.pop(key, None)  # read: the key is free for a new task
-        return events
+        return events  # (a terminal one read: its key is free for a new task)
 
     @property
     def queued(self) -> set[Hashable]:
@@ -152,13 +199,11 @@ class SchedulerAPI:
         Computed from where tasks are, so it is the truth: ``_held`` only says which keys
         to ask about (it may name a key whose queue() a Ctrl-C cut short)."""
         t = self._held.get(key)
-        if t is None:
-            return ""
+        if t is None or t.phase == DONE:  # ended: held while its terminal event is unread
+            event = self._events.get(key)
+            return "reported" if event is not None and event.state in _TERMINAL else ""
         if t.phase == RUNNING:
             return "running"
-        if t.phase == DONE:
-            event = self._events.get(key)
-            return "reported" if event is not None and event.state.terminal else ""
         return "queued" if any(q is t for q in self._queue) else ""
 
     def cancel(self, key: Hashable) -> int:
@@ -173,9 +218,7 @@ class SchedulerAPI:
             if doomed:
                 self._queue = deque(t for t in self._queue if t.key != key)
                 for t in doomed:
-                    self._finish(
-                        t, State.FAILED, exception=CancelledError(f"task {key!r} cancelled")
-                    )
+                    self._finish(t, _FAILED, exception=CancelledError(f"task {key!r} cancelled"))
             return len(doomed)
         finally:
             _signals.undefer(deferred)
@@ -247,16 +290,52 @@ class SchedulerAPI:
         exception: BaseException | None = None,
         pid: int | None = None,
     ) -> None:
-        """Record a task's terminal event (the caller removes it from where it was)."""
+        """Record a task's terminal outcome (the caller removes it from where it was):
+        the one door every outcome leaves by (``_succeed``: many successes at once)."""
         t.phase = DONE
         # Free memory early; a ClusterExecutor task's Dask future is the last reference to
         # it, so Dask forgets the key and its result.
         t.fn = t.args = t.kwargs = t.future = None
-        if state is State.SUCCESS:
+        settled = self._settled
+        if state is _SUCCESS:
             self._stats["done"] += 1
+            if settled is not None:
+                t.failed = False
+                t.value = result
         else:
             self._stats["failed"] += 1
-        self._publish(Event(t.key, state, result, exception, pid), terminal=True)
+            if settled is not None:
+                t.failed = True
+                t.value = exception
+        if settled is None:
+            self._held.pop(t.key, None)  # its unread terminal event holds the key now
+            self._publish(_new(Event, (t.key, state, result, exception, pid)), terminal=True)
+        else:
+            settled.append(t)
+            self._published += 1
+
+    def _succeed(self, tasks: list[Task], results: list[Any], pid: int | None) -> None:
+        """``_finish`` of many successes on one worker (``pid``), in order, in one pass:
+        the path of most outcomes (the caller removed each task from where it was)."""
+        settled = self._settled
+        if settled is None:
+            events, unhold = self._events, self._held.pop
+            success = _SUCCESS
+            for t, result in zip(tasks, results, strict=True):
+                t.phase = DONE
+                t.fn = t.args = t.kwargs = None  # (no Dask future: LocalExecutor's path)
+                key = t.key
+                unhold(key, None)  # its unread terminal event holds the key now
+                events[key] = _new(Event, (key, success, result, None, pid))
+        else:
+            for t, result in zip(tasks, results, strict=True):
+                t.phase = DONE
+                t.fn = t.args = t.kwargs = None
+                t.failed = False
+                t.value = result
+            settled += tasks
+        self._stats["done"] += len(tasks)
+        self._published += len(tasks)
 
     def _cancel_queued(self) -> None:
         """Fail every queued task with ``CancelledError``: the executor was terminated."""
@@ -264,7 +343,7 @@ class SchedulerAPI:
             t = self._queue[0]
             self._finish(
                 t,
-                State.FAILED,
+                _FAILED,
                 exception=CancelledError(f"task {t.key!r} cancelled: executor terminated"),
             )
             self._queue.popleft()
@@ -274,7 +353,7 @@ class SchedulerAPI:
         # terminal one (a defence: a key takes one task at a time, so none should follow).
         if not terminal:
             old = self._events.get(event.key)
-            if old is not None and old.state.terminal:
+            if old is not None and old.state in _TERMINAL:
                 return
         self._events[event.key] = event
         self._published += 1  # lets sync() tell whether a round produced anything

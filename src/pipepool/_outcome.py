@@ -105,6 +105,12 @@ def load_result(key: Hashable, data: bytes | memoryview, where: str) -> tuple[bo
         return False, _unpickling_error(key, "result", where, exc)
 
 
+def result_error(key: Hashable, exc: BaseException, where: str) -> TaskUnpicklingError:
+    """What ``load_result`` reports when unpickling a result raised ``exc`` (for a caller
+    that unpickled it itself)."""
+    return _unpickling_error(key, "result", where, exc)
+
+
 def load_exception(key: Hashable, tb: str, exc_bytes: bytes, where: str) -> BaseException:
     """The task's exception with the worker's traceback ``tb`` as ``__cause__``; if it
     cannot be unpickled, a ``TaskUnpicklingError`` with that same cause, and what

@@ -26,6 +26,7 @@ class Task:
         "began",
         "cancelling",
         "deadline",
+        "failed",
         "fn",
         "future",
         "key",
@@ -37,7 +38,12 @@ class Task:
         "started",
         "tid",
         "timeout",
+        "value",
     )
+    # Its outcome, set when it ends, for a face that reads the records themselves
+    # (``_api``, "Two ways out"); unset until then, which saves the queue path two stores.
+    failed: bool  # it ended in failure: ``value`` is the exception
+    value: Any  # the result, or the exception
 
     def __init__(
         self,

@@ -56,6 +56,7 @@ from ._reap import EXIT_GRACE as EXIT_GRACE
 from ._reap import REAP_INTERVAL, Reaper
 from ._state import _PARENT_FDS as _PARENT_FDS  # the fork registry (docs/design.md cites it)
 
+_FAILED = State.FAILED  # a plain name: events.py says why
 TERM_GRACE = 1.0  # s between SIGTERM and SIGKILL in terminate()
 START_POLL = 0.002  # s a wait may last while a worker holds tasks and none is known to
 # run: no frame says "started" (start marks do, without a wake-up), so timeouts, RUNNING
@@ -86,6 +87,7 @@ class LocalExecutor(Reaper, Dispatcher):
         initargs: Iterable[Any] = (),
         _loop_impl: str | None = None,
         _oom_counters: tuple[_oom.Counter, ...] | None = None,
+        _records: bool = False,
     ) -> None:
         if parallelism is None:
             parallelism = os.cpu_count() or 1
@@ -105,6 +107,7 @@ class LocalExecutor(Reaper, Dispatcher):
             initargs=initargs,
             loop_impl=_loop_impl,
             oom_counters=_oom_counters,
+            records=_records,
         )
 
     # -- public API -------------------------------------------------------------------
@@ -126,25 +129,52 @@ class LocalExecutor(Reaper, Dispatcher):
         the first round, which drained the wake-up pipe: true skips the wait. A thread
         that changes what ``ready`` reads and then calls ``wake()`` is never missed.
         """
-        self._require_started()
+        if self._state != "started":
+            self._require_started()
         published = self._published
         self._round()
         if timeout > 0 and self._published == published and not (ready and ready()):
-            self._loop.wait(min(timeout, self._wait_bound()))
+            self._idle(timeout)
             self._round()
+
+    def _idle(self, timeout: float, *, poll_first: bool = True) -> None:
+        """Wait, never deferred, until a worker writes, ``wake()``, ``timeout`` or the
+        nearest deadline of a step (``_wait_bound``): the wait between two rounds.
+
+        An outcome due within microseconds (a worker holds a task, and tasks have been
+        shorter than a spin) is polled for first, for a bounded time and only while a
+        core is free (``_spin``): no wake-up to pay when it comes. ``poll_first=False``:
+        a waiter nobody waits on (a pool's driver thread) sleeps at once."""
+        loop = self._loop
+        spin = self._spin
+        if (
+            poll_first
+            and spin is not None
+            and timeout > 0
+            and self._depth.task_time < spin.limit
+            and any(w.in_flight for w in self._workers.values())
+            and spin.wait(lambda: loop.wait(0), timeout)
+        ):
+            return
+        loop.wait(min(timeout, self._wait_bound()))
 
     def _round(self) -> None:
         deferred = None
         try:
             deferred = _signals.defer()
-            self._collect()
-            self._reap()
-            self._expire()
-            self._start_workers()
-            self._revoke_trapped()
-            self._dispatch()
+            self._steps()
         finally:
             _signals.undefer(deferred)
+
+    def _steps(self) -> None:
+        """The steps of a round, for a caller whose own step defers signals around them
+        (a face that feeds, runs the round and delivers under one deferral)."""
+        self._collect()
+        self._reap()
+        self._expire()
+        self._start_workers()
+        self._revoke_trapped()
+        self._dispatch()
 
     def _dispatched(self) -> Iterable[_Task]:
         return (t for w in self._workers.values() for t in w.in_flight.values())
@@ -186,17 +216,20 @@ class LocalExecutor(Reaper, Dispatcher):
 
     def _cancel(self, keys: Iterable[Hashable], *, spare_next: bool = False) -> set[Hashable]:
         """``cancel`` for many keys in one pass (signals deferred by the caller); the keys
-        cancelled now or being cancelled. ``spare_next`` (a pool's shutdown with
-        cancel_futures) keeps one task per worker slot: the one a worker runs or starts
-        next, as the standard library's call queue does."""
+        cancelled now or being cancelled (``_cancel_tasks``)."""
         held = self._held
+        tasks = [t for k in keys if (t := held.get(k)) is not None]
+        return {t.key for t in self._cancel_tasks(tasks, spare_next=spare_next)}
+
+    def _cancel_tasks(self, tasks: Iterable[_Task], *, spare_next: bool = False) -> list[_Task]:
+        """Cancel these tasks (records way out: the face's own records; signals deferred
+        by the caller) unless they started; the ones cancelled now (ended with
+        CancelledError) or being cancelled (a REVOKE is out). ``spare_next`` (a pool's
+        shutdown with cancel_futures) keeps one task per worker slot: the one a worker
+        runs or starts next, as the standard library's call queue does."""
         spared = self._next_tasks() if spare_next else set()
-        tasks = [
-            t
-            for k in keys
-            if (t := held.get(k)) is not None and t.phase != _DONE and t.tid not in spared
-        ]
-        cancelling: set[Hashable] = set()
+        tasks = [t for t in tasks if t.phase != _DONE and t.tid not in spared]
+        cancelling: list[_Task] = []
         queued = {t.tid for t in tasks if t.phase == _QUEUED}
         if queued:
             queue = self._queue
@@ -206,8 +239,8 @@ class LocalExecutor(Reaper, Dispatcher):
                 queue.clear()
                 queue.extend(kept)
                 for t in doomed:
-                    self._finish(t, State.FAILED, exception=cancelled_error(t.key))
-                    cancelling.add(t.key)
+                    self._finish(t, _FAILED, exception=cancelled_error(t.key))
+                    cancelling.append(t)
         sent = {t.tid for t in tasks if t.phase == _RUNNING}
         if sent and self._state == "started":
             self._read_marks(time.monotonic())  # a task that began since the last round runs
@@ -216,7 +249,7 @@ class LocalExecutor(Reaper, Dispatcher):
                 for t in w.in_flight.values():
                     if t.tid in sent and not t.started:
                         t.cancelling = hit = True
-                        cancelling.add(t.key)
+                        cancelling.append(t)
                 if hit:
                     self._send_revoke(w)
         return cancelling
@@ -230,11 +263,10 @@ class LocalExecutor(Reaper, Dispatcher):
         nxt.update(t.tid for t in itertools.islice(self._queue, free))
         return nxt
 
-    def _uncancel(self, key: Hashable) -> None:
-        """Withdraw a ``cancel`` still waiting for its worker's answer: if that worker
-        skips the task, it runs elsewhere after all."""
-        t = self._held.get(key)
-        if t is not None and t.phase == _RUNNING:
+    def _uncancel(self, t: _Task) -> None:
+        """Withdraw a ``cancel`` of task ``t`` still waiting for its worker's answer: if
+        that worker skips the task, it runs elsewhere after all."""
+        if t.phase == _RUNNING:
             t.cancelling = False
 
     def _shut_down(self) -> None:

@@ -5,12 +5,14 @@ closed result pipes, and the start marks, read from shared memory without a sysc
 
 from __future__ import annotations
 
+import pickle
 import struct
 import time
 from collections.abc import Hashable
 from concurrent.futures import CancelledError
+from typing import Any
 
-from .._outcome import load_failure, load_result
+from .._outcome import load_failure, load_result, result_error
 from .._task import QUEUED as _QUEUED
 from .._task import RUNNING as _RUNNING
 from .._task import Task as _Task
@@ -20,6 +22,19 @@ from ..frames import ELAPSED, Kind
 from ._lifecycle import WorkerLifecycle
 from ._state import _Worker
 
+# Plain names for the values the hot path compares with (events.py says why).
+_DONE, _RAISED, _REVOKED, _REFUSED, _INIT_FAILED, _SHARED = (
+    int(k)
+    for k in (Kind.DONE, Kind.RAISED, Kind.REVOKED, Kind.REFUSED, Kind.INIT_FAILED, Kind.SHARED)
+)
+_SUCCESS, _FAILED, _STARTED = State.SUCCESS, State.FAILED, State.RUNNING
+_ELAPSED_SIZE = ELAPSED.size
+_elapsed_of = ELAPSED.unpack_from
+_loads = pickle.loads
+_new = tuple.__new__
+COPY_BELOW = 4096  # bytes: a smaller result's pickle is sliced out of its frame (a copy
+# that costs less than a memoryview); a bigger one is unpickled in place
+
 
 class Collector(WorkerLifecycle):
     """The collect step and what each frame kind does (it kills a worker whose stream
@@ -27,15 +42,9 @@ class Collector(WorkerLifecycle):
 
     def _collect(self) -> None:
         frames, closed = self._loop.pump()
-        workers = self._workers
         now = time.monotonic() if frames else 0.0  # one clock read per batch, not per frame
-        for channel, kind, ident, payload in frames:
-            w = workers.get(channel)
-            # Nothing behind a frame we cannot trust counts, not even a well-formed
-            # result in the same read: the stream is out of step or forged from there on.
-            if w is not None and w.close_error is None:
-                w.heard = True
-                self._on_frame(w, kind, ident, payload, now)
+        if frames:
+            self._apply(frames, now)
         self._read_marks(now or time.monotonic())
         starting = self._starting
         if starting:
@@ -44,10 +53,10 @@ class Collector(WorkerLifecycle):
             # (newest per key), so building it is skipped: most tiny tasks.
             for t, pid in starting:
                 if t.phase == _RUNNING:
-                    self._publish(Event(t.key, State.RUNNING, pid=pid), terminal=False)
+                    self._publish(_new(Event, (t.key, _STARTED, None, None, pid)), terminal=False)
             starting.clear()
         for channel, error in closed:
-            w = workers.get(channel)
+            w = self._workers.get(channel)
             if w is not None:
                 w.closing = True
                 w.closed_at = time.monotonic()
@@ -56,6 +65,72 @@ class Collector(WorkerLifecycle):
                 w.close_error = w.close_error or error
                 if error is not None:  # a stream we cannot trust: the worker must go
                     self._kill_worker(w, None)
+
+    def _apply(self, frames: list[tuple[int, int, int, bytes]], now: float) -> None:
+        """Apply a batch of frames in their order. A DONE whose task is known (most
+        frames) ends it here, in bulk (``_succeed``); every other frame is ``_on_frame``'s."""
+        workers = self._workers
+        tasks: list[_Task] = []  # successes not yet recorded, all of worker ``w``
+        results: list[Any] = []
+        elapsed: list[float] = []  # the run times of the tasks that ended, in order
+        ran = False  # a task ended since the last frame of another kind
+        last = None
+        w: _Worker | None = None
+        for channel, kind, ident, payload in frames:
+            if channel != last:
+                if tasks:
+                    self._succeed(tasks, results, w.pid)  # type: ignore[union-attr]
+                    tasks, results = [], []
+                last = channel
+                w = workers.get(channel)
+                if w is not None and w.close_error is None:
+                    w.heard = True
+            # Nothing behind a frame we cannot trust counts, not even a well-formed
+            # result in the same read: the stream is out of step or forged from there on.
+            if w is None or w.close_error is not None:
+                continue
+            if kind == _DONE and len(payload) >= _ELAPSED_SIZE:
+                t = w.in_flight.pop(ident, None)
+                if t is None:
+                    continue  # already retired or revoked: its outcome counts no more
+                ran = True
+                t.started = True  # too short for its start mark to have been seen, mostly
+                if w.current is t:
+                    w.current = None
+                elapsed.append(_elapsed_of(payload)[0])
+                # Whatever unpickling raises (SystemExit from a reducer included) is this
+                # task's failure, and the other frames of the read go on (``_outcome``).
+                try:
+                    if len(payload) < COPY_BELOW:
+                        result = _loads(payload[_ELAPSED_SIZE:])
+                    else:
+                        result = _loads(memoryview(payload)[_ELAPSED_SIZE:])
+                except BaseException as exc:
+                    error = result_error(t.key, exc, "in the parent")
+                    if tasks:
+                        self._succeed(tasks, results, w.pid)
+                        tasks, results = [], []
+                    self._finish(t, _FAILED, exception=error, pid=w.pid)
+                    continue
+                tasks.append(t)
+                results.append(result)
+                continue
+            # Any other frame: what came before it is recorded first, in its order.
+            if tasks:
+                self._succeed(tasks, results, w.pid)
+                tasks, results = [], []
+            if ran:
+                ran = False
+                self._init_failures = 0  # a task ran, so the initializer works
+                self._last_progress = now
+            self._on_frame(w, kind, ident, payload, now)
+        if tasks:
+            self._succeed(tasks, results, w.pid)  # type: ignore[union-attr]
+        if ran:
+            self._init_failures = 0
+            self._last_progress = now
+        if elapsed:
+            self._depth.observe_all(elapsed)
 
     def _read_marks(self, now: float) -> None:
         """Note the tasks each worker began since the last look (their start marks)."""
@@ -86,12 +161,15 @@ class Collector(WorkerLifecycle):
                 t.deadline = now + t.timeout
                 self._timed[t.tid] = t
             if publish:
-                self._starting.append((t, w.pid))
+                if self._settled is None:
+                    self._starting.append((t, w.pid))
+                else:
+                    self._began.append(t)  # the records way out (``_api``)
 
     def _on_frame(
         self, w: _Worker, kind: int, ident: int, payload: bytes | memoryview, now: float
     ) -> None:
-        if kind == Kind.DONE or kind == Kind.RAISED:
+        if kind in (_DONE, _RAISED):
             t = w.in_flight.get(ident)
             if t is None:
                 return
@@ -102,7 +180,7 @@ class Collector(WorkerLifecycle):
                 w.current = None
             # Unpickling cannot raise here: whatever it raises (SystemExit from a reducer
             # included) is this task's failure, and the other frames of the read go on.
-            if kind == Kind.DONE:
+            if kind == _DONE:
                 try:
                     (elapsed,) = ELAPSED.unpack_from(payload)
                 except struct.error:
@@ -115,27 +193,25 @@ class Collector(WorkerLifecycle):
                 self._depth.observe(elapsed)
                 ok, value = load_result(t.key, memoryview(payload)[ELAPSED.size :], "in the parent")
                 if ok:
-                    self._finish(t, State.SUCCESS, result=value, pid=w.pid)
+                    self._finish(t, _SUCCESS, result=value, pid=w.pid)
                 else:
-                    self._finish(t, State.FAILED, exception=value, pid=w.pid)
+                    self._finish(t, _FAILED, exception=value, pid=w.pid)
             else:
-                self._finish(
-                    t, State.FAILED, exception=_remote_exception(t.key, payload), pid=w.pid
-                )
+                self._finish(t, _FAILED, exception=_remote_exception(t.key, payload), pid=w.pid)
             del w.in_flight[ident]
             return
-        if kind == Kind.REVOKED and w.revoking:
+        if kind == _REVOKED and w.revoking:
             self._on_revoked(w, ident)
             return
-        if kind == Kind.REFUSED:
+        if kind == _REFUSED:
             self._on_refused(w, ident)
             return
-        if kind == Kind.INIT_FAILED:
+        if kind == _INIT_FAILED:
             # Counted now, not when the worker is retired: by then a replacement would
             # already be on its way and the back-off would come too late.
             self._note_init_failure(w, _remote_exception(None, payload))
             return
-        if kind == Kind.SHARED:
+        if kind == _SHARED:
             self._on_shared(w, ident, payload, now)
             return
         # Any other kind from a worker is a broken stream.
@@ -183,7 +259,7 @@ class Collector(WorkerLifecycle):
         if len(requeue) < len(back):
             for t in back:
                 if t.cancelling:
-                    self._finish(t, State.FAILED, exception=cancelled_error(t.key))
+                    self._finish(t, _FAILED, exception=cancelled_error(t.key))
 
     def _on_refused(self, w: _Worker, first: int) -> None:
         """The worker could not unpickle the BATCH whose first call is ``first`` and ran

@@ -49,6 +49,13 @@ class DepthPolicy:
         cannot skew the estimate)."""
         self.task_time += EMA_WEIGHT * (elapsed - self.task_time)
 
+    def observe_all(self, samples: list[float]) -> None:
+        """``observe`` each of ``samples``, in order (a round's outcomes, in one call)."""
+        task_time = self.task_time
+        for elapsed in samples:
+            task_time += EMA_WEIGHT * (elapsed - task_time)
+        self.task_time = task_time
+
     def overrun_after(self) -> float:
         """Seconds past which a running task is longer than tasks have been lately."""
         return max(BACKLOG, 4 * self.task_time)
@@ -66,10 +73,12 @@ class DepthPolicy:
         """``bound``, or less if a worker's lead tasks become trapped sooner (adaptive
         depth only): a wait must end in time to revoke them."""
         if self.prefetch is None:
-            now = time.monotonic()
-            after = self.overrun_after()
-            deadlines = [self.trap_deadline(w, after) for w in workers]
-            bound = min([bound] + [d - now for d in deadlines if d is not None])
+            leading = [w for w in workers if w.current is not None and len(w.in_flight) > 1]
+            if leading:  # (the others have no tasks to trap: most rounds, no clock read)
+                now = time.monotonic()
+                after = self.overrun_after()
+                deadlines = [self.trap_deadline(w, after) for w in leading]
+                bound = min([bound] + [d - now for d in deadlines if d is not None])
         return bound
 
     def trapped(self, workers: Iterable[_Worker]) -> list[_Worker]:
@@ -81,10 +90,13 @@ class DepthPolicy:
         """
         if self.prefetch is not None:
             return []  # a fixed depth is the caller's explicit choice
+        leading = [w for w in workers if w.current is not None and len(w.in_flight) > 1]
+        if not leading:  # (the others have no tasks to trap: most rounds, no clock read)
+            return []
         now = time.monotonic()
         after = self.overrun_after()
         trapped = []
-        for w in workers:
+        for w in leading:
             deadline = self.trap_deadline(w, after)
             if deadline is not None and deadline <= now:
                 trapped.append(w)

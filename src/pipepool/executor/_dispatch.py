@@ -5,6 +5,7 @@ ahead: every write the parent makes to a worker, the activity pipe's through the
 
 from __future__ import annotations
 
+import itertools
 import os
 import pickle
 import time
@@ -17,6 +18,9 @@ from ..errors import TaskPicklingError
 from ..events import State
 from ..frames import MAX_PAYLOAD, PICKLE_PROTOCOL, Kind, encode_header
 from ._state import LocalState, _Worker
+
+_TASK, _BATCH, _REVOKE = int(Kind.TASK), int(Kind.BATCH), int(Kind.REVOKE)  # (events.py)
+_FAILED = State.FAILED
 
 
 class Dispatcher(LocalState):
@@ -58,16 +62,24 @@ class Dispatcher(LocalState):
         worker per pass, so a deep dispatch stays fair); the queue is not changed yet."""
         queue = self._queue
         limit = self.max_tasks_per_child
-        shares: dict[_Worker, list[_Task]] = {}
-        room = {
-            w: min(depth - len(w.in_flight), limit - w.sent if limit else depth)
+        rooms = [
+            min(depth - len(w.in_flight), limit - w.sent) if limit else depth - len(w.in_flight)
             for w in open_workers
-        }
+        ]
+        total = min(len(queue), sum(rooms))
+        count = len(open_workers)
+        if min(rooms) * count >= total:
+            # Room for every pass: worker i takes tasks i, i + count, i + 2 count, ...
+            # (the same deal as the passes below, in slices instead of one task at a time).
+            head = list(itertools.islice(queue, total))
+            return {w: head[i::count] for i, w in enumerate(open_workers) if i < total}
+        shares: dict[_Worker, list[_Task]] = {}
+        room = dict(zip(open_workers, rooms, strict=True))
         taken = 0
-        while taken < len(queue) and open_workers:
+        while taken < total and open_workers:
             still_open = []
             for w in open_workers:
-                if taken == len(queue):
+                if taken == total:
                     break
                 shares.setdefault(w, []).append(queue[taken])
                 taken += 1
@@ -81,38 +93,51 @@ class Dispatcher(LocalState):
         """Take the shared-out tasks off the queue and send each worker its share (one
         frame and one writev each); what was not sent goes back to the front."""
         queue = self._queue
-        taken_tasks = [queue.popleft() for _ in range(sum(map(len, shares.values())))]
+        popleft = queue.popleft
+        taken_tasks = [popleft() for _ in range(sum(map(len, shares.values())))]
         try:
             for w, share in shares.items():
                 self._send_share(w, share)
-        finally:
+        except BaseException:
             # A pickling error (any BaseException a __reduce__ raises) stops the step:
             # what was not sent yet goes back to the front, in its order.
             unsent = [t for t in taken_tasks if t.phase == _QUEUED]
             queue.extendleft(reversed(unsent))
+            raise
 
     def _send_share(self, w: _Worker, share: list[_Task]) -> None:
         """Send ``share`` to ``w``: one BATCH frame (one pickle) when it can, else a TASK
         frame per call; a call that cannot be pickled fails alone."""
         loop = self._loop
-        batch = [t for t in share if not t.solo] if len(share) > 1 else []
-        payload = _pickle_batch(batch) if len(batch) > 1 else None
+        if len(share) > 1:
+            solo = [t for t in share if t.solo]  # REFUSED once: alone from now on
+            batch = [t for t in share if not t.solo] if solo else share
+            payload = _pickle_batch(batch) if len(batch) > 1 else None
+        else:
+            payload = None
         if payload is not None:
             # Order matters: the send is the step that can fail, the bookkeeping
             # follows it and cannot, so a task is never counted as sent unless it was.
-            loop.send(w.wid, *_via_region(w, Kind.BATCH, len(batch), payload), False)
-            first = w.seq + 1
-            for t in batch:
-                self._note_sent(w, t)
+            loop.send(w.wid, *_via_region(w, _BATCH, len(batch), payload), False)
+            in_flight = w.in_flight
+            seq = w.seq
+            first = seq + 1
+            for t in batch:  # _note_sent for each, in one loop
+                seq += 1
+                t.phase = _RUNNING
+                t.seq = seq
                 t.batch = first
-            share = [t for t in share if t.solo]
+                in_flight[t.tid] = t
+            w.seq = seq
+            w.sent += len(batch)
+            share = solo
         for t in share:
             try:
                 payload = _pickle_call(t)
             except TaskPicklingError as exc:
-                self._finish(t, State.FAILED, exception=exc)
+                self._finish(t, _FAILED, exception=exc)
                 continue
-            loop.send(w.wid, *_via_region(w, Kind.TASK, t.tid, payload), False)
+            loop.send(w.wid, *_via_region(w, _TASK, t.tid, payload), False)
             self._note_sent(w, t)
             t.batch = 0
         loop.flush(w.wid)
@@ -145,7 +170,7 @@ class Dispatcher(LocalState):
         if w.revoking or w.closing:
             return
         try:
-            os.write(w.control_fd, encode_header(Kind.REVOKE, w.seq, 0))
+            os.write(w.control_fd, encode_header(_REVOKE, w.seq, 0))
         except OSError:  # gone (EPIPE): its exit will re-dispatch what it never started
             return
         w.revoking = w.seq

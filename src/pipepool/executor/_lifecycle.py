@@ -57,8 +57,12 @@ class WorkerLifecycle(LocalState):
         if self._broken is not None:
             self._fail_queued_broken()
             return
-        alive = sum(1 for w in self._workers.values() if not w.closing)
-        outstanding = len(self._queue) + sum(len(w.in_flight) for w in self._workers.values())
+        alive = 0
+        outstanding = len(self._queue)
+        for w in self._workers.values():  # one pass: this runs every round
+            outstanding += len(w.in_flight)
+            if not w.closing:
+                alive += 1
         wanted = min(self.parallelism, outstanding) - alive
         if wanted <= 0 or time.monotonic() < self._init_retry_at:
             return

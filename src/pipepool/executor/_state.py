@@ -20,7 +20,7 @@ import multiprocessing
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .. import _oom
+from .. import _oom, _spin
 from .. import loop as _impl
 from .._api import SchedulerAPI
 from .._task import Task
@@ -116,9 +116,11 @@ class LocalState(SchedulerAPI):
         initargs: Iterable[Any],
         loop_impl: str | None,
         oom_counters: tuple[_oom.Counter, ...] | None,
+        records: bool = False,
     ) -> None:
         super().__init__(
-            ("done", "failed", "lost", "crashes", "recycles", "started_workers", "revoked")
+            ("done", "failed", "lost", "crashes", "recycles", "started_workers", "revoked"),
+            records=records,  # how outcomes leave: events, or the records (``_api``)
         )
         # -- configuration, as given (validated by LocalExecutor) -------------------------
         self.parallelism = parallelism  # workers at most (ProcessPoolExecutor may lower it)
@@ -145,6 +147,8 @@ class LocalState(SchedulerAPI):
         # -- the round's own ------------------------------------------------------------
         self._depth = DepthPolicy(prefetch)  # how deep to dispatch; which tasks are trapped
         self._starting: list[tuple[Task, int | None]] = []  # seen started, no RUNNING yet
+        # Before a wait for a short task's outcome, poll a little (``_spin``), or None:
+        self._spin = _spin.Spin() if _spin.ENABLED else None
         # -- the initializer's back-off ----------------------------------------------------
         self._init_failures = 0  # initializer (or start-up) failures in a row
         self._init_retry_at = 0.0  # no worker starts before this after a failure

@@ -2,19 +2,21 @@
 
 Data flow (one token holder at a time touches the LocalExecutor)::
 
-    submit() ─► pending (deque) ─► feed ─► LocalExecutor.queue_call ─► workers
+    submit() ─► pending (deque) ─► feed ─► LocalExecutor._queue_tasks ─► workers
                                     │  token holder: a caller blocked in result(),
                                     ▼  map, wait(), as_completed(); else the driver thread
-    Future ◄── settle (one lock per batch) ◄── deliver ◄── get_event_buffer ◄── sync
+    Future ◄── settle (one lock per round) ◄── deliver ◄── _take_records ◄── the round
 
-A user thread appends a work item to ``pending`` under the pool's lock; the first of a
-batch wakes whoever holds the token (or the driver thread, if nobody does). A thread
-that then waits for a result takes the token itself when it is free and runs the rounds
-(``_driver``): the worker's result wakes the waiting thread's own poll, no thread
-hop in between. The driver thread holds the token only while work is outstanding and no
-caller wants it: fire-and-forget work, done-callbacks, shutdown. Commands (``kill``)
-travel the same way. Futures share their pool's lock, so a batch of results completes
-under one lock and one notify.
+A future is the LocalExecutor's task record itself (``_item.Record``): one object per
+call from ``submit`` to its outcome, handed over and handed back in bulk (the records
+way out, ``pipepool._api``). A user thread appends it to ``pending`` under the pool's
+lock; the first of a batch wakes whoever holds the token (or the driver thread, if
+nobody does). A thread that then waits for a result takes the token itself when it is
+free and runs the turns (``_driver``): the worker's result wakes the waiting thread's
+own poll, no thread hop in between. The driver thread holds the token only while work
+is outstanding and no caller wants it: fire-and-forget work, done-callbacks, shutdown.
+Commands (``kill``) travel the same way. Futures share their pool's lock, so a round's
+results complete under one lock and one notify.
 
 Future states follow the start marks: a future is PENDING (cancellable) until its worker
 starts it, and RUNNING from then on (``running()`` is true only then). The driver hands
@@ -71,12 +73,13 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future
+from concurrent.futures._base import FINISHED
 from typing import Any, Literal
 
 from .. import _signals
 from ..executor import LocalExecutor
 from ._driver import Driver
-from ._item import Entry, PoolFuture
+from ._item import PoolFuture, Record
 from ._map import MapItem, map_calls
 from ._round import SUBMIT_KILL
 from ._state import OPEN, Shared
@@ -142,6 +145,7 @@ class ProcessPoolExecutor(Executor):
             # wake-ups), long ones go one per worker, and tasks sent behind a surprise
             # long one are revoked and run elsewhere (no head-of-line blocking).
             prefetch=None,
+            _records=True,  # its futures are the task records (pipepool._api, "Two ways out")
         )
         extra = max_workers if EXTRA_QUEUED is None else EXTRA_QUEUED
         self._driver = Driver(executor, max_workers + extra)
@@ -212,16 +216,15 @@ class ProcessPoolExecutor(Executor):
         kill its worker, which is replaced; the future fails with ``TaskKilledError``
         unless it finishes first. Handed over but not started: it is cancelled (its
         worker skips it), or killed if it starts first. False if it had already finished."""
-        owner_key = getattr(future, "_pipepool", None)
-        if owner_key is None or owner_key[0] is not self._driver:
+        if not isinstance(future, PoolFuture) or future.driver is not self._driver:
             raise ValueError("this future does not belong to this pool")
-        if future.cancel_pending():  # type: ignore[attr-defined]
+        if future.cancel_pending():
             return True
         if future.done():
             return False
         d = self._driver
         with d.lock:
-            d.commands.append((SUBMIT_KILL, owner_key[1]))
+            d.commands.append((SUBMIT_KILL, future))
             d.poke()
         return True
 
@@ -235,17 +238,16 @@ class ProcessPoolExecutor(Executor):
     kill_workers = terminate_workers
 
     def worker_pids(self) -> list[int]:
-        """Pids of the live workers, as of the driver's last round."""
+        """Pids of the live workers, as of a round at most ``PIDS_EVERY`` (10 ms) old."""
         return list(self._driver.pids)
 
     # -- internals ----------------------------------------------------------------------
 
     def _map_submitter(self, timeout: float | None) -> Callable[..., MapItem]:
         """``submit`` for one ``map`` call: its items are ``MapItem``s, not Futures."""
-        driver = self._driver
 
         def submit(fn: Callable[..., Any], /, *args: Any) -> MapItem:
-            return self._submit(fn, args, None, timeout, MapItem(driver))
+            return self._submit(fn, args, {}, timeout, MapItem)  # type: ignore[no-any-return]
 
         return submit
 
@@ -253,9 +255,9 @@ class ProcessPoolExecutor(Executor):
         self,
         fn: Callable[..., Any],
         args: tuple,
-        kwargs: dict | None,
+        kwargs: dict,
         timeout: float | None,
-        item: MapItem | None = None,
+        record: type[Record] = PoolFuture,
     ) -> Any:
         d = self._driver
         with d.lock:
@@ -268,10 +270,15 @@ class ProcessPoolExecutor(Executor):
                 raise RuntimeError("cannot schedule new futures after interpreter shutdown")
             if d.thread is None:
                 self._start_driver()
-            key = next(d.keys)
-            fut: PoolFuture | MapItem = PoolFuture(d, key) if item is None else item
-            d.add(Entry(key, fut, fn, args, kwargs, timeout))
-            return fut
+            t = record(d, next(d.keys), fn, args, kwargs, timeout)
+            if not callable(fn):  # the call's own error, as a task's: its future fails
+                t._exception = TypeError(f"{fn!r} is not callable")
+                t._state = FINISHED
+                return t
+            burst = d.add(t)
+        if burst:  # a burst of submits: this thread feeds the workers (Driver.add)
+            d.burst()
+        return t
 
     def _start_driver(self) -> None:
         """Start the LocalExecutor and its driver thread (caller holds the lock).
@@ -320,7 +327,7 @@ class ProcessPoolExecutor(Executor):
         finally:
             _signals.undefer(deferred)
         if handed:  # their cancels are answered (or withdrawn) before this returns
-            d.wait_for(lambda: not any(key in d.cancelling for key in handed), None)
+            d.wait_for(lambda: not any(t in d.cancelling for t in handed), None)
 
     def _join(self) -> None:
         thread = self._driver.thread

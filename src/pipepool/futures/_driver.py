@@ -1,12 +1,12 @@
 """The engine of ``ProcessPoolExecutor``: one LocalExecutor, driven by whoever waits.
 
 The LocalExecutor is not thread-safe, so one thread at a time holds the *token* (the
-``poller`` field) and runs rounds of named steps (``_round.py``): *feed* (pending work
-into the LocalExecutor, while it holds fewer than its capacity), *sync* (the
-LocalExecutor's own round: results, reaping and starting workers, dispatch; it sleeps
-in the poll when nothing happens) and *deliver* (complete futures from the event
-buffer). The state all threads share, and the states a reader can list, are
-``_state.py``.
+``poller`` field) and runs *turns* (``_round.py``), each one step under one signal
+deferral: *feed* (pending records into the LocalExecutor, in bulk, while it holds fewer
+than its capacity), the LocalExecutor's own steps (results, reaping and starting
+workers, dispatch) and *deliver* (settle the records that ended, in bulk); between two
+turns it waits in the LocalExecutor's poll when nothing happened. The state all threads
+share, and the states a reader can list, are ``_state.py``.
 
 Who holds the token: a user thread blocked in ``result()``/``exception()``, in a map's
 iterator or in ``wait()``/``as_completed()`` takes it when it is free, and drives until
@@ -15,8 +15,8 @@ write wakes its own poll). The driver thread takes it only when work is outstand
 no caller wants it (fire-and-forget work, done-callbacks, shutdown), and gives it up as
 soon as a caller asks. Everything that a token holder must notice (a submit, a kill,
 shutdown, a cancel, a future completed elsewhere) is changed under ``lock`` and followed
-by ``wake()`` of the loop; the holder re-checks after the round that drained the wake-up
-pipe (``LocalExecutor.sync(ready=...)``), so no wake-up is lost.
+by ``wake()`` of the loop; the holder re-checks after the turn that drained the wake-up
+pipe (``_cycle``'s ``ready``), so no wake-up is lost.
 """
 
 from __future__ import annotations
@@ -25,13 +25,16 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures._base import CANCELLED, PENDING
 from concurrent.futures.process import BrokenProcessPool
 
 from .. import _signals
-from ._item import Entry, Item
+from ._item import PoolFuture, Record
 from ._round import CANCEL_WAIT, SUBMIT_CANCEL, SUBMIT_CANCEL_REST, Round
 from ._state import FED, FINISHING, FRESH, OPEN, TERMINATING, Shared
 
+BURST = 256  # records waiting that make a submitting thread run a turn itself (add)
 IDLE_WAIT = 1.0  # s a token holder may sleep in the poll; the LocalExecutor shortens it
 # to its own next deadline (worker reaping, task timeouts), and wake() cuts it short.
 
@@ -48,40 +51,60 @@ class Driver(Round):
 
     # -- any thread ---------------------------------------------------------------------
 
-    def add(self, entry: Entry) -> None:
-        """Queue one submitted call (lock held): one wake-up per batch, not per call.
+    def add(self, t: Record) -> bool:
+        """Queue one submitted record (lock held): one wake-up per batch, not per call.
+        True if the submitting thread should run a turn now (``burst``).
 
         With the token free (nobody in the LocalExecutor, and nobody can take it while
-        this holds the lock), nothing queued before it and room, the call goes straight
+        this holds the lock), nothing queued before it and room, the record goes straight
         into the LocalExecutor: the caller's next result() runs the LocalExecutor's
-        round, without a feed step (and its Ctrl-C guard) of its own. A Ctrl-C in here
-        strands nothing: until submit() returns, nobody holds the future.
+        round, without a feed step of its own. A Ctrl-C in here strands nothing: until
+        submit() returns, nobody holds the future.
+
+        A thread that submits a burst feeds the workers itself: once ``BURST`` records
+        wait, with the token free, it runs one turn (``burst``), so the workers start
+        while it submits, and the driver thread, which would race it for the GIL,
+        lingers. Submits fewer and further apart are the driver's, as before.
         """
-        item = entry.item
         if (
             self.poller is None
             and not self.pending
             and not self.loop_closed
             and len(self.running) < self._room()
-            and item.start()
         ):
-            try:
-                self.executor.queue_call(
-                    entry.key, entry.fn, entry.args, entry.kwargs, timeout=entry.timeout
-                )
-            except Exception as exc:  # not callable: that item's error, as in _feed
-                item.settle(False, exc)
-                return
-            self.running[entry.key] = item
+            self.running.add(t)
+            self.executor._queue_tasks([t])
             if len(self.running) == 1 and not self.linger:
                 self._hand_off()  # the first outstanding work: someone must drive
-            return
-        self.pending.append(entry)
+            return False
+        self.pending.append(t)
+        if len(self.pending) >= BURST and self.poller is None:
+            return True
         if self.feed is FED:
             self.feed = FRESH
             if self.poller is not None or not self.linger:
                 self.poke()
             # else the driver looks within LINGER, if no caller has driven by then
+        return False
+
+    def burst(self) -> None:
+        """One turn in a submitting thread (``add``), if the token is still free: feed,
+        the round and deliver, no wait and no done-callback (those are for a thread that
+        waits); then the token is free again."""
+        with self.lock:
+            if self.poller is not None or self.loop_closed or self.stage is not OPEN:
+                return
+            self.poller = threading.get_ident()
+            self.caller_drove = time.monotonic()
+            self.linger = True  # callers drive: the driver thread looks every LINGER
+        try:
+            self._step(self._turn)
+        except KeyboardInterrupt:  # between steps, as everywhere: the state is whole
+            raise
+        except BaseException as exc:  # an internal error: fail every future, hang none
+            self._crash(exc)
+        finally:
+            self._release(caller=True)
 
     def poke(self) -> None:
         """Tell the token holder, or the thread due to take the token, to look again."""
@@ -93,22 +116,22 @@ class Driver(Round):
                 self._hand_off()
             self.cond.notify_all()
 
-    def request_cancel(self, key: int, command: str = SUBMIT_CANCEL) -> None:
-        """Ask the token holder to cancel a future handed over (lock held); the caller
-        waits until ``key`` leaves ``cancelling``: its event came, or the deadline."""
-        if self.loop_closed or key in self.cancelling:
+    def request_cancel(self, t: Record, command: str = SUBMIT_CANCEL) -> None:
+        """Ask the token holder to cancel a record handed over (lock held); the caller
+        waits until ``t`` leaves ``cancelling``: it began or ended, or the deadline."""
+        if self.loop_closed or t in self.cancelling:
             return
-        self.cancelling[key] = time.monotonic() + CANCEL_WAIT
-        self.commands.append((command, key))
+        self.cancelling[t] = time.monotonic() + CANCEL_WAIT
+        self.commands.append((command, t))
         self.poke()
 
-    def cancel_handed_over(self) -> list[int]:
-        """``request_cancel`` for every future handed over (lock held): the ones started
-        stay, the LocalExecutor says which. Returns their keys."""
-        keys = [key for key in self.running if key not in self.cancelling]
-        for key in keys:  # each worker's next call runs, as in the stdlib's call queue
-            self.request_cancel(key, SUBMIT_CANCEL_REST)
-        return keys
+    def cancel_handed_over(self) -> list[Record]:
+        """``request_cancel`` for every record handed over (lock held): the ones started
+        stay, the LocalExecutor says which. Returns them."""
+        records = [t for t in self.running if t not in self.cancelling]
+        for t in records:  # each worker's next call runs, as in the stdlib's call queue
+            self.request_cancel(t, SUBMIT_CANCEL_REST)
+        return records
 
     def request_shutdown(self, *, terminate: bool = False) -> None:
         """Take no more work: finish what was submitted, or stop now (``terminate``)."""
@@ -116,15 +139,17 @@ class Driver(Round):
             self._advance(TERMINATING if terminate else FINISHING)
             self.poke()
 
-    def cancel(self, items: list[Item]) -> None:
-        """Cancel items taken from the queue and tell their waiters (``wait()``,
-        ``as_completed()``): ``cancel()`` alone leaves that to the executor. Outside
-        the lock: cancel() runs done-callbacks."""
-        for item in items:
-            item.quiet_cancel()
+    def cancel(self, records: list[Record]) -> None:
+        """Cancel records taken from the queue (never handed over) and tell their waiters
+        (``wait()``, ``as_completed()``): ``Future.cancel()`` alone leaves that to the
+        executor. Outside the lock: it runs done-callbacks."""
+        for t in records:
+            if isinstance(t, PoolFuture):
+                Future.cancel(t)
+            elif t._state == PENDING:
+                t._state = CANCELLED
         with self.lock:
-            for item in items:
-                item.start()
+            self._notify_cancelled([t for t in records if t._state == CANCELLED])
             self.poke()
 
     def wait_for(self, done: Callable[[], bool], timeout: float | None) -> bool:
@@ -153,7 +178,12 @@ class Driver(Round):
                 self.want += 1
                 try:
                     if self.poller == self.driver_ident and not self.loop_closed:
-                        self.executor.wake()  # the driver yields the token to callers
+                        # The driver yields the token to callers at the end of its turn,
+                        # and lingers: this caller drives from here on.
+                        self.asked = True
+                        self.caller_drove = time.monotonic()
+                        self.linger = True
+                        self.executor.wake()
                     self.cond.wait(remaining)
                 finally:
                     self.want -= 1
@@ -191,31 +221,35 @@ class Driver(Round):
             self._hand_off()
 
     def _drive(self, done: Callable[[], bool], end: float | None) -> None:
-        """Rounds in a caller's thread until ``done()``, ``end`` or a terminate."""
-
-        ex = self.executor
+        """Turns in a caller's thread until ``done()``, ``end`` or a terminate."""
 
         def ready() -> bool:
-            # ex._events: a step before the round (a cancel) published events to deliver
-            return (
-                done()
-                or self.feed is FRESH
-                or bool(self.commands or ex._events)
-                or self.stage is TERMINATING
-            )
+            return done() or self.feed is FRESH or bool(self.commands) or self.stage is TERMINATING
 
         while True:
-            if self.pending or self.commands:
-                self._step(self._feed)
             timeout = IDLE_WAIT if end is None else min(IDLE_WAIT, end - time.monotonic())
-            self._sync(max(timeout, 0.0), ready)
-            self._step(self._deliver)
+            self._cycle(max(timeout, 0.0), ready, deferred=True)
             self._expire_cancels()
             self._run_callbacks()
             if done() or self.stage is TERMINATING:
                 return
             if end is not None and time.monotonic() >= end:
                 return
+
+    def _cycle(self, timeout: float, ready: Callable[[], bool], *, deferred: bool) -> None:
+        """A turn; if it had no news and ``ready()`` says nothing else is due, a wait of
+        up to ``timeout`` and another turn (``LocalExecutor.sync``'s shape). ``ready``
+        is asked after the turn that drained the wake-up pipe: a thread that changes
+        what it reads, then wakes the loop, is never missed. ``deferred``: a caller's
+        thread (each turn one step Ctrl-C cannot cut, and its wait may poll first); else
+        the driver thread (which never runs handlers, and sleeps at once)."""
+        turn = self._turn
+        if not (self._step(turn) if deferred else turn()) and not ready():
+            self._idle(timeout, caller=deferred)
+            if deferred:
+                self._step(turn)
+            else:
+                turn()
 
     # -- the driver thread --------------------------------------------------------------
 
@@ -264,13 +298,12 @@ class Driver(Round):
                 or self.commands
                 or self.stage is TERMINATING
                 or self.want
+                or self.asked
                 or finished
             )
 
         while True:
-            self._feed()
-            self._sync(IDLE_WAIT, ready)
-            self._deliver()
+            self._cycle(IDLE_WAIT, ready, deferred=False)
             self._expire_cancels()
             self._run_callbacks()
             if self.stage is TERMINATING:
@@ -278,7 +311,8 @@ class Driver(Round):
                 return True
             with self.lock:
                 if self.stage is OPEN or self.pending or self.running or self.commands:
-                    if self.want or not self._outstanding():
+                    if self.want or self.asked or not self._outstanding():
+                        self.asked = False
                         self.poller = None
                         self._hand_off()
                         return False
@@ -316,7 +350,8 @@ class Driver(Round):
             self._advance(FINISHING)
             self.loop_closed = True
             doomed = self.drain_pending()
-            self._settle([(item, False, error) for item in doomed if item.start()])
+            self._fail_all([t for t in doomed if t._state == PENDING], error)
+            self._notify_cancelled([t for t in doomed if t._state == CANCELLED])
             self.driver_cond.notify_all()  # a driver thread waiting for work: it ends
         with contextlib.suppress(BaseException):  # best effort: the futures matter more
             self.executor.terminate()
@@ -324,6 +359,7 @@ class Driver(Round):
         self._fail_running(error)
 
     def _fail_running(self, error: BaseException) -> None:
-        running, self.running = self.running, {}
-        self._settle([(item, False, error) for item in running.values() if not item.done()])
+        with self.lock:
+            running = list(self.running)
+        self._fail_all(running, error)
         self._run_callbacks()

@@ -1,5 +1,13 @@
-"""The units of work a ProcessPoolExecutor's driver completes: ``PoolFuture`` (what
-``submit`` returns) and, in ``_map``, a map's lighter items."""
+"""The units of work a ProcessPoolExecutor's driver completes. Each is one record, end to
+end: ``PoolFuture`` (what ``submit`` returns) and ``MapItem`` (one call of a ``map``, in
+``_map``) are the LocalExecutor's task records themselves (``_task.Task``, handed over
+and handed back by the records way out of ``pipepool._api``): no entry, no event and no
+second object per task.
+
+``Record`` adds what the driver settles, under its lock and in bulk, to the task record:
+the state of a ``concurrent.futures.Future`` (``_state``, ``_result``, ``_exception``,
+its constants), so one settle loop serves futures and map items alike.
+"""
 
 from __future__ import annotations
 
@@ -11,51 +19,52 @@ from concurrent.futures._base import (  # the states behind Future's public meth
     CANCELLED_AND_NOTIFIED,
     FINISHED,
     PENDING,
-    RUNNING,
 )
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
+
+from .._task import Task
 
 if TYPE_CHECKING:
     from ._driver import Driver
 
-
-class Item(Protocol):
-    """What the driver needs of a unit of work: a PoolFuture or a map's item.
-
-    ``start`` hands it over to the LocalExecutor; it is pending (cancellable) until
-    ``began`` (its worker's start mark was seen), and ``revoked`` cancels it after the
-    hand-over, once the LocalExecutor confirmed it never started."""
-
-    def start(self) -> bool: ...
-    def began(self) -> None: ...
-    def revoked(self) -> bool: ...
-    def quiet_cancel(self) -> bool: ...
-    def settle(self, ok: bool, value: Any) -> bool: ...
-    def run_callbacks(self) -> None: ...
-    def cancel(self) -> bool: ...
-    def done(self) -> bool: ...
+_DONE_STATES = frozenset((CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED))
 
 
-class Entry:
-    """A submitted call waiting in the driver's ``pending`` queue, with its item."""
+class Record(Task):
+    """A unit of work of a pool: the LocalExecutor's task record (``tid`` and ``key``
+    are the pool's number for it), with the state the driver settles.
 
-    __slots__ = ("args", "fn", "item", "key", "kwargs", "timeout")
+    Its life: PENDING in the driver's ``pending`` queue (cancellable at once); handed to
+    the LocalExecutor (in the driver's ``running``), still PENDING and cancellable through
+    the LocalExecutor; RUNNING once its worker's start mark was seen; then FINISHED
+    (``_result`` or ``_exception``) or CANCELLED_AND_NOTIFIED, set by the driver.
+    """
+
+    __slots__ = ("_condition", "_exception", "_result", "_state", "driver")
+    hooked = False  # a waiter or a done-callback is attached (a PoolFuture's, set by them)
 
     def __init__(
         self,
-        key: int,
-        item: Item,
+        driver: Driver,
+        tid: int,
         fn: Callable[..., Any],
         args: tuple,
-        kwargs: dict | None,
+        kwargs: dict,
         timeout: float | None,
     ) -> None:
-        self.key = key  # the LocalExecutor key of the call, unique in its pool
-        self.item = item  # what settles when it ends: a PoolFuture or a map's item
-        self.fn = fn
-        self.args = args
-        self.kwargs = kwargs  # None: none (queue_call makes the dict)
-        self.timeout = timeout  # seconds it may run once started, or None
+        Task.__init__(self, tid, tid, fn, args, kwargs, timeout)
+        self._state = PENDING
+        self._result: Any = None
+        self._exception: BaseException | None = None
+        self.driver = driver
+        self._condition = driver.cond  # a Future's Condition: the pool's, shared
+
+    def done(self) -> bool:
+        """Finished or cancelled. Without a lock: the driver sets ``_state`` last."""
+        return self._state in _DONE_STATES
+
+    def cancel(self) -> bool:
+        raise NotImplementedError
 
 
 class _DrivingEvent(threading.Event):
@@ -116,7 +125,8 @@ class _LazyWaiters:
     def __get__(self, fut: PoolFuture | None, owner: type | None = None) -> Any:
         if fut is None:
             return self
-        waiters = fut.__dict__["_waiters"] = _Waiters(fut._pipepool[0])
+        waiters = fut.__dict__["_waiters"] = _Waiters(fut.driver)
+        fut.hooked = True  # the driver tells its waiters when it settles
         return waiters
 
 
@@ -128,11 +138,13 @@ class _LazyCallbacks:
         if fut is None:
             return self
         callbacks = fut.__dict__["_done_callbacks"] = []
+        fut.hooked = True  # the driver queues its callbacks when it settles
         return callbacks
 
 
-class PoolFuture(Future):
-    """A ``concurrent.futures.Future`` that shares its pool's lock and drives the pool.
+class PoolFuture(Record, Future):  # type: ignore[misc]  # (Future's done/cancel: Record's first)
+    """A ``concurrent.futures.Future`` that is its pool's task record, shares its pool's
+    lock and drives the pool.
 
     Lighter than the stdlib's: no Condition of its own (the pool's one serves all of its
     futures, so a batch of results is delivered under one lock with one notify), and
@@ -140,29 +152,24 @@ class PoolFuture(Future):
     token is free instead of sleeping until another thread has done it.
     """
 
-    _state = PENDING  # class defaults: fewer stores per future (the instance's shadow them)
-    _result: Any = None
-    _exception: BaseException | None = None
+    __slots__ = ()  # (Record's __init__, not Future's: its Condition is the pool's)
     _waiters = _LazyWaiters()
     _done_callbacks = _LazyCallbacks()
 
-    def __init__(self, driver: Driver, key: int) -> None:  # no super(): its Condition
-        self._condition = driver.cond
-        self._pipepool = (driver, key)  # for kill(), and the driver to wake
-
     def result(self, timeout: float | None = None) -> Any:
-        if self._state == FINISHED and self._exception is None:
-            return self._result  # settle() sets the state last: no lock needed to read
         if self._state != FINISHED:
-            self._pipepool[0].wait_for(self.done, timeout)
-            return super().result(0)  # raises CancelledError or TimeoutError, as due
-        return super().result()
+            self.driver.wait_for(self.done, timeout)
+        if self._state == FINISHED and self._exception is None:
+            return self._result  # the driver sets the state last: no lock needed to read
+        return super().result(0)  # raises its error, CancelledError or TimeoutError
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         if self._state != FINISHED:
-            self._pipepool[0].wait_for(self.done, timeout)
+            self.driver.wait_for(self.done, timeout)
             return super().exception(0)
         return super().exception()
+
+    done = Record.done
 
     def cancel(self) -> bool:
         """Cancel it unless it has started: True if it is cancelled.
@@ -171,23 +178,23 @@ class PoolFuture(Future):
         told to skip it, and this waits for the answer (within ``CANCEL_WAIT``, else the
         cancel is withdrawn and this returns False): started or cancelled, never both.
         """
-        driver, key = self._pipepool
+        driver = self.driver
         if self.cancel_pending():
             return True
         with driver.lock:
             if self._state != PENDING:
                 return self._state in (CANCELLED, CANCELLED_AND_NOTIFIED)
-            driver.request_cancel(key)
-        driver.wait_for(lambda: self._state != PENDING or key not in driver.cancelling, None)
+            driver.request_cancel(self)
+        driver.wait_for(lambda: self._state != PENDING or self not in driver.cancelling, None)
         return self._state in (CANCELLED, CANCELLED_AND_NOTIFIED)
 
     def cancel_pending(self) -> bool:
         """Cancel it now if it was never handed over (or is cancelled): True; else False."""
-        driver = self._pipepool[0]
+        driver = self.driver
         with driver.lock:
             if self._state in (CANCELLED, CANCELLED_AND_NOTIFIED):
                 return True
-            if self._state != PENDING or self._handed:
+            if self._state != PENDING or self in driver.running:  # handed over
                 return False
             self._state = CANCELLED
             driver.cond.notify_all()
@@ -195,53 +202,23 @@ class PoolFuture(Future):
         driver.poke()  # a token holder may be waiting for it
         return True
 
-    # -- for the driver, its lock held: the stdlib's set_* without a lock per future --
 
-    _handed = False  # given to the LocalExecutor: cancelling it takes the pool's word
-
-    def quiet_cancel(self) -> bool:
-        """``cancel()`` of a future never handed over, without waking the token holder:
-        the caller does, once."""
-        return super().cancel()
-
-    def start(self) -> bool:
-        """Hand over (``set_running_or_notify_cancel`` without RUNNING: that waits for
-        its start): False if it was cancelled while pending."""
-        if self._state == CANCELLED:
-            self._state = CANCELLED_AND_NOTIFIED
-            for waiter in self.__dict__.get("_waiters", ()):
-                waiter.add_cancelled(self)
-            return False
-        self._handed = True
-        return True
-
-    def began(self) -> None:
-        """Its worker started it: RUNNING, no longer cancellable."""
-        if self._state == PENDING:
-            self._state = RUNNING
-
-    def revoked(self) -> bool:
-        """The pool cancelled it before it started: CANCELLED, its waiters told; True if
-        callbacks are due."""
-        self._state = CANCELLED_AND_NOTIFIED
-        for waiter in self.__dict__.get("_waiters", ()):
-            waiter.add_cancelled(self)
-        return bool(self.__dict__.get("_done_callbacks"))  # (not made here if none)
-
-    def settle(self, ok: bool, value: Any) -> bool:
-        """``set_result``/``set_exception`` but the notify and the callbacks, which the
-        driver does once per batch; True if callbacks are due."""
-        if ok:
-            self._result = value
-        else:
-            self._exception = value
-        self._state = FINISHED
-        for waiter in self.__dict__.get("_waiters", ()):  # (not made here if none)
-            if ok:
-                waiter.add_result(self)
+def notify_settled(t: Record) -> bool:
+    """A hooked record (a PoolFuture: only waiters and callbacks hook one) was just
+    settled, the driver's lock held: tell its waiters what ``_state`` says; True if it
+    has done-callbacks to run."""
+    d = t.__dict__
+    for waiter in d.get("_waiters", ()):
+        if t._state == FINISHED:
+            if t._exception is None:
+                waiter.add_result(t)
             else:
-                waiter.add_exception(self)
-        return bool(self.__dict__.get("_done_callbacks"))  # (not made here if none)
+                waiter.add_exception(t)
+        else:
+            waiter.add_cancelled(t)
+    return bool(d.get("_done_callbacks"))
 
-    def run_callbacks(self) -> None:
-        self._invoke_callbacks()  # type: ignore[attr-defined]
+
+def run_callbacks(t: Record) -> None:
+    """Its done-callbacks (outside the lock: they may block, submit or wait)."""
+    t._invoke_callbacks()  # type: ignore[attr-defined]  # (a hooked record is a PoolFuture)

@@ -8,65 +8,35 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import CancelledError
+from concurrent.futures._base import CANCELLED, FINISHED, PENDING
 from typing import Any
 
-from ._driver import Driver
-
-_PENDING, _RUNNING, _OK, _ERROR, _CANCELLED = range(5)  # a MapItem's states, in order
+from ._item import Record
 
 
-class MapItem:
-    """One call of a ``map``: the part of a Future that map and the driver use, without
-    callbacks or waiters. Internal to the map's iterator, so no user code waits on it,
-    adds callbacks or cancels it; its consumer drives the pool like ``result()``."""
+class MapItem(Record):
+    """One call of a ``map``: a record with the part of a Future that map and the driver
+    use, without callbacks or waiters. Internal to the map's iterator, so no user code
+    waits on it, adds callbacks or cancels it; its consumer drives the pool like
+    ``result()``."""
 
-    __slots__ = ("driver", "state", "value")
-
-    def __init__(self, driver: Driver) -> None:
-        self.driver = driver
-        self.state = _PENDING
-        self.value: Any = None
-
-    def start(self) -> bool:
-        if self.state == _CANCELLED:
-            return False
-        self.state = _RUNNING
-        return True
-
-    def began(self) -> None:
-        pass  # nobody asks whether a map's item runs
-
-    def revoked(self) -> bool:
-        self.state = _CANCELLED
-        return False  # no callbacks
-
-    def settle(self, ok: bool, value: Any) -> bool:
-        self.value = value
-        self.state = _OK if ok else _ERROR
-        return False  # no callbacks
-
-    def run_callbacks(self) -> None:
-        pass
+    __slots__ = ()
 
     def cancel(self) -> bool:
-        if self.state == _PENDING:
-            self.state = _CANCELLED
-        return self.state == _CANCELLED
-
-    quiet_cancel = cancel  # nobody but its own consumer waits on it
-
-    def done(self) -> bool:
-        return self.state >= _OK  # _CANCELLED included
+        """Cancel it if it was never handed over (the consumer is done with it)."""
+        if self._state == PENDING and self not in self.driver.running:
+            self._state = CANCELLED
+        return self._state == CANCELLED
 
     def result(self, timeout: float | None = None) -> Any:
-        if self.state < _OK:
+        if self._state != FINISHED:
             self.driver.wait_for(self.done, timeout)
-        state = self.state
-        if state == _OK:
-            return self.value
-        if state == _ERROR:
-            raise self.value
-        if state == _CANCELLED:
+        state = self._state
+        if state == FINISHED:
+            if self._exception is None:
+                return self._result
+            raise self._exception
+        if self.done():
             raise CancelledError()
         raise TimeoutError()
 

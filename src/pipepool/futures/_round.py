@@ -1,7 +1,8 @@
 """What the token holder of a ProcessPoolExecutor's driver does, in named steps: *feed*
-(pending calls into the LocalExecutor, while it holds fewer than its room), *sync* (the
-LocalExecutor's own round) and *deliver* (complete items from its event buffer), then
-the done-callbacks. Who holds the token, and when, is ``_driver.py``.
+(pending records into the LocalExecutor, in bulk, while it holds fewer than its room),
+*the round* (the LocalExecutor's own steps) and *deliver* (settle, in bulk, the records
+the round handed back), all in one *turn* under one signal deferral; then the
+done-callbacks. Who holds the token, and when, is ``_driver.py``.
 """
 
 from __future__ import annotations
@@ -9,17 +10,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import CancelledError
-from typing import Any
+from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING, RUNNING
+from typing import Any, cast
 
 from .. import _signals
 from ..errors import RemoteTraceback, TaskKilledError
-from ..events import State
-from ._item import Item
+from ._item import Record, notify_settled, run_callbacks
 from ._state import FED, FINISHING, FULL, TERMINATING, DriverState, Shared
 
-SUBMIT_KILL = "kill"  # a command: kill (or cancel) the call with this key
-SUBMIT_CANCEL = "cancel"  # a command: cancel the call with this key if it has not started
+SUBMIT_KILL = "kill"  # a command: kill (or cancel) this record's call
+SUBMIT_CANCEL = "cancel"  # a command: cancel this record's call if it has not started
 SUBMIT_CANCEL_REST = "cancel-rest"  # the same, but each worker's next call runs (shutdown)
+PIDS_EVERY = 0.01  # s between two looks at the live workers' pids (worker_pids())
 CANCEL_WAIT = 1.0  # s a cancel of a future handed over and not started waits for its
 # worker's answer to REVOKE. Its watcher thread answers within a GIL switch (5 ms) unless
 # the task before it holds the GIL (a long C call); past this the cancel is withdrawn
@@ -30,22 +32,25 @@ class Round(DriverState):
     """The token holder's steps (any thread that holds the token runs them)."""
 
     @staticmethod
-    def _step(step: Callable[[], None]) -> None:
+    def _step(step: Callable[[], Any]) -> Any:
         """A bookkeeping step that Ctrl-C must not cut in two (main thread only)."""
         deferred = None
         try:
             deferred = _signals.defer()
-            step()
+            return step()
         finally:
             _signals.undefer(deferred)
 
-    def _sync(self, timeout: float, ready: Callable[[], bool]) -> None:
-        """The LocalExecutor's round; at interpreter shutdown, do without new workers."""
+    def _turn(self) -> bool:
+        """Feed, the LocalExecutor's round and deliver, as one step (the caller defers
+        signals around it, once); True if the round had news: an outcome, a start or
+        anything else it published."""
         ex = self.executor
-        if self.cancelling:  # wake up in time to withdraw a cancel nobody answered
-            timeout = min(timeout, max(0.0, min(self.cancelling.values()) - time.monotonic()))
+        if self.pending or self.commands or self.feed is not FED:
+            self._feed()
+        published = ex._published
         try:
-            ex.sync(timeout, ready)
+            ex._steps()
         except RuntimeError:
             # Python 3.12 refuses os.fork() once the interpreter is shutting down. The
             # exit hook still lets the pool finish its work: with the workers it has.
@@ -53,133 +58,171 @@ class Round(DriverState):
             if not (Shared.global_shutdown and 0 < alive < ex.parallelism):
                 raise
             ex.parallelism = alive  # a step that cannot repeat: each time there are fewer
-        self.pids = tuple(ex.worker_pids())
+        now = time.monotonic()
+        if now >= self.pids_due:  # (a waitpid per worker: not every turn)
+            self.pids = tuple(ex.worker_pids())
+            self.pids_due = now + PIDS_EVERY
+        return self._deliver() or ex._published != published
+
+    def _idle(self, timeout: float, *, caller: bool) -> None:
+        """Wait (outside any deferral) until a worker writes, a wake-up, ``timeout`` or
+        the LocalExecutor's own next deadline; sooner to withdraw a cancel in time. Only
+        a ``caller`` (a thread waiting for a result) polls before it sleeps: the driver
+        thread's poll would cost the submitting thread the GIL, and nobody waits on it."""
+        if self.cancelling:  # wake up in time to withdraw a cancel nobody answered
+            timeout = min(timeout, max(0.0, min(self.cancelling.values()) - time.monotonic()))
+        self.executor._idle(timeout, poll_first=caller)
 
     def _feed(self) -> None:
-        """Hand pending work to the LocalExecutor while it has room; run commands."""
+        """Hand pending records to the LocalExecutor, in bulk, while it has room; run
+        commands."""
         pending, running, ex = self.pending, self.running, self.executor
-        failed: list[tuple[Item, BaseException]] = []
         with self.lock:
             room = self._room() - len(running)
             while pending and room > 0:
-                entry = pending.popleft()
-                item = entry.item
-                if not item.start():
-                    continue  # cancelled while pending: it never runs
-                try:
-                    ex.queue_call(
-                        entry.key, entry.fn, entry.args, entry.kwargs, timeout=entry.timeout
-                    )
-                except Exception as exc:  # not callable: that item's error
-                    failed.append((item, exc))
-                    continue
-                running[entry.key] = item
-                room -= 1
+                if room >= len(pending):
+                    taken = list(pending)
+                    pending.clear()
+                else:
+                    popleft = pending.popleft
+                    taken = [popleft() for _ in range(room)]
+                fresh = [t for t in taken if t._state == PENDING]
+                if len(fresh) < len(taken):  # cancelled while pending: they never run
+                    self._notify_cancelled([t for t in taken if t._state == CANCELLED])
+                running.update(fresh)
+                ex._queue_tasks(fresh)
+                room -= len(fresh)
             self.feed = FULL if pending else FED
             commands = list(self.commands)
             self.commands.clear()
-        if failed:
-            self._settle([(item, False, exc) for item, exc in failed])
+        if commands:
+            self._run_commands(commands)
+
+    def _run_commands(self, commands: list[tuple[str, Record]]) -> None:
+        """Kills and cancels asked for since the last feed (signals deferred: a turn)."""
+        ex = self.executor
         cancels = []
         rest = []
-        for command, key in commands:
+        for command, t in commands:
             if command == SUBMIT_CANCEL:
-                cancels.append(key)
+                cancels.append(t)
             elif command == SUBMIT_CANCEL_REST:
-                rest.append(key)
-            elif command == SUBMIT_KILL and key in running and not ex.kill(key):
+                rest.append(t)
+            elif command == SUBMIT_KILL and t in self.running and not ex.kill(t.key):
                 # Not started: cancel it (queued in the LocalExecutor: now; sent to a
                 # worker: once it skips it), and kill it if it starts first.
-                ex.cancel(key)
-                self.kill_on_start.add(key)
-        for keys, spare_next in ((cancels, False), (rest, True)):
-            if not keys:
+                ex._cancel_tasks([t])
+                self.kill_on_start.add(t)
+        for records, spare_next in ((cancels, False), (rest, True)):
+            if not records:
                 continue
             # Queued in the LocalExecutor: cancelled now. Sent to a worker and not
-            # started: REVOKE; its CancelledError (or RUNNING) event settles it. Started
-            # or ended: nothing to wait for.
-            cancelling = ex._cancel(keys, spare_next=spare_next)
+            # started: REVOKE; its CancelledError (or a start) settles it. Started or
+            # ended: nothing to wait for.
+            cancelling = set(ex._cancel_tasks(records, spare_next=spare_next))
             with self.lock:
-                for key in keys:
-                    if key not in cancelling:
-                        self.cancelling.pop(key, None)
+                for t in records:
+                    if t not in cancelling:
+                        self.cancelling.pop(t, None)
                 self.cond.notify_all()
 
-    def _deliver(self) -> None:
-        """Complete the items of every terminal event; act on RUNNING ones."""
+    def _deliver(self) -> bool:
+        """Settle the records the round handed back, in bulk; True if there were any."""
         ex = self.executor
-        events = ex.get_event_buffer()
-        if not events:
-            return
-        broken = ex.broken
-        outcomes: list[tuple[Item, bool, Any]] = []
-        began: list[Item] = []
+        settled, began = cast(tuple[list[Record], list[Record]], ex._take_records())
+        if not (settled or began):
+            return False
+        kill_on_start = self.kill_on_start
+        if began and kill_on_start:
+            for t in began:
+                if t in kill_on_start:  # kill() came before it started: now it has
+                    kill_on_start.discard(t)
+                    ex.kill(t.key)
+        if settled and kill_on_start:
+            kill_on_start.difference_update(settled)
+        self._settle(settled, began)
+        return True
+
+    def _settle(self, settled: list[Record], began: list[Record] | None = None) -> None:
+        """Complete records under one lock and one notify: ``began`` ones run (first:
+        a record may begin and end in one round), ``settled`` ones end with what the
+        LocalExecutor says (``failed``, ``value``); queue their callbacks."""
         breaking = None
-        running, kill_on_start, success = self.running, self.kill_on_start, State.SUCCESS
-        for key, event in events.items():
-            state = event.state
-            if state is success:  # the common case first, in few steps
-                item = running.pop(key, None)  # type: ignore[call-overload]
-                if kill_on_start:
-                    kill_on_start.discard(key)
-                if item is not None:
-                    outcomes.append((item, True, event.result))
-                continue
-            if not state.terminal:
-                if state is State.RUNNING:
-                    item = running.get(key)  # type: ignore[call-overload]
-                    if item is not None:
-                        began.append(item)
-                    if key in kill_on_start:
-                        kill_on_start.discard(key)
-                        ex.kill(key)
-                continue
-            kill_on_start.discard(key)
-            item = running.pop(key, None)  # type: ignore[call-overload]
-            if item is None:
-                continue
-            error = event.exception
-            if error is not None and error is broken:
-                breaking = error
-            elif isinstance(error, CancelledError) and not isinstance(
-                error.__cause__, RemoteTraceback
-            ):  # (a task's own error has one)
-                if self.stage is not TERMINATING:
-                    # Cancelled in the LocalExecutor before it started (cancel(),
-                    # shutdown(cancel_futures=True), kill()): its future is still
-                    # PENDING, and turns CANCELLED.
-                    outcomes.append((item, False, None))
-                    continue
-                error = TaskKilledError("the executor was terminated before the task started")
-            outcomes.append((item, False, error))
-        self._settle(outcomes, began, events if self.cancelling else None)
+        with self.lock:
+            if began:
+                for t in began:
+                    if t._state == PENDING:
+                        t._state = RUNNING
+            if settled:
+                self.running.difference_update(settled)
+                hooked = []
+                for t in settled:
+                    if t.failed:
+                        breaking = self._fail(t) or breaking
+                    else:
+                        t._result = t.value
+                        t._state = FINISHED  # last: result() reads it without the lock
+                    if t.hooked:
+                        hooked.append(t)
+                if hooked:
+                    due = self.callbacks_due
+                    for t in hooked:
+                        if notify_settled(t):
+                            due.append(t)
+            cancelling = self.cancelling
+            if cancelling:  # a cancel() waiting on one of them has its answer
+                for t in settled:
+                    cancelling.pop(t, None)
+                for t in began or ():
+                    cancelling.pop(t, None)
+            self.cond.notify_all()
         if breaking is not None:
             self._break(breaking)
 
-    def _settle(
-        self,
-        outcomes: list[tuple[Item, bool, Any]],
-        began: list[Item] | None = None,
-        decided: Any = None,
-    ) -> None:
-        """Complete a batch under one lock and one notify; queue their callbacks. An
-        outcome (item, False, None) cancels it (it never started); ``began`` items run;
-        ``decided`` keys had an event: a cancel() waiting on one has its answer."""
-        if not (outcomes or began or decided):
-            return
+    def _fail(self, t: Record) -> BaseException | None:
+        """Settle a record whose task failed (lock held): its error, or CANCELLED if the
+        LocalExecutor cancelled it before it started; the error if it breaks the pool."""
+        error = t.value
+        if error is not None and error is self.executor.broken:
+            t._exception = error
+            t._state = FINISHED
+            return error
+        if isinstance(error, CancelledError) and not isinstance(
+            error.__cause__, RemoteTraceback
+        ):  # (a task's own error has one)
+            if self.stage is not TERMINATING:
+                # Cancelled in the LocalExecutor before it started (cancel(),
+                # shutdown(cancel_futures=True), kill()): it turns CANCELLED.
+                t._state = CANCELLED_AND_NOTIFIED
+                return None
+            error = TaskKilledError("the executor was terminated before the task started")
+        t._exception = error
+        t._state = FINISHED
+        return None
+
+    def _fail_all(self, records: list[Record], error: BaseException) -> None:
+        """Fail records that will never reach the LocalExecutor's outcomes (lock held, or
+        the pool stopped): the pool broke, or stopped before they finished."""
         with self.lock:
             due = self.callbacks_due
-            for item, ok, value in outcomes:
-                if item.revoked() if value is None and not ok else item.settle(ok, value):
-                    due.append(item)
-            if began:
-                for item in began:
-                    item.began()
-            if decided:
-                cancelling = self.cancelling
-                for key in decided:
-                    cancelling.pop(key, None)
+            self.running.difference_update(records)
+            for t in records:
+                if t._state in (FINISHED, CANCELLED_AND_NOTIFIED):
+                    continue
+                t._exception = error
+                t._state = FINISHED
+                if t.hooked and notify_settled(t):
+                    due.append(t)
             self.cond.notify_all()
+
+    def _notify_cancelled(self, records: list[Record]) -> None:
+        """Records cancelled while pending, now taken out of the queue (lock held): their
+        waiters learn it (``set_running_or_notify_cancel``'s half; callbacks ran at
+        cancel())."""
+        for t in records:
+            t._state = CANCELLED_AND_NOTIFIED
+            if t.hooked:
+                notify_settled(t)
 
     def _expire_cancels(self) -> None:
         """Withdraw each cancel its worker did not answer within CANCEL_WAIT (a task
@@ -188,10 +231,10 @@ class Round(DriverState):
             return
         now = time.monotonic()
         with self.lock:
-            late = [key for key, deadline in self.cancelling.items() if deadline <= now]
-            for key in late:
-                self.executor._uncancel(key)
-                del self.cancelling[key]
+            late = [t for t, deadline in self.cancelling.items() if deadline <= now]
+            for t in late:
+                self.executor._uncancel(t)
+                del self.cancelling[t]
             if late:
                 self.cond.notify_all()
 
@@ -201,10 +244,10 @@ class Round(DriverState):
         due = self.callbacks_due
         while due:
             try:
-                item = due.popleft()
+                t = due.popleft()
             except IndexError:  # a nested waiter ran them
                 return
-            item.run_callbacks()
+            run_callbacks(t)
 
     def _break(self, error: BaseException) -> None:
         """The initializer keeps failing: like the stdlib, the pool is broken for good."""
@@ -213,4 +256,5 @@ class Round(DriverState):
                 self.broken = error
             self._advance(FINISHING)
             doomed = self.drain_pending()
-            self._settle([(item, False, error) for item in doomed if item.start()])
+            self._fail_all([t for t in doomed if t._state == PENDING], error)
+            self._notify_cancelled([t for t in doomed if t._state == CANCELLED])

@@ -13,7 +13,8 @@ What a reader can list, the pool's states:
   pending work: yes), FRESH (it was told of pending work it has not fed yet) or FULL
   (it stopped at capacity: a result brings it back, so no).
 * The token: ``poller`` (the thread that holds it, or None), ``want`` (callers blocked
-  until it is free), and whether the driver thread lingers: ``linger`` (callers drive;
+  until it is free), ``asked`` (a caller asked the driver thread for it), and whether the
+  driver thread lingers: ``linger`` (callers drive;
   it looks every LINGER instead of being woken by each submit) with ``caller_drove``
   (when a caller last held the token: LINGER_IDLE after it, the driver sleeps again).
 """
@@ -27,7 +28,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from ..executor import LocalExecutor
-from ._item import Entry, Item
+from ._item import Record
 
 if TYPE_CHECKING:
     from ._driver import Driver
@@ -66,9 +67,9 @@ class Shared:
 class DriverState:
     """State shared by a pool (user threads), its token holder and its driver thread.
 
-    Under ``lock``: every field but ``running`` and ``kill_on_start`` (token holder's).
-    Kept apart from the pool object so the thread does not keep the pool alive: a pool
-    that is garbage collected shuts down like ``shutdown(wait=False)``.
+    Under ``lock``: every field but ``kill_on_start`` (token holder's). Kept apart from
+    the pool object so the thread does not keep the pool alive: a pool that is garbage
+    collected shuts down like ``shutdown(wait=False)``.
     """
 
     def __init__(self, executor: LocalExecutor, capacity: int) -> None:
@@ -88,29 +89,34 @@ class DriverState:
         # -- the token ----------------------------------------------------------------------
         self.poller: int | None = None  # the thread holding the token
         self.want = 0  # callers blocked until the token is free
+        self.asked = False  # a caller waited for the token the driver thread holds: the
+        # driver gives it up at the end of its turn, even if that caller's future was
+        # settled meanwhile (it will want the token again: callers drive, the driver lingers)
         self.linger = False  # callers drive: the driver looks every LINGER, unwoken
         self.caller_drove = 0.0  # monotonic time a caller last took the token
         self.thread: threading.Thread | None = None  # the driver thread, once started
         self.driver_ident: int | None = None  # its ident, once it runs
         # -- the work -----------------------------------------------------------------------
-        self.keys = itertools.count()  # LocalExecutor keys, one per submitted call
-        self.pending: deque[Entry] = deque()  # submitted, not yet handed over (PENDING)
-        self.commands: deque[tuple[str, int]] = deque()  # (SUBMIT_*, key) for the holder
-        self.running: dict[int, Item] = {}  # handed to the LocalExecutor, not finished
-        self.kill_on_start: set[int] = set()  # kill requested before the task started
-        self.cancelling: dict[int, float] = {}  # key -> deadline: a cancel() waits for the
-        # LocalExecutor's word on a future handed over (SUBMIT_CANCEL, then its event)
-        self.callbacks_due: deque[Item] = deque()  # settled, callbacks not yet run
-        self.pids: tuple[int, ...] = ()  # live worker pids after the last round
+        # The work: each call is one record (``_item``), from submit() to its outcome.
+        self.keys = itertools.count(1)  # record numbers (the LocalExecutor's tids)
+        self.pending: deque[Record] = deque()  # submitted, not yet handed over (PENDING)
+        self.commands: deque[tuple[str, Record]] = deque()  # (SUBMIT_*, record): holder's
+        self.running: set[Record] = set()  # handed to the LocalExecutor, not settled
+        self.kill_on_start: set[Record] = set()  # kill requested before the task started
+        self.cancelling: dict[Record, float] = {}  # -> deadline: a cancel() waits for the
+        # LocalExecutor's word on a future handed over (SUBMIT_CANCEL, then its record)
+        self.callbacks_due: deque[Record] = deque()  # settled, callbacks not yet run
+        self.pids: tuple[int, ...] = ()  # live worker pids, as of a round PIDS_EVERY ago
+        self.pids_due = 0.0  # monotonic time the next turn looks at them again
         self.pool_ref: Any = None  # weakref.ref whose callback shuts down a lost pool
 
     def _advance(self, stage: Stage) -> None:
         """Ask more of the pool: a stage is never taken back (lock held)."""
         self.stage = max(self.stage, stage)
 
-    def drain_pending(self) -> list[Item]:
-        """Take every pending (never handed over) item out of the queue (lock held)."""
-        taken = [entry.item for entry in self.pending]
+    def drain_pending(self) -> list[Record]:
+        """Take every pending (never handed over) record out of the queue (lock held)."""
+        taken = list(self.pending)
         self.pending.clear()
         return taken
 

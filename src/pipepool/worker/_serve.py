@@ -16,6 +16,7 @@ from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
+from .. import _spin
 from .. import loop as _impl
 from .._outcome import encode_failure
 from ..errors import FrameError, TaskPicklingError, TaskUnpicklingError
@@ -280,11 +281,22 @@ def serve(
     shared = Kind.SHARED
     served = 0
     seq = 0  # calls read so far: the numbering start marks, REVOKE and REVOKED use
+    # After an outcome, the next task may come within microseconds (a caller that waits
+    # for each result): poll the activity pipe briefly before sleeping in read() (_spin).
+    spin = _spin.Spin() if _spin.ENABLED else None
+    activity = select.poll()
+    activity.register(activity_fd, select.POLLIN)
+
+    def readable() -> bool:
+        return bool(activity.poll(0))
+
     while (max_tasks is None or served < max_tasks) and not _retiring:
         if held and region is not None:
             # The last frame's payload was in the shared ring and is done with: unpickled
             # and its outcome written since (a system call), or skipped unread.
             region.release_all()
+        if spin is not None and served and not reader.buffered():
+            spin.wait(readable)
         try:
             frame = reader.read()
         except FrameError:

@@ -1,0 +1,71 @@
+"""Who holds a ProcessPoolExecutor's token (``futures/_driver.py``): the driver thread
+gives it up to a caller that asked for it, and the turn's news decide whether it waits."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import futures_tasks as ft
+from pipepool import LocalExecutor
+from pipepool.futures._driver import BURST, Driver
+from pipepool.futures._item import PoolFuture
+from pipepool.futures._state import TERMINATING
+
+WAIT = 30.0
+
+
+@pytest.mark.timeout(120)
+def test_the_driver_yields_the_token_to_a_caller_that_asked(tmp_path):
+    """A caller asked for the token (it waited while the driver held it), then its
+    future was settled by the driver's own turn and it stopped waiting: the driver still
+    gives the token up at the end of that turn, instead of settling every later future
+    for it one by one while it wakes up for each (callers drive, the driver lingers)."""
+    ex = LocalExecutor(1, start_method="fork", _records=True)
+    ex.start()
+    d = Driver(ex, 2)
+    gate = tmp_path / "gate"
+    with d.lock:
+        d.add(PoolFuture(d, 1, ft.wait_for_file, (str(gate),), {}, None))  # stays outstanding
+    me = threading.get_ident()
+    d.poller = d.driver_ident = me  # this thread acts as the driver thread
+    d.asked = True
+    ended: list[bool] = []
+    worker = threading.Thread(target=lambda: ended.append(d._run_rounds()), daemon=True)
+    worker.start()
+    worker.join(WAIT)
+    try:
+        assert ended == [False], "the driver kept the token a caller had asked for"
+        assert d.poller is None and not d.asked and d.running  # handed off, work still out
+    finally:
+        if worker.is_alive():
+            d.stage = TERMINATING  # its next check stops it
+            ex.wake()
+            worker.join(WAIT)
+        gate.touch()
+        ex.terminate()
+
+
+@pytest.mark.timeout(120)
+def test_a_burst_of_submits_feeds_the_workers_from_the_submitting_thread():
+    """Once BURST records wait with the token free, the submit that made it so runs one
+    turn with the token: the records reach the workers while the burst goes on (no
+    driver thread here), then the token is free again. Fewer waiting: no turn."""
+    ex = LocalExecutor(1, start_method="fork", _records=True)
+    ex.start()
+    d = Driver(ex, 2)
+    try:
+        turns = []
+        with d.lock:
+            for tid in range(1, BURST + 200):
+                turns.append(d.add(PoolFuture(d, tid, abs, (-tid,), {}, None)))
+                if turns[-1]:
+                    break
+        room = d._room()
+        assert turns[:-1] == [False] * (room + BURST - 1) and turns[-1] is True
+        d.burst()
+        assert d.poller is None, "the token stays taken after the burst's turn"
+        assert sum(len(w.in_flight) for w in ex._workers.values()) > 0, "nothing was sent"
+    finally:
+        ex.terminate()
