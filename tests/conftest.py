@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copyreg
 import os
+import signal
 
 import pytest
 
@@ -115,6 +116,17 @@ def no_tblib_after_this_module():
 
 
 _AIRFLOW_TESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "airflow")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C deliverable, however the suite was launched. A shell starts a background
+    job (``pytest &``, a CI runner's step, nohup) with SIGINT ignored, and an ignored
+    signal stays ignored across fork and exec: the tests that press Ctrl-C on this
+    process or on a child they start would then test nothing and fail. A handled
+    signal is reset to its default in an exec'd child, so Python's own handler there
+    comes back too."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(items) -> None:
