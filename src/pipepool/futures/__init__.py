@@ -52,10 +52,12 @@ Where it differs from the standard library, on purpose:
 * ``max_tasks_per_child`` is allowed with the fork start method (replacements are forked
   from the driver thread whatever the option, so it adds no new hazard), and values
   above 1 do not deadlock (CPython gh-115634, Python 3.11 to 3.13).
-* ``shutdown(cancel_futures=True)`` cancels every future not started, the ones already
-  handed to the workers included (the stdlib's call queue keeps ``max_workers + 1`` it
-  cannot cancel), before it returns, even with ``wait=False``, and those futures notify
-  ``wait()``/``as_completed()`` (the stdlib's do not).
+* ``shutdown(cancel_futures=True)`` cancels every future not started but each
+  worker's next one, the ones already handed to the workers included (the stdlib's
+  call queue keeps ``max_workers + 1`` it cannot cancel; CPython's own
+  ``test_cancel_futures`` expects some to finish), before it returns, even with
+  ``wait=False``, and those futures notify ``wait()``/``as_completed()`` (the stdlib's
+  do not).
 * A future stopped by ``kill()`` before it started is CANCELLED; after, or by
   ``terminate_workers()`` once handed over, it fails with ``TaskKilledError``.
 * ``with_options(timeout=...)`` bounds single tasks and ``kill(future)`` stops one.
