@@ -347,8 +347,9 @@ class LocalExecutor(Reaper, Dispatcher):
         try:
             deferred = _signals.defer()
             alive = sum(1 for w in self._workers.values() if not w.closing)
+            oom_at = _oom.snapshot(self._oom_counters)
             for _ in range(self.parallelism - alive):
-                self._start_worker()
+                self._start_worker(oom_at)
         finally:
             _signals.undefer(deferred)
 
