@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -210,8 +211,50 @@ def test_run_tells_a_killed_job_from_a_killed_worker(tmp_path: Path) -> None:
     assert "the job was" not in listed["#2"] and "its worker" not in listed["#1"]
     records = {r["seq"]: r for r in json.loads(proc.stdout.splitlines()[-1])["records"]}
     assert records[1]["error"] is None and records[1]["signal_name"] == "SIGKILL"
+    assert records[1]["oom"] is None  # no count of OOM kills rose: a plain SIGKILL
     assert records[2]["error"].startswith("its worker pid")
     assert "counted no OOM kill" in records[2]["error"] or "OOM kills" in records[2]["error"]
+
+
+@pytest.mark.skipif(
+    _own_memory_cgroup() is None,
+    reason="the real OOM killer needs a memory cgroup of its own: root and cgroup v1's "
+    "memory controller",
+)
+@pytest.mark.parametrize(
+    ("options", "said", "record"),
+    [
+        (["--no-shell"], "the job was killed by the kernel's OOM killer (the OOM kill count", 9),
+        ([], "exit 137, a process of the job killed by the kernel's OOM killer (the OOM", 0),
+    ],
+    ids=["the-job", "its-shells-child"],
+)
+def test_run_names_the_oom_killer_of_a_job(
+    tmp_path: Path, options: list[str], said: str, record: int
+) -> None:
+    # The job's Python process moves itself into a 64 MiB cgroup and fills it. Without a
+    # shell, the OOM killer's victim is the job itself (SIGKILL); with one, the shell
+    # reports its child's death as exit 137. A plain SIGKILL reads as one: test above.
+    parent = _own_memory_cgroup()
+    assert parent is not None
+    group = os.path.join(parent, f"pipepool-test-run-oom-{os.getpid()}")
+    code = f"import death_tasks; death_tasks.fill_own_cgroup({group!r}, 64 << 20)"
+    hog = shlex.join(["env", f"PYTHONPATH={Path(__file__).parent}", sys.executable, "-c", code])
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pipepool", "run", "-j1", "--json", *options, ":::", hog],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+        )
+    finally:
+        remove_cgroup(group)
+    assert proc.returncode == 1, proc.stderr
+    assert said in proc.stderr, proc.stderr
+    (row,) = json.loads(proc.stdout.splitlines()[-1])["records"]
+    assert row["signal"] == record and row["error"] is None, row
+    assert row["oom"].startswith("the OOM kill count of ") and "rose from" in row["oom"], row
 
 
 # -- start-up ------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from .. import _oom
 from ._reaper import Usage, expect_job, killpg, setup_worker, sweep_orphans, tell_guardian
 
 KILL_GRACE = 0.5  # s between SIGTERM and SIGKILL of a timed-out job: long enough for a
@@ -80,6 +81,7 @@ class JobResult:
     user: float = 0.0  # CPU seconds of the job's whole process tree, in user mode
     sys: float = 0.0  # ... and in the kernel
     maxrss: int = 0  # bytes: the largest peak resident set of a process in the tree
+    oom: str = ""  # SIGKILL (or exit 137) while a count of OOM kills rose: how it rose
 
     @property
     def ok(self) -> bool:
@@ -88,6 +90,11 @@ class JobResult:
 
 def run_job(spec: JobSpec) -> JobResult:
     """Run ``spec.argv`` in a new session with output to files; never leave a descendant."""
+    # Stamped first: the runner counts ``--delay`` from this job's start mark, set just
+    # before this call; a stamp after the set-up below would let a worker preempted in
+    # it log two starts closer than the delay.
+    start = time.time()
+    t0 = time.monotonic()
     setup_worker()
     if spec.cpus is not None:  # --pin: this worker, hence the job and all it starts
         os.sched_setaffinity(0, spec.cpus)
@@ -101,8 +108,7 @@ def run_job(spec: JobSpec) -> JobResult:
     os.environ["PIPEPOOL_SEQ"] = os.environ["PARALLEL_SEQ"] = str(spec.seq)
     if spec.slot:
         os.environ["PARALLEL_JOBSLOT"] = str(spec.slot)
-    start = time.time()
-    t0 = time.monotonic()
+    oom_at = _oom.snapshot(_oom.counters())  # a SIGKILL is the OOM killer's if these rise
     expect_job()  # from here a worker's death kills the job, even before it has a pid
     try:
         proc = subprocess.Popen(
@@ -164,6 +170,10 @@ def run_job(spec: JobSpec) -> JobResult:
         exitval, sig = 0, -code
     else:
         exitval, sig = code, 0
+    oom = ""
+    # SIGKILL, or a shell's 128 + 9 for a child of its that SIGKILL ended
+    if not timed_out and signal.SIGKILL in (sig, exitval - 128):
+        oom = _oom.rise(oom_at, _oom.counters()) or ""
     sizes = (0, 0)
     if not spec.inherit_output:
         sizes = _file_size(spec.stdout_path), _file_size(spec.stderr_path)
@@ -185,6 +195,7 @@ def run_job(spec: JobSpec) -> JobResult:
         user=usage.user,
         sys=usage.sys,
         maxrss=usage.maxrss,
+        oom=oom,
     )
 
 

@@ -276,6 +276,7 @@ class Runner:
                 user=result.user,
                 sys=result.sys,
                 maxrss=result.maxrss,
+                oom=result.oom,
             )
             start, receive = result.start, result.stdout_size
         else:

@@ -36,6 +36,7 @@ class Outcome:
     origin: int = 0  # the job's number within one repetition (--repeat)
     rep: int = 1
     start: float = 0.0  # epoch seconds
+    oom: str = ""  # SIGKILL (or exit 137) while a count of OOM kills rose: how it rose
 
     def describe(self) -> str:
         if self.status == "aborted":
@@ -44,6 +45,13 @@ class Outcome:
             return f"timed out ({_signame(self.signal)})"
         if self.error:  # the pool's words: its worker died (or --memfree), not the job;
             return self.error.split(" (", 1)[0]  # the details are in --json's "error"
+        if self.oom and self.signal:
+            return f"the job was killed by the kernel's OOM killer ({self.oom})"
+        if self.oom:  # a shell's 137: the process the OOM killer chose was its child
+            return (
+                f"exit {self.exitval}, a process of the job killed by the kernel's OOM "
+                f"killer ({self.oom})"
+            )
         if self.signal:
             return f"the job was killed by {_signame(self.signal)}"
         return f"exit {self.exitval}"
@@ -60,6 +68,7 @@ class Outcome:
             "runtime": round(self.runtime, 6),
             "attempts": self.attempts,
             "error": self.error or None,
+            "oom": self.oom or None,
             "start": round(self.start, 6),
             "user": round(self.user, 6),
             "sys": round(self.sys, 6),
