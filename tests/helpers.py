@@ -26,6 +26,7 @@ from collections.abc import Callable, Hashable
 from pathlib import Path
 
 import leakcheck
+import proc_table
 from pipepool import Event, LocalExecutor
 
 START_METHODS = ["fork", "spawn", "forkserver"]
@@ -319,26 +320,14 @@ def start_cli(*args: str, cwd: Path | None = None, **kw) -> subprocess.Popen[str
 def survivors(mark: str, *, jobs_only: bool = False) -> list[int]:
     """Live (non-zombie) processes whose command line contains ``mark``: the jobs, and
     the runner, its workers and their guardians when the marker is one of its arguments
-    (forked processes keep their parent's command line). ``jobs_only``: just the jobs."""
+    (forked processes keep their parent's command line). ``jobs_only``: just the jobs.
+    From /proc, or ps where there is none (``proc_table``)."""
     python = sys.executable.encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmdline = f.read()
-            with open(f"/proc/{entry}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if (
-            mark.encode() in cmdline
-            and state != "Z"
-            and not (jobs_only and cmdline.startswith(python))
-        ):
-            found.append(int(entry))
-    return found
+    return [
+        pid
+        for pid, command in proc_table.live_commands().items()
+        if mark.encode() in command and not (jobs_only and command.startswith(python))
+    ]
 
 
 def kill_survivors(mark: str) -> None:

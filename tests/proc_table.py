@@ -75,6 +75,24 @@ def processes() -> dict[int, tuple[int, bytes]]:
     return table
 
 
+def live_commands() -> dict[int, bytes]:
+    """Every live process (zombies left out) but this one: ``{pid: cmdline}``."""
+    if not HAVE_PROC:
+        return {
+            pid: cmd
+            for pid, (_, st, cmd) in _ps().items()
+            if not st.startswith("Z") and pid != os.getpid()
+        }
+    table = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            stat = _stat(int(entry))
+            command = cmdline(int(entry))
+            if stat and stat[0] not in ("Z", "X") and command:
+                table[int(entry)] = command
+    return table
+
+
 def with_environ(entry: str) -> set[int]:
     """Live processes (zombies left out) whose environment holds ``entry``, a whole
     ``NAME=value``: found by what a process carries, so a re-parented orphan cannot

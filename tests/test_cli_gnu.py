@@ -22,8 +22,11 @@ from pathlib import Path
 import pytest
 
 from helpers import joblog_rows, run_cli, start_cli
+from pipepool._cli_common import default_jobs
 
-pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc (Linux)")
+# --load and --memfree read /proc (stat, meminfo); elsewhere they are refused before
+# anything runs, which test_portable.py checks.
+needs_proc = pytest.mark.skipif(not os.path.isdir("/proc"), reason="--load/--memfree read /proc")
 
 
 def lines(*args: str, input: str | None = None) -> list[str]:
@@ -385,6 +388,7 @@ def test_eta() -> None:
     assert "ETA" in proc.stderr and "3/3" in proc.stderr
 
 
+@needs_proc
 def test_load() -> None:
     # DOC tutorial "Limiting the resources": parallel --load 100% echo load is less than
     # {} job per cpu ::: 1 -> runs when the load is below one process per core; a limit
@@ -394,6 +398,7 @@ def test_load() -> None:
     assert lines("--load", "100000%", "echo", ":::", "x") == ["x"]
 
 
+@needs_proc
 def test_memfree() -> None:
     # DOC tutorial: parallel --memfree 1G echo will run if more than 1 GB is ::: free
     # (scaled to 1M, which any machine running the tests has)
@@ -423,7 +428,7 @@ def test_rejected_options_name_the_option_and_the_way_instead() -> None:
 
 def test_jobs_syntax() -> None:
     # DOC man --jobs: N, +N, -N, N% (of the cores)
-    cores = len(os.sched_getaffinity(0))
+    cores = default_jobs()  # the cores this process may use (no affinity on macOS)
     for spec, expected in [
         ("3", 3),
         ("+1", cores + 1),

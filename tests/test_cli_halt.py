@@ -29,8 +29,6 @@ import pytest
 
 from helpers import ENV, marked
 
-pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc (Linux)")
-
 JOBS = 8
 WAIT_LIMIT = 3000  # polls of 10 ms a gate waits before the job gives up (GAVE-UP): a
 # broken runner fails the row in 30 s, it does not hang it
