@@ -218,6 +218,7 @@ def test_a_killed_worker_fails_its_batch_with_a_named_error_and_the_pool_goes_on
     first, last = (int(c.split("(")[1].split(",")[0]) for c in (err.calls[0], err.calls[-1]))
     assert first <= 500 <= last
     assert "kill_self_at(" in str(err) and "SIGKILL" in str(err)
+    assert err.cause == "signal" and "Cause: a signal from outside the pool" in str(err)
     pool = pj._pool
     # The next call runs on the same pool: no restart.
     assert Parallel(n_jobs=2, backend="pipepool")(delayed(square)(i) for i in range(10)) == [
@@ -225,7 +226,12 @@ def test_a_killed_worker_fails_its_batch_with_a_named_error_and_the_pool_goes_on
     ]
     assert pj._pool is pool
     again = pickle.loads(pickle.dumps(err))
-    assert (again.pid, again.exitcode, again.calls) == (err.pid, err.exitcode, err.calls)
+    assert (again.pid, again.exitcode, again.calls, again.cause) == (
+        err.pid,
+        err.exitcode,
+        err.calls,
+        err.cause,
+    )
 
 
 def test_abort_kills_the_tasks_of_the_failed_call_and_keeps_the_pool(tmp_path):

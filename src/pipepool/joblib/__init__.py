@@ -73,21 +73,44 @@ class WorkerCrashedError(WorkerLostError, TerminatedWorkerError):
     Only that batch failed; the pool replaced the worker. Catch it as pipepool's
     ``WorkerLostError``, as loky's ``TerminatedWorkerError`` (code written for joblib's
     default backend keeps working) or as ``BrokenProcessPool``. ``pid``, ``exitcode``,
-    ``signal`` (e.g. ``"SIGKILL"``) and ``calls`` (reprs of the batch's calls) say which.
+    ``signal`` (e.g. ``"SIGKILL"``), ``cause`` (``WorkerLostError.cause``: ``"oom"``,
+    ``"crash"``, ``"signal"``, ``"exit"``) and ``calls`` (reprs of the batch's calls) say
+    which.
     """
 
     def __init__(
-        self, message: str, *, pid: int | None, exitcode: int | None, calls: tuple = ()
+        self,
+        message: str,
+        *,
+        pid: int | None,
+        exitcode: int | None,
+        calls: tuple = (),
+        cause: str = "",
     ) -> None:
-        super().__init__(message, pid=pid, exitcode=exitcode)
+        super().__init__(message, pid=pid, exitcode=exitcode, cause=cause)
         self.calls = calls
 
     def __reduce__(self):
-        return (_rebuild_crashed, (str(self), self.pid, self.exitcode, self.calls))
+        return (
+            _rebuild_crashed,
+            (str(self), self.pid, self.exitcode, self.calls, self.cause),
+        )
 
 
-def _rebuild_crashed(message: str, pid: int | None, exitcode: int | None, calls: tuple):
-    return WorkerCrashedError(message, pid=pid, exitcode=exitcode, calls=calls)
+def _rebuild_crashed(
+    message: str, pid: int | None, exitcode: int | None, calls: tuple, cause: str = ""
+) -> WorkerCrashedError:
+    return WorkerCrashedError(message, pid=pid, exitcode=exitcode, calls=calls, cause=cause)
+
+
+# What the error says of each cause the pool can tell; the WorkerLostError it is raised
+# from has the details (how the OOM count rose, the crash's stack, where no count exists).
+CAUSE_SAID = {
+    "oom": "Cause: the kernel's OOM killer (a count of OOM kills rose while it ran).",
+    "crash": "Cause: a crash in native code (a fatal signal, its stack reported).",
+    "signal": "Cause: a signal from outside the pool (kill -9, a supervisor).",
+    "exit": "Cause: the process ended itself (os._exit(), or exit() in native code).",
+}
 
 
 # -- the shared pool ------------------------------------------------------------------------
@@ -277,11 +300,16 @@ def _crashed(lost: WorkerLostError, batch: Any) -> WorkerCrashedError:
     return WorkerCrashedError(
         f"worker pid {lost.pid} {describe_exit(lost.exitcode)} (exit code {lost.exitcode}) "
         f"while running a batch of {len(items)} joblib task(s): {listed}. Only this batch "
-        "failed; the pool replaced the worker. Likely cause: a crash in native code "
-        "(segfault), the OOM killer, or a kill from outside.",
+        "failed; the pool replaced the worker. "
+        + CAUSE_SAID.get(
+            lost.cause,
+            "Likely cause: a crash in native code (segfault), the OOM killer, or a kill "
+            "from outside.",
+        ),
         pid=lost.pid,
         exitcode=lost.exitcode,
         calls=calls,
+        cause=lost.cause,
     )
 
 
