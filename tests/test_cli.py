@@ -564,11 +564,6 @@ _job.run_job(_job.JobSpec(1, 1, ("/bin/sh", "-c", command), os.devnull, os.devnu
 """
 
 
-@pytest.mark.skipif(
-    not os.path.isdir("/proc"),
-    reason="the guardian finds a job by its token in /proc (docs/run.md: on macOS such a "
-    "job outlives its worker)",
-)
 def test_a_job_whose_worker_dies_while_starting_it_is_killed(mark: str) -> None:
     read, write = os.pipe()
     worker = subprocess.Popen(

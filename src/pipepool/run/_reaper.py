@@ -17,7 +17,7 @@ a *token* instead (a negative number) and puts it in the job's environment
 (``PIPEPOOL_JOB_TOKEN``); a guardian that finds a token kills the group of every process
 whose environment carries it. The child holds the pipe's write end until it execs (the
 end is close-on-exec), so the guardian's EOF never comes before the job's environment
-is readable in /proc.
+is readable: in /proc, or through ps(1) where there is no /proc (macOS).
 """
 
 from __future__ import annotations
@@ -45,10 +45,11 @@ _guardian_fd = -1
 _slot: mmap.mmap | None = None  # shared with the guardian: the running job's pgid, or 0
 _SLOT = struct.Struct("q")
 TOKEN_VAR = "PIPEPOOL_JOB_TOKEN"  # in a job's environment: "<worker pid>.<n>"
-TOKEN_SCANS = 20  # scans of /proc for a token's processes, TOKEN_PAUSE apart: the job's
+TOKEN_SCANS = 20  # scans for a token's processes (/proc, or ps), TOKEN_PAUSE apart: the job's
 TOKEN_PAUSE = 0.01  # exec may not have set up its new environment yet (the kernel closes
 # the fds first), or the worker died before the fork: then none is found
 _tokens = 0  # tokens this worker handed out
+PS_TIMEOUT = 10.0  # s: a ps(1) that takes longer is given up on (where there is no /proc)
 
 
 def setup_worker() -> None:
@@ -139,12 +140,27 @@ def _guard(read_fd: int, slot: mmap.mmap, worker: int) -> None:
 
 def _kill_token(token: bytes) -> bool:
     """SIGKILL the process group of each process whose environment holds ``token``
-    (the job, and what it started: they inherit it). True if one was found."""
-    found = False
+    (the job, and what it started: they inherit it). True if one was found, or if
+    nothing on this system can tell (then there is nothing to wait for)."""
+    holders = _token_holders(token)
+    if holders is None:
+        return True
+    for pid, pgid in holders:
+        killpg(pgid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)  # one that left the group (setsid)
+    return bool(holders)
+
+
+def _token_holders(token: bytes) -> list[tuple[int, int]] | None:
+    """``(pid, pgid)`` of each process whose environment holds ``token``: from /proc,
+    or from ps(1) where there is none (macOS: ``ps -E``; procps: ``ps e``); None if
+    neither can tell."""
     try:
         entries = os.listdir("/proc")
-    except OSError:  # no /proc (macOS): the job outlives its killed worker there
-        return True
+    except OSError:
+        return _token_holders_from_ps(token)
+    found = []
     for entry in entries:
         if not entry.isdigit():
             continue
@@ -157,10 +173,31 @@ def _kill_token(token: bytes) -> bool:
                 pgid = int(f.read().rsplit(b")", 1)[1].split()[2])
         except (OSError, ValueError, IndexError):
             continue  # gone, or not ours to read
-        found = True
-        killpg(pgid, signal.SIGKILL)
-        with contextlib.suppress(OSError):
-            os.kill(int(entry), signal.SIGKILL)  # one that left the group (setsid)
+        found.append((int(entry), pgid))
+    return found
+
+
+def _token_holders_from_ps(token: bytes) -> list[tuple[int, int]] | None:
+    import subprocess
+
+    columns = ["-o", "pid=", "-o", "pgid=", "-o", "command="]
+    for spelling in (["-E", *columns], [*columns, "e"]):  # each environment after its command
+        try:
+            out = subprocess.run(
+                ["ps", "-A", "-ww", *spelling], capture_output=True, timeout=PS_TIMEOUT
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        if out.returncode == 0:
+            break
+    else:
+        return None
+    found = []
+    for line in out.stdout.splitlines():
+        fields = line.split(None, 2)  # pid, pgid, then the command and its environment
+        if len(fields) == 3 and token in fields[2].split():
+            with contextlib.suppress(ValueError):
+                found.append((int(fields[0]), int(fields[1])))
     return found
 
 
