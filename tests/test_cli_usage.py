@@ -150,6 +150,7 @@ def test_bench_from_an_install_outside_a_checkout(tmp_path: Path) -> None:
     assert "300 no-op tasks, 2 workers, 1 rounds" in raced.stdout
     for contender in ("pipepool LocalExecutor", "concurrent.futures.ProcessPoolExecutor"):
         assert contender in raced.stdout
+    assert "1-minute load average " in raced.stdout.splitlines()[-1]  # how busy it was
     full = bench("--full", "--quick")
     assert full.returncode == 255, full.stderr
     assert "--full was removed" in full.stderr and "python -m benchmarks" in full.stderr

@@ -88,6 +88,7 @@ def race(
         f"pipepool bench: {tasks} no-op tasks, {workers} workers, {rounds} rounds, "
         f"median tasks/s (machine: {os.cpu_count()} cores)"
     )
+    load_before = _load()
     for _ in range(rounds):
         for name, run in contenders.items():  # interleaved: noise hits everyone alike
             samples[name].append(run())
@@ -97,4 +98,20 @@ def race(
     out(f"{'contender':<{width}}  {'tasks/s':>10}  {'vs stdlib':>9}")
     for name, value in medians.items():
         out(f"{name:<{width}}  {value:>10,.0f}  {value / stdlib:>8.2f}x")
+    if load_before is not None:
+        # Other work slows the peers' helper threads more than pipepool: a busy machine
+        # flatters the ratios, so say how busy it was.
+        out(
+            f"1-minute load average {load_before:.2f} before, {_load():.2f} after "
+            f"({os.cpu_count()} cores): other work slows the peers most, so a busy "
+            "machine flatters these ratios"
+        )
     return medians
+
+
+def _load() -> float | None:
+    """The 1-minute load average, None where the system has none."""
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
