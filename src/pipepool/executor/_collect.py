@@ -76,13 +76,15 @@ class Collector(WorkerLifecycle):
         ran = False  # a task ended since the last frame of another kind
         last = None
         w: _Worker | None = None
+        pid: int | None = None
         for channel, kind, ident, payload in frames:
             if channel != last:
                 if tasks:
-                    self._succeed(tasks, results, w.pid)  # type: ignore[union-attr]
+                    self._succeed(tasks, results, pid)
                     tasks, results = [], []
                 last = channel
                 w = workers.get(channel)
+                pid = w.pid if w is not None else None  # whose results ``tasks`` holds
                 if w is not None and w.close_error is None:
                     w.heard = True
             # Nothing behind a frame we cannot trust counts, not even a well-formed
@@ -125,7 +127,7 @@ class Collector(WorkerLifecycle):
                 self._last_progress = now
             self._on_frame(w, kind, ident, payload, now)
         if tasks:
-            self._succeed(tasks, results, w.pid)  # type: ignore[union-attr]
+            self._succeed(tasks, results, pid)
         if ran:
             self._init_failures = 0
             self._last_progress = now

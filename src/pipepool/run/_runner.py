@@ -48,6 +48,7 @@ from ._support import (
     file_size,
     install_signal_handlers,
     isatty,
+    job_outcome,
     land_output,
     lost_outcome,
     make_executor,
@@ -264,20 +265,7 @@ class Runner:
             host = result.host
             if result.output is not None:  # run on a Dask worker: its output came back
                 land_output(spec, result.output)
-            outcome = Outcome(
-                job.seq,
-                job.command,
-                "ok" if result.ok else "failed",
-                result.exitval,
-                result.signal,
-                result.timed_out,
-                result.runtime,
-                spec.attempt,
-                user=result.user,
-                sys=result.sys,
-                maxrss=result.maxrss,
-                oom=result.oom,
-            )
+            outcome = job_outcome(job, spec, result)
             start, receive = result.start, result.stdout_size
         else:
             exc = event.exception

@@ -13,7 +13,7 @@ from typing import BinaryIO, TextIO, cast
 
 from ..errors import TaskKilledError, TaskTimeoutError, WorkerLostError
 from ..executor import LocalExecutor
-from ._job import JobSpec
+from ._job import JobResult, JobSpec
 from ._summary import Outcome
 from ._template import Job
 
@@ -47,6 +47,24 @@ def land_output(spec: JobSpec, output: tuple[bytes, bytes]) -> None:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "wb") as f:
                 f.write(data)
+
+
+def job_outcome(job: Job, spec: JobSpec, result: JobResult) -> Outcome:
+    """The outcome of an attempt its worker reported: the job's own exit."""
+    return Outcome(
+        job.seq,
+        job.command,
+        "ok" if result.ok else "failed",
+        result.exitval,
+        result.signal,
+        result.timed_out,
+        result.runtime,
+        spec.attempt,
+        user=result.user,
+        sys=result.sys,
+        maxrss=result.maxrss,
+        oom=result.oom,
+    )
 
 
 def lost_outcome(job: Job, spec: JobSpec, exc: BaseException | None, runtime: float) -> Outcome:
