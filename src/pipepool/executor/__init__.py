@@ -347,9 +347,7 @@ class LocalExecutor(Reaper, Dispatcher):
         try:
             deferred = _signals.defer()
             alive = sum(1 for w in self._workers.values() if not w.closing)
-            oom_at = _oom.snapshot(self._oom_counters)
-            for _ in range(self.parallelism - alive):
-                self._start_worker(oom_at)
+            self._start_batch(self.parallelism - alive)
         finally:
             _signals.undefer(deferred)
 

@@ -72,14 +72,20 @@ class WorkerLifecycle(LocalState):
             if alive:
                 return
             wanted = 1
+        self._start_batch(wanted)
+
+    def _start_batch(self, count: int) -> None:
+        """Start ``count`` workers, with the OOM kill counts read once before the first
+        fork: read between forks, each read paid the copy-on-write faults the last fork
+        left (0.3 ms a worker, a third of a fork)."""
+        if count <= 0:
+            return
         oom_at = _oom.snapshot(self._oom_counters)
-        for _ in range(wanted):
+        for _ in range(count):
             self._start_worker(oom_at)
 
     def _start_worker(self, oom_at: _oom.Snapshot) -> None:
-        """Start one worker; ``oom_at`` is the OOM kill counts taken once before a batch
-        of starts (read between forks, each read pays the copy-on-write faults the last
-        fork left: 0.3 ms a worker, a third of a fork)."""
+        """Start one worker; ``oom_at``: the OOM kill counts before it (``_start_batch``)."""
         assert self._lifeline is not None and self._marks is not None
         slot = self._marks.claim()
         if slot is None:  # every slot held by a worker not yet reaped: start it next round
