@@ -101,7 +101,8 @@ class Recorder:
     def __init__(self, ex) -> None:
         self.ex = ex
         self.terminal: dict[Hashable, Event] = {}
-        self.running_seen: set[Hashable] = set()
+        self.running_seen: dict[Hashable, list[int | None]] = {}  # key -> its RUNNING
+        # events' pids, in order (a key retried elsewhere has several)
         self.duplicates: list[Hashable] = []
         self.history: dict[Hashable, list[str]] = defaultdict(list)
 
@@ -113,7 +114,7 @@ class Recorder:
                     self.duplicates.append(key)
                 self.terminal[key] = event
             else:
-                self.running_seen.add(key)
+                self.running_seen.setdefault(key, []).append(event.pid)
 
     def round(self, timeout: float = 0.01) -> None:
         self.ex.sync(timeout=timeout)

@@ -112,19 +112,7 @@ def test_killing_a_worker_mid_batch_of_500_loses_no_task(dask_cluster, tmp_path)
     for key in keys:
         ex.queue(key, tasks.record, str(log), key[1], 0.5 if key in long else 0.002)
     rec = Recorder(ex)
-    started_on: dict = {}  # key -> pids of the RUNNING events it had
-
-    def round_() -> None:
-        ex.sync(timeout=0.01)
-        for key, event in ex.get_event_buffer().items():
-            rec.history[key].append(event.state.value)
-            if event.state.terminal:
-                if key in rec.terminal:
-                    rec.duplicates.append(key)
-                rec.terminal[key] = event
-            else:
-                started_on.setdefault(key, []).append(event.pid)
-
+    started_on = rec.running_seen  # key -> pids of the RUNNING events it had
     deadline = time.monotonic() + 60
 
     def long_one_running():
@@ -132,7 +120,7 @@ def test_killing_a_worker_mid_batch_of_500_loses_no_task(dask_cluster, tmp_path)
 
     while len(rec.terminal) < 100 or not long_one_running():
         assert time.monotonic() < deadline
-        round_()
+        rec.round()
     pids = ex.client.run(os.getpid)
     interrupted = long_one_running()[0]
     victim = started_on[interrupted][-1]
@@ -141,7 +129,7 @@ def test_killing_a_worker_mid_batch_of_500_loses_no_task(dask_cluster, tmp_path)
     running_then = {k for k, ps in started_on.items() if k not in rec.terminal and victim in ps}
     while ex.has_work():
         assert time.monotonic() < deadline, ex.stats()
-        round_()
+        rec.round()
     ex.end()
     assert not rec.duplicates
     assert set(rec.terminal) == set(keys)

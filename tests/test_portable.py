@@ -24,11 +24,18 @@ pytestmark = pytest.mark.timeout(120)
 MODE = Path(__file__).resolve().parent / "portable"
 
 
-def mode_env() -> dict[str, str]:
-    """This environment with the mode on, and this process's sys.path (the package
-    under test, the tests' modules) for the interpreters it starts."""
+def python_in_mode(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` with the mode on, and this process's sys.path (the package under
+    test, the tests' modules) for the interpreters it starts."""
     path = [str(MODE), *(p for p in sys.path if p)]
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(path))
+    return subprocess.run(
+        [sys.executable, *args],
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(path)),
+        capture_output=True,
+        text=True,
+        timeout=100,
+        cwd=cwd,
+    )
 
 
 PROBE = textwrap.dedent("""
@@ -55,14 +62,7 @@ PROBE = textwrap.dedent("""
 def test_the_mode_hides_each_facility_in_the_parent_and_in_every_worker(tmp_path):
     script = tmp_path / "probe.py"  # a file: spawn's children re-import __main__
     script.write_text(PROBE)
-    out = subprocess.run(
-        [sys.executable, str(script)],
-        env=mode_env(),
-        capture_output=True,
-        text=True,
-        timeout=100,
-        cwd=tmp_path,
-    )
+    out = python_in_mode(str(script), cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout.splitlines()[-1])
     for where, facilities in report["seen"].items():
@@ -78,14 +78,7 @@ BURN = "import time; t = time.process_time()\nwhile time.process_time() - t < 0.
 
 def run_in_mode(*args: str, cwd: Path) -> dict:
     """``pipepool run --json ARGS`` in the mode: its JSON summary."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "pipepool", "run", "--json", "--no-summary", *args],
-        env=mode_env(),
-        capture_output=True,
-        text=True,
-        timeout=100,
-        cwd=cwd,
-    )
+    proc = python_in_mode("-m", "pipepool", "run", "--json", "--no-summary", *args, cwd=cwd)
     assert proc.stdout, proc.stderr[-3000:]
     return json.loads(proc.stdout.splitlines()[-1])
 
@@ -129,14 +122,7 @@ def test_run_kills_a_job_past_its_timeout_without_pidfd_or_waitid(tmp_path):
     ],
 )
 def test_run_refuses_what_needs_a_missing_facility_before_it_starts(tmp_path, option, refusal):
-    proc = subprocess.run(
-        [sys.executable, "-m", "pipepool", "run", *option, "touch", ":::", "ran"],
-        env=mode_env(),
-        capture_output=True,
-        text=True,
-        timeout=100,
-        cwd=tmp_path,
-    )
+    proc = python_in_mode("-m", "pipepool", "run", *option, "touch", ":::", "ran", cwd=tmp_path)
     assert proc.returncode == 255, proc.stderr[-3000:]
     assert refusal in proc.stderr
     assert not (tmp_path / "ran").exists()

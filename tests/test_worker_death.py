@@ -160,11 +160,16 @@ def _own_memory_cgroup() -> str | None:
     return path if os.access(path, os.W_OK) else None
 
 
-@pytest.mark.skipif(
+# The real OOM killer needs a memory cgroup of its own: root and cgroup v1's memory
+# controller. Where there is none, the fake-count tests above cover the detection.
+needs_memory_cgroup = pytest.mark.skipif(
     _own_memory_cgroup() is None,
     reason="the real OOM killer needs a memory cgroup of its own: root and cgroup v1's "
     "memory controller (the fake-count tests above cover the detection everywhere)",
 )
+
+
+@needs_memory_cgroup
 def test_the_real_oom_killer_is_named() -> None:
     # The victim moves its worker into a new 64 MiB cgroup inside this process's own and
     # fills it: the kernel kills it there, and nothing outside that cgroup feels the
@@ -216,11 +221,7 @@ def test_run_tells_a_killed_job_from_a_killed_worker(tmp_path: Path) -> None:
     assert "counted no OOM kill" in records[2]["error"] or "OOM kills" in records[2]["error"]
 
 
-@pytest.mark.skipif(
-    _own_memory_cgroup() is None,
-    reason="the real OOM killer needs a memory cgroup of its own: root and cgroup v1's "
-    "memory controller",
-)
+@needs_memory_cgroup
 @pytest.mark.parametrize(
     ("options", "said", "record"),
     [
