@@ -21,6 +21,8 @@ from pipepool import State, TaskTimeoutError, TaskUnpicklingError, WorkerLostErr
 from pipepool.executor import START_POLL, STARTUP_POLL
 from pipepool.frames import Kind
 
+pytestmark = pytest.mark.portable
+
 BATCH = 64
 RUNNING_ONE = 9  # the 10th call of the batch
 

@@ -19,9 +19,9 @@ import pytest
 
 import proc_table
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.portable, pytest.mark.timeout(120)]
 
-MODE = Path(__file__).resolve().parent / "portable"
+MODE = Path(__file__).resolve().parents[1] / "portable"
 
 
 def python_in_mode(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

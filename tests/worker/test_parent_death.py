@@ -12,6 +12,8 @@ import pytest
 
 import proc_table
 
+pytestmark = pytest.mark.portable
+
 PARENT = r"""
 import os, sys, time
 sys.path[:0] = {path!r}
@@ -40,7 +42,7 @@ alive = proc_table.alive  # exists and is not a zombie: /proc, or ps on macOS
 
 @pytest.mark.parametrize("state", [BUSY, IDLE], ids=["busy", "idle"])
 def test_workers_exit_when_parent_is_killed(impl, start_method, state):
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
     script = PARENT.format(path=[here, *sys.path], method=start_method, impl=impl, **state)
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
@@ -60,7 +62,7 @@ def test_workers_exit_when_parent_is_killed(impl, start_method, state):
 
 def test_workers_exit_when_parent_is_killed_right_after_creation(impl):
     """Killed 0-50 ms after the pool was created: whatever started must still go."""
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
     script = (
         f"import sys, time; sys.path[:0] = {[here, *sys.path]!r}\n"
         "import tasks\nfrom pipepool import LocalExecutor\n"

@@ -240,7 +240,7 @@ def test_run_names_the_oom_killer_of_a_job(
     assert parent is not None
     group = os.path.join(parent, f"pipepool-test-run-oom-{os.getpid()}")
     code = f"import death_tasks; death_tasks.fill_own_cgroup({group!r}, 64 << 20)"
-    hog = shlex.join(["env", f"PYTHONPATH={Path(__file__).parent}", sys.executable, "-c", code])
+    hog = shlex.join(["env", f"PYTHONPATH={Path(__file__).parents[1]}", sys.executable, "-c", code])
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "pipepool", "run", "-j1", "--json", *options, ":::", hog],

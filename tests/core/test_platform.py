@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.portable, pytest.mark.timeout(120)]
 
 SCRIPT = """
 import operator

@@ -24,6 +24,8 @@ import pytest
 from helpers import joblog_rows, run_cli, start_cli
 from pipepool._cli_common import default_jobs
 
+pytestmark = pytest.mark.portable
+
 # --load and --memfree read /proc (stat, meminfo); elsewhere they are refused before
 # anything runs, which test_portable.py checks.
 needs_proc = pytest.mark.skipif(not os.path.isdir("/proc"), reason="--load/--memfree read /proc")

@@ -49,7 +49,7 @@ from pipepool import (
     WorkerLostError,
 )
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.portable, pytest.mark.timeout(90)]
 
 # -- 1. an outcome that raises a BaseException while the parent unpickles it -----------------
 
@@ -269,7 +269,7 @@ def test_a_tree_goes_with_its_worker_when_the_parent_is_killed(impl, start_metho
     """The lifeline still works from the worker's own process group, and takes the
     group along: SIGKILL the parent, and the worker and its task's tree all go."""
     marker = f"{os.getpid()}-{uuid.uuid4().hex}"
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
     script = PARENT.format(path=[here, *sys.path], method=start_method, impl=impl, marker=marker)
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
@@ -310,7 +310,7 @@ if __name__ == "__main__":
 def test_a_worker_does_not_read_the_terminal(impl, start_method):
     """Out of the terminal's foreground group, a worker reading it would be stopped
     (SIGTTIN): a worker whose stdin is a terminal gets /dev/null instead."""
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
     script = TTY_PARENT.format(path=[here, *sys.path], method=start_method, impl=impl)
     primary, secondary = os.openpty()
     try:

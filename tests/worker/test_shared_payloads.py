@@ -34,6 +34,8 @@ from pipepool.frames import Kind
 from pipepool.worker import _region
 from pipepool.worker._region import PAGE, REF, Region
 
+pytestmark = pytest.mark.portable
+
 MiB = 1 << 20
 KiB = 1 << 10
 
@@ -391,7 +393,7 @@ def test_nothing_outlives_a_pool_whose_parent_is_killed(impl, start_method, back
     temp = tmp_path / "tmp"
     temp.mkdir()
     shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
     survivor_file = str(tmp_path / "survivor")
     script = PARENT.format(
         path=[here, *sys.path],

@@ -29,6 +29,8 @@ import pytest
 
 from helpers import ENV, marked
 
+pytestmark = pytest.mark.portable
+
 JOBS = 8
 WAIT_LIMIT = 3000  # polls of 10 ms a gate waits before the job gives up (GAVE-UP): a
 # broken runner fails the row in 30 s, it does not hang it

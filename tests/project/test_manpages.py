@@ -15,7 +15,7 @@ import pytest
 from pipepool.cli import build_parser
 from pipepool.run._compat import REJECTED
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

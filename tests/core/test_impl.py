@@ -13,7 +13,7 @@ import pipepool
 from pipepool import loop as _impl
 from pipepool.loop import _pyloop
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.smoke, pytest.mark.timeout(60)]
 
 FORCED = os.environ.get("PIPEPOOL_IMPL", "").strip().lower()
 

@@ -12,6 +12,8 @@ import pytest
 from pipepool import FrameError
 from pipepool.frames import HEADER_SIZE, Kind, encode_header, split_frames
 
+pytestmark = [pytest.mark.smoke, pytest.mark.portable]
+
 PAGE = 4096
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import pickle
 
+import pytest
+
 import tasks
 from helpers import Recorder
 from pipepool import (
@@ -15,6 +17,8 @@ from pipepool import (
     LocalExecutor,
     WorkerLostError,
 )
+
+pytestmark = [pytest.mark.smoke, pytest.mark.portable]
 
 
 def test_max_tasks_per_child_recycles_workers(make, tmp_path):

@@ -10,6 +10,8 @@ import pytest
 from pipepool import FrameError
 from pipepool.frames import HEADER_SIZE, MAGIC, Kind, encode_header, split_frames
 
+pytestmark = pytest.mark.smoke
+
 
 def frame(kind: int, ident: int, payload: bytes) -> bytes:
     return encode_header(kind, ident, len(payload)) + payload
