@@ -1,6 +1,6 @@
 """ClusterExecutor's own cases, and ``pipepool run --cluster``, on Dask LocalClusters.
 
-The contract shared with LocalExecutor is in tests/test_contract.py; this module uses the
+The contract shared with LocalExecutor is in tests/contract/test_contract.py; this module uses the
 same shared cluster (conftest.py's ``dask_cluster``: two worker processes, one thread each,
 127.0.0.1).
 """

@@ -6,9 +6,9 @@ forkserver); ``cluster`` is a ClusterExecutor connected to the Dask LocalCluster
 worker processes on 127.0.0.1 that the cluster tests share (conftest.py's
 ``dask_cluster``). Where the two differ by design (a dead LocalExecutor worker has an
 exit code, a lost Dask task names a worker address after the cluster's retries, Dask
-sends functions by value), the test says so in one line; tests/test_executor.py keeps
+sends functions by value), the test says so in one line; tests/executor/test_executor.py keeps
 the LocalExecutor-only cases (initializers, recycling, adaptive depth, fd hygiene) and
-tests/test_cluster.py the cluster-only ones.
+tests/cluster/test_cluster.py the cluster-only ones.
 """
 
 from __future__ import annotations

@@ -124,7 +124,7 @@ def test_unpicklable_argument_changes_nothing_else(make):
 def test_worker_dying_while_its_frame_is_half_written(make, tmp_path, pipes_only):
     """One worker, two tasks in flight: the first blocks, the second's 1 MiB frame sits
     half written in a one-page pipe (the pipe path: with the shared ring the frame is a
-    small reference, see tests/test_shared_payloads.py). Killing the worker fails the
+    small reference, see tests/worker/test_shared_payloads.py). Killing the worker fails the
     first (it started) and dispatches the second again: it runs exactly once."""
     log = str(tmp_path / "runs.log")
     never = str(tmp_path / "never")

@@ -1,7 +1,7 @@
 """LocalExecutor on its own: initializers, recycling, the adaptive depth, fd hygiene, on
 every start method and both loops. The contract it shares with ClusterExecutor (results,
 failures of every kind, timeouts, cancel, kill, terminate, life cycle) is written once,
-in tests/test_contract.py, and runs there on both loops and every start method too."""
+in tests/contract/test_contract.py, and runs there on both loops and every start method too."""
 
 from __future__ import annotations
 

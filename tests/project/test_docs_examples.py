@@ -43,11 +43,11 @@ NOT_RUN = {
     "pip install 'pipepool[dask]'": "an install (the test extra has distributed already)",
     "python -m pytest": "the whole test suite, this test included",
     "python -m benchmarks": "the full benchmark suite: about 8 minutes on 2 cores; it "
-    "rewrites the committed benchmarks/results/ (tests/test_benchmarks.py runs it small)",
+    "rewrites the committed benchmarks/results/ (tests/project/test_benchmarks.py runs it small)",
     "python -m benchmarks --quick": "a minute of benchmarks; it writes into the checkout",
     "python -m benchmarks --only latency": "it rewrites the committed benchmarks/results/",
     "python -m benchmarks --readme": "the full benchmark suite, then the README's table "
-    "(tests/test_benchmarks.py runs it small, on a faked quiet and a faked busy machine)",
+    "(tests/project/test_benchmarks.py runs it small, on a faked quiet and a faked busy machine)",
     "python -m benchmarks.readme benchmarks/results/results.json": "it rewrites the "
     "README's table (refused for the committed run: it recorded no load figures)",
     "python benchmarks/loop_bench.py": "about a minute of benchmarks on 2 cores",
