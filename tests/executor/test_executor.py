@@ -1,7 +1,8 @@
-"""LocalExecutor on its own: initializers, recycling, the adaptive depth, fd hygiene, on
-every start method and both loops. The contract it shares with ClusterExecutor (results,
-failures of every kind, timeouts, cancel, kill, terminate, life cycle) is written once,
-in tests/contract/test_contract.py, and runs there on both loops and every start method too."""
+"""LocalExecutor on its own: initializers, the adaptive depth, fd hygiene, on every start
+method and both loops (recycling: tests/worker/test_max_tasks_per_child.py). The contract
+it shares with ClusterExecutor (results, failures of every kind, timeouts, cancel, kill,
+terminate, life cycle) is written once, in tests/contract/test_contract.py, and runs there
+on both loops and every start method too."""
 
 from __future__ import annotations
 
@@ -19,18 +20,6 @@ from pipepool import (
 )
 
 pytestmark = [pytest.mark.smoke, pytest.mark.portable]
-
-
-def test_max_tasks_per_child_recycles_workers(make, tmp_path):
-    ex = make(2, max_tasks_per_child=3)
-    for i in range(30):
-        ex.queue(i, tasks.pid_of_worker)
-    rec = Recorder(ex)
-    rec.finish()
-    pids = [e.result for e in rec.terminal.values()]
-    assert len(pids) == 30
-    assert max(pids.count(p) for p in set(pids)) <= 3
-    assert ex.stats()["worker_recycles"] >= 8
 
 
 def test_initializer_runs_in_each_worker(make):

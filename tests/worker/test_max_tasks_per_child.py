@@ -1,5 +1,7 @@
-"""``max_tasks_per_child`` under load (issue 8, hardening): every worker's count right
-from its first tasks, over many recycles.
+"""``max_tasks_per_child``: a LocalExecutor's worker recycled after that many tasks, and
+under load (issue 8, hardening) every worker's count right from its first tasks, over
+many recycles. The faces' own are in their rooms (futures/test_futures.py, the Airflow
+executor's), revoked tasks' in executor/test_revoke.py.
 
 Issue 8's hardening table is split by subject (tests/worker/test_worker_faults.py has
 the index of its rows); ``pool``, ``pool_on_one_loop`` are conftest's, and
@@ -15,6 +17,21 @@ import pytest
 import tasks
 from helpers import START_METHODS, Recorder, exactly_one_each, failures, full_size_of
 from pipepool import LocalExecutor
+
+
+@pytest.mark.smoke  # in both subsets, as when it was test_executor.py's
+@pytest.mark.portable
+def test_max_tasks_per_child_recycles_workers(make, tmp_path):
+    ex = make(2, max_tasks_per_child=3)
+    for i in range(30):
+        ex.queue(i, tasks.pid_of_worker)
+    rec = Recorder(ex)
+    rec.finish()
+    pids = [e.result for e in rec.terminal.values()]
+    assert len(pids) == 30
+    assert max(pids.count(p) for p in set(pids)) <= 3
+    assert ex.stats()["worker_recycles"] >= 8
+
 
 # -- 7. max_tasks_per_child=2 over 10,000 tasks ----------------------------------------
 
