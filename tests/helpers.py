@@ -1,9 +1,11 @@
-"""What the tests share, in one home: the loops and start methods under test, polling,
-the LocalExecutor factory, the event recorder, task-run logs, the Dask cluster the
-ClusterExecutor tests share, and ``pipepool run`` in a subprocess. Fixtures are in
-conftest.py; task functions (imported by name in workers) in tasks.py, fault_tasks.py,
-futures_tasks.py and cluster_tasks.py; who is running and what is open in proc_table.py;
-the leak check in leakcheck.py.
+"""What the tests share, in one home: the loops and start methods under test (and both
+twins at once), polling, the LocalExecutor factory, the event recorder, task-run logs and
+the stress rows' checks, the futures tests' waits, the Dask cluster the ClusterExecutor
+tests share, and ``pipepool run`` in a subprocess. Fixtures are in conftest.py (the
+futures room's own in tests/futures/conftest.py); task functions (imported by name in
+workers) in tasks.py, fault_tasks.py, death_tasks.py, futures_tasks.py and
+cluster_tasks.py; who is running and what is open in proc_table.py; the leak check in
+leakcheck.py.
 
 ``pipepool run`` jobs that could outlive a test carry a unique marker in their command
 line (a ``sleep`` duration such as ``1000.4711``); ``survivors(marker)`` finds any
