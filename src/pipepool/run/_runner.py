@@ -27,35 +27,25 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import CancelledError
-from typing import BinaryIO, TextIO, cast
+from types import FrameType
+from typing import Any, BinaryIO, TextIO, cast
 
 from ..errors import TaskKilledError
 from ..events import Event, State
 from ..executor import LocalExecutor
 from ._gate import Gate
-from ._job import KILL_GRACE, JobResult, JobSpec, run_job, run_job_on_cluster
+from ._job import KILL_GRACE, JobResult, JobSpec, file_size, run_job, run_job_on_cluster
 from ._joblog import HOST, Joblog, JoblogRow, select_jobs
 from ._options import RunOptions
-from ._output import OutputWriter
+from ._output import OutputWriter, binary, isatty, land_output, make_tmpdir, write_record
 from ._progress import Progress
-from ._summary import Outcome, Summary
-from ._support import (
-    binary,
-    file_size,
-    install_signal_handlers,
-    isatty,
-    job_outcome,
-    land_output,
-    lost_outcome,
-    make_executor,
-    make_tmpdir,
-    restore_signal_handlers,
-    write_record,
-)
+from ._summary import Outcome, Summary, job_outcome, lost_outcome
 from ._template import Job
 
 TICK = 0.1  # s the loop waits when nothing happens: bounds how late a Ctrl-C is noticed
@@ -64,6 +54,28 @@ FEED_AHEAD = 1  # jobs queued per worker beyond the running one, so that a worke
 # reports a result gets its next job in the same round; more only delays cancelling
 BACKSTOP_SLACK = 5.0  # s past --timeout (and its kill grace) after which the executor
 # kills the worker itself: only if the worker-side timeout could not end the job
+Handler = Callable[[int, FrameType | None], Any] | int | None  # what signal.signal takes
+
+
+def make_executor(options):
+    """A LocalExecutor, or with ``--cluster`` a ClusterExecutor: both drive the same loop."""
+    if options.cluster is None:
+        return LocalExecutor(options.jobs, prefetch=1)
+    import logging
+
+    from ..cluster import ClusterExecutor
+
+    # As many jobs handed to Dask as run at once (LocalExecutor's prefetch=1): the ones
+    # fed ahead stay queued here, where stopping early can still cancel them.
+    if options.cluster == "local":
+        return ClusterExecutor(
+            None,
+            n_workers=options.jobs,
+            threads_per_worker=1,
+            max_in_flight=options.jobs,
+            silence_logs=logging.CRITICAL,
+        )
+    return ClusterExecutor(options.cluster, max_in_flight=options.jobs or None)
 
 
 class Runner:
@@ -163,7 +175,8 @@ class Runner:
                 else:
                     ex.terminate()
             finally:
-                restore_signal_handlers(previous)
+                for signum, handler in previous.items():
+                    signal.signal(signum, handler)
                 self.progress.clear()
                 if self.joblog is not None:
                     self.joblog.close()
@@ -447,11 +460,15 @@ class Runner:
         self.stderr.write(f"pipepool: {message}\n")
         self.stderr.flush()
 
-    def _install_signal_handlers(self) -> dict[int, object]:
+    def _install_signal_handlers(self) -> dict[int, Handler]:
         def on_interrupt(signum: int, frame: object) -> None:
             self._interrupts += 1  # the loop decides what it means, between its steps
 
         def on_terminate(signum: int, frame: object) -> None:
             self._terminated = True
 
-        return install_signal_handlers(on_interrupt, on_terminate)
+        previous: dict[int, Handler] = {}  # to restore
+        for signum, handler in ((signal.SIGINT, on_interrupt), (signal.SIGTERM, on_terminate)):
+            with contextlib.suppress(ValueError):  # not the main thread: the caller's job
+                previous[signum] = signal.signal(signum, handler)
+        return previous
