@@ -9,17 +9,22 @@ import os
 import shutil
 import signal
 import tempfile
-from typing import BinaryIO, TextIO, cast
+from typing import TYPE_CHECKING, BinaryIO, TextIO, cast
 
 from ..errors import TaskKilledError, TaskTimeoutError, WorkerLostError
 from ..executor import LocalExecutor
 from ._job import JobResult, JobSpec
+from ._options import RunOptions
 from ._summary import Outcome
 from ._template import Job
 
+if TYPE_CHECKING:
+    from ..cluster import ClusterExecutor
 
-def make_executor(options):
-    """A LocalExecutor, or with ``--cluster`` a ClusterExecutor: both drive the same loop."""
+
+def make_executor(options: RunOptions) -> LocalExecutor | ClusterExecutor:
+    """A LocalExecutor, or with ``--cluster`` a ClusterExecutor: both drive the same loop
+    (both are the ``_executor.JobExecutor`` the runner is typed against)."""
     if options.cluster is None:
         return LocalExecutor(options.jobs, prefetch=1)
     import logging
