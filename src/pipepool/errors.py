@@ -127,7 +127,7 @@ def describe_exit(exitcode: int | None) -> str:
     return f"exited with code {exitcode}"
 
 
-if not TYPE_CHECKING:  # the type checker reads the two names above, not this hook
+if not TYPE_CHECKING:  # the type checker reads the names imported above, not this hook
 
     def __getattr__(name: str) -> type:
         if name in ("WorkerLostError", "InitializerError", "DeathCause"):
