@@ -202,6 +202,7 @@ class Soak:
 
     def take(self) -> None:
         for key, event in self.ex.get_event_buffer().items():
+            assert isinstance(key, int)  # every task is queued under its number
             if event.state.terminal:
                 if self.reported[key]:
                     self.duplicates.append(key)

@@ -151,6 +151,7 @@ class WorkerLifecycle(LocalState):
         )
         w.region = region  # mapped here until the worker is removed; its fd is closed
         w.oom_at = oom_at
+        assert self._loop is not None
         self._loop.add(wid, activity_w, result_r)
         self._workers[wid] = w
         self._stats["started_workers"] += 1
@@ -164,6 +165,7 @@ class WorkerLifecycle(LocalState):
 
     def _remove_channel(self, w: _Worker) -> list[tuple[int, int, bytes]]:
         """Close a worker's parent ends (once) and drop them from the fork registry."""
+        assert self._loop is not None
         if w.wid not in self._loop:
             return []
         _PARENT_FDS.difference_update((*w.fds, w.control_fd, w.crash_fd))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import _oom, _spin
 from .. import loop as _impl
@@ -28,6 +28,9 @@ from ..errors import InitializerError
 from ..worker._marks import MarkTable
 from ..worker._region import Region
 from ._depth import DepthPolicy
+
+if TYPE_CHECKING:
+    from ..loop._interface import PipeLoopAPI
 
 # Every parent-side pipepool fd open in this process. A forked worker closes all of them
 # but its own, so that no worker holds another's pipe ends: otherwise one worker's EOF or
@@ -134,7 +137,7 @@ class LocalState(SchedulerAPI):
         self.implementation, loop_module = _impl.load(loop_impl)  # "cython" or "python"
         self._loop_class = loop_module.PipeLoop
         # -- what start() opens and _close() closes ---------------------------------------
-        self._loop: Any = None  # the PipeLoop (either twin): every parent-side pipe end
+        self._loop: PipeLoopAPI | None = None  # the PipeLoop: every parent-side pipe end
         self._marks: MarkTable | None = None  # the page of start marks, a slot per worker
         self._lifeline: tuple[int, int] | None = None  # read end for workers, write end kept
         # -- workers ---------------------------------------------------------------------

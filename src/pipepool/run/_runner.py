@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import CancelledError
 from types import FrameType
-from typing import Any, BinaryIO, TextIO, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, TextIO, cast
 
 from ..errors import TaskKilledError
 from ..events import Event, State
@@ -48,6 +48,10 @@ from ._progress import Progress
 from ._summary import Outcome, Summary, job_outcome, lost_outcome
 from ._template import Job
 
+if TYPE_CHECKING:
+    from ..cluster import ClusterExecutor
+    from ._executor import JobExecutor
+
 TICK = 0.1  # s the loop waits when nothing happens: bounds how late a Ctrl-C is noticed
 # and a progress redraw is due; a finished job wakes it at once
 FEED_AHEAD = 1  # jobs queued per worker beyond the running one, so that a worker that
@@ -57,8 +61,9 @@ BACKSTOP_SLACK = 5.0  # s past --timeout (and its kill grace) after which the ex
 Handler = Callable[[int, FrameType | None], Any] | int | None  # what signal.signal takes
 
 
-def make_executor(options):
-    """A LocalExecutor, or with ``--cluster`` a ClusterExecutor: both drive the same loop."""
+def make_executor(options: RunOptions) -> LocalExecutor | ClusterExecutor:
+    """A LocalExecutor, or with ``--cluster`` a ClusterExecutor: both drive the same loop
+    (both are the ``_executor.JobExecutor`` the runner is typed against)."""
     if options.cluster is None:
         return LocalExecutor(options.jobs, prefetch=1)
     import logging
@@ -159,7 +164,9 @@ class Runner:
         try:
             ex.start()
             if not options.jobs:  # --cluster ADDRESS without -j: one job per worker thread
-                options.jobs = summary.jobs = ex.max_in_flight = max(1, ex.parallelism)
+                options.jobs = summary.jobs = max(1, ex.parallelism)
+                if not isinstance(ex, LocalExecutor):  # always so: a local run has a -j
+                    ex.max_in_flight = options.jobs
             self._loop(ex)
             clean = True
             self.output.flush_all()  # --keep-order: what waited for a job that never ran
@@ -187,7 +194,7 @@ class Runner:
             self.stderr.flush()
         return summary
 
-    def _loop(self, ex: LocalExecutor) -> None:
+    def _loop(self, ex: JobExecutor) -> None:
         while True:
             self._react_to_signals(ex)
             fed = self._feed(ex)
@@ -218,7 +225,7 @@ class Runner:
 
     # -- steps -------------------------------------------------------------------------
 
-    def _feed(self, ex: LocalExecutor) -> bool:
+    def _feed(self, ex: JobExecutor) -> bool:
         """Queue jobs until every worker has FEED_AHEAD waiting; True if any was queued."""
         gate = self.gate
         # With --halt, no job waits in the executor for a worker: the executor would start
@@ -265,7 +272,7 @@ class Runner:
             fed = True
         return fed
 
-    def _finish(self, ex: LocalExecutor, event: Event) -> None:
+    def _finish(self, ex: JobExecutor, event: Event) -> None:
         """A job's attempt ended: retry it, or log it, print its output and count it."""
         seq = cast(int, event.key)  # each job is queued under its sequence number
         job, spec, queued_at = self._inflight.pop(seq)
@@ -340,7 +347,7 @@ class Runner:
             self._failed += 1
         self._check_halt(ex, outcome)
 
-    def _check_halt(self, ex: LocalExecutor, outcome: Outcome) -> None:
+    def _check_halt(self, ex: JobExecutor, outcome: Outcome) -> None:
         """After each finished job, before any other starts: is ``--halt`` met?"""
         halt = self.options.halt
         if self._aborting or (self._stopping and halt.when == "soon"):
@@ -357,7 +364,7 @@ class Runner:
             if halt.when == "now":
                 self._abort(ex)
 
-    def _react_to_signals(self, ex: LocalExecutor) -> None:
+    def _react_to_signals(self, ex: JobExecutor) -> None:
         if self._terminated and not self._aborting:
             self._stop(ex, "terminated", force_reason=True)
             self._abort(ex)
@@ -377,7 +384,7 @@ class Runner:
             for key in ex.running:  # again each round: a job sent but not yet started
                 ex.kill(key)
 
-    def _stop(self, ex: LocalExecutor, reason: str, *, force_reason: bool = False) -> None:
+    def _stop(self, ex: JobExecutor, reason: str, *, force_reason: bool = False) -> None:
         """Start no new job: cancel the few queued in the executor, keep the rest."""
         if not self.summary.stopped or force_reason:
             self.summary.stopped = reason
@@ -388,7 +395,7 @@ class Runner:
             self.output.skip(job.seq)
         self._pending.clear()
 
-    def _relieve_memory(self, ex: LocalExecutor) -> None:
+    def _relieve_memory(self, ex: JobExecutor) -> None:
         """``--memfree``: below half of SIZE free, kill the youngest running job (it goes
         back on the queue); one at a time, the next only once that one is gone."""
         if self._memkilled or self._aborting or not self._running_since:
@@ -405,7 +412,7 @@ class Runner:
             self._noted_wait = True  # once: the reason is the same until jobs finish
             self._note(f"waiting to start jobs: {self.gate.waiting}")
 
-    def _abort(self, ex: LocalExecutor) -> None:
+    def _abort(self, ex: JobExecutor) -> None:
         self._aborting = True
         for key in ex.running:
             ex.kill(key)
@@ -425,7 +432,7 @@ class Runner:
                 with contextlib.suppress(OSError):
                     os.unlink(path)
 
-    def _draw(self, ex: LocalExecutor) -> None:
+    def _draw(self, ex: JobExecutor) -> None:
         if not self.progress.due():
             return
         done = len(self.summary.outcomes)
