@@ -65,7 +65,6 @@ if __name__ == "__main__":
             os.kill(p, signal.SIGKILL)
         out["killed"] = sorted(started)
         out["ran"] = sorted(set(ex.map(pid, range(50))))  # on replacements
-        out["replaced"] = sorted(ex.worker_pids())
     # Recycling after max_tasks_per_child, from the driver thread.
     with ProcessPoolExecutor(2, mp_context=fork, max_tasks_per_child=2) as ex:
         out["recycled"] = len(set(ex.map(pid, range(12))))
@@ -136,8 +135,7 @@ def test_futures_replacements_fork_from_a_single_threaded_process(tmp_path):
     """Killed workers are replaced, and recycled ones too, without one fork from the
     parent while its driver thread runs: each fork's process had one thread."""
     out, forks, stderr = run_program(FUTURES, tmp_path)
-    assert out["replaced"] and not set(out["replaced"]) & set(out["killed"])
-    assert set(out["ran"]) <= set(out["replaced"])
+    assert out["ran"] and not set(out["ran"]) & set(out["killed"])
     assert out["recycled"] >= 6  # 12 tasks, 2 per worker
     assert forks, "no fork recorded"
     threaded = [f for f in forks if f[1] != 1]
@@ -161,6 +159,9 @@ def seen(_=None) -> str:
     return _SEEN
 
 
+@pytest.mark.filterwarnings(
+    "ignore:This process.*multi-threaded:DeprecationWarning"
+)  # its own thread
 def test_a_replacement_sees_the_program_as_the_zygote_forked_it(executors):
     """A worker the zygote forks is a copy of the program when the pool started, not of
     the program now (docs/guides/futures.md, the differences table)."""
@@ -216,6 +217,9 @@ if __name__ == "__main__":
     assert gone, f"outlived their parent: {left}"
 
 
+@pytest.mark.filterwarnings(
+    "ignore:This process.*multi-threaded:DeprecationWarning"
+)  # its own thread
 def test_a_pool_whose_zygote_died_forks_its_workers_itself(executors):
     """The zygote killed: the workers it forked are still seen to exit (with LOST_EXIT)
     and replaced, by forks from the parent, and the pool runs on."""
