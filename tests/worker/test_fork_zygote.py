@@ -248,3 +248,30 @@ def test_a_pool_whose_zygote_died_forks_its_workers_itself(executors):
 def test_only_fork_pools_have_a_zygote(executors, method):
     ex = executors(1, start_method=method)
     assert ex._zygote is None
+
+
+@pytest.mark.filterwarnings("ignore:This process.*multi-threaded:DeprecationWarning")  # its thread
+def test_the_exit_of_a_worker_the_zygote_forked_is_seen(executors):
+    """A worker the zygote forked exits at once, its replacement is forked in the same
+    breath: the zygote's two replies (its exit, the new pid) may come in one read, and
+    the exit must not wait in the buffer for a later one (it did: the pool hung)."""
+    from pipepool import WorkerLostError
+
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, name="a user thread")
+    thread.start()
+    try:
+        for _ in range(10):
+            ex = executors(1)
+            ex.queue("before", os.getpid)
+            ex.queue("exit", os._exit, 3)
+            for i in range(3):
+                ex.queue(i, os.getpid)
+            rec = Recorder(ex)
+            rec.run_until(lambda rec=rec: len(rec.terminal) == 5, BOUND)
+            error = rec.terminal["exit"].exception
+            assert isinstance(error, WorkerLostError) and error.exitcode == 3
+            ex.end()
+    finally:
+        stop.set()
+        thread.join()

@@ -161,7 +161,9 @@ class Zygote:
         return code
 
     def _drain(self) -> None:
-        """Read every report waiting, without blocking (lock held)."""
+        """Read every report waiting, without blocking (lock held): those ``_read``
+        left in the buffer behind the reply it wanted first."""
+        self._take(b"")
         while not self.dead:
             try:
                 data = self.sock.recv(4096, socket.MSG_DONTWAIT)
