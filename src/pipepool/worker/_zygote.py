@@ -224,15 +224,17 @@ def _gone(pid: int) -> bool:
             stat = f.read()
         return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] in (b"Z", b"X")
     except FileNotFoundError:
-        return True
-    except (OSError, ValueError):  # no /proc: ask the kernel if the pid exists
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if os.path.exists("/proc/self/stat"):
             return True
-        except OSError:
-            pass
-        return False
+    except (OSError, ValueError):
+        pass
+    try:  # no /proc: ask the kernel whether the pid exists (a zombie does)
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        pass
+    return False
 
 
 class ZygoteChild:
