@@ -71,9 +71,13 @@ class WorkerLifecycle(LocalState):
                 activity, result, control, crash, slot, region_fd, list(zygote_fds)
             )
 
-        self._zygote = _zygote.Zygote.fork(
-            self._context, worker_main, make_start, (lifeline_r, marks_fd), _PARENT_FDS
-        )
+        try:
+            self._zygote = _zygote.Zygote.fork(
+                self._context, worker_main, make_start, (lifeline_r, marks_fd), _PARENT_FDS
+            )
+        except OSError as exc:  # out of processes or fds: every worker forks from here
+            log.warning("pipepool: no zygote (%s); workers fork from this process", exc)
+            return
         _PARENT_FDS.add(self._zygote.fd)
 
     def _worker_start(

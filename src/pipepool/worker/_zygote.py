@@ -108,6 +108,9 @@ class Zygote:
         )
         try:
             process.start()
+        except BaseException:
+            parent_end.close()
+            raise
         finally:
             child_end.close()
         return cls(process, parent_end)
