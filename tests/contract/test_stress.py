@@ -42,11 +42,15 @@ def forkserver_pid() -> int | None:
 
 def pool_processes(start_method: str) -> set[int]:
     """The processes a pool in this process may have started: our children, or (with
-    forkserver) the server's children, zombies included."""
+    forkserver) the server's children, zombies included. Under fork, our children's
+    children too: a fork pool's zygote forks the workers started while threads run."""
     if start_method == "forkserver":
         server = forkserver_pid()
         return proc_table.children(server) if server else set()
-    return {p for p in proc_table.children(os.getpid()) if not helpers_of_multiprocessing(p)}
+    kids = {p for p in proc_table.children(os.getpid()) if not helpers_of_multiprocessing(p)}
+    if start_method == "fork":
+        kids |= {g for k in kids for g in proc_table.children(k)}
+    return kids
 
 
 def zombie(pid: int) -> bool:

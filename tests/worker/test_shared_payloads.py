@@ -344,7 +344,9 @@ PARENT = textwrap.dedent("""
             ex.sync(timeout=0.01)
         with open("/proc/self/maps") as f:
             inodes = sorted({{int(line.split()[4]) for line in f if "pipepool-" in line}})
-        print(json.dumps([ex.worker_pids(), inodes]), flush=True)
+        # A fork pool's zygote holds the marks' page too, and must die with us as well.
+        zygote = [ex._zygote.process.pid] if ex._zygote is not None else []
+        print(json.dumps([ex.worker_pids() + zygote, inodes]), flush=True)
         while True:
             ex.sync(timeout=0.01)
 """)

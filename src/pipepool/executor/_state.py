@@ -27,6 +27,7 @@ from .._task import Task
 from ..errors import InitializerError
 from ..worker._marks import MarkTable
 from ..worker._region import Region
+from ..worker._zygote import Zygote, ZygoteChild
 from ._depth import DepthPolicy
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ class _Worker:
     def __init__(
         self,
         wid: int,
-        proc: multiprocessing.process.BaseProcess,
+        proc: multiprocessing.process.BaseProcess | ZygoteChild,
         fds: tuple[int, int],
         control_fd: int,
         crash_fd: int,
@@ -140,6 +141,7 @@ class LocalState(SchedulerAPI):
         self._loop: PipeLoopAPI | None = None  # the PipeLoop: every parent-side pipe end
         self._marks: MarkTable | None = None  # the page of start marks, a slot per worker
         self._lifeline: tuple[int, int] | None = None  # read end for workers, write end kept
+        self._zygote: Zygote | None = None  # under fork: forks workers once threads run here
         # -- workers ---------------------------------------------------------------------
         self._workers: dict[int, _Worker] = {}  # wid -> worker, until it is retired
         self._wids = itertools.count(1)  # worker ids: channel numbers in the loop
