@@ -3,7 +3,8 @@
 # PipepoolExecutor tests in tests/airflow/, which must run (not skip) in CI. Airflow is
 # not a dependency of the library, only of the `airflow` extra; it shares the venv with
 # the `test` extra (pip check finds no conflict). The version is the one the tests
-# certify (docs/airflow.md); override with AIRFLOW_VERSION=... to try another 3.3+.
+# certify (docs/airflow.md): the newest supported minor here; the workflow matrix
+# (.github/workflows/airflow.yml) covers 3.0-3.3. AIRFLOW_VERSION=3.x.y tries another.
 # Measured on the 2-core CI machine: about 50 s with a cold pip cache.
 set -euo pipefail
 AIRFLOW_VERSION="${AIRFLOW_VERSION:-3.3.2}"

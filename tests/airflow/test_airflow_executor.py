@@ -12,7 +12,7 @@ import signal
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from unittest import mock
 
@@ -54,7 +54,7 @@ def task(name: str) -> Any:
         queue="default",
         priority_weight=1,
         map_index=-1,
-        start_date=datetime.now(timezone.utc),
+        start_date=datetime.now(UTC),
     )
     return workloads.ExecuteTask(
         token="",
@@ -497,3 +497,35 @@ def test_a_revoked_workload_queued_again_before_its_worker_died(make, fake_log):
     drive(ex, lambda: victim.ti.key in ex.event_buffer, "the second run's outcome")
     assert ex.event_buffer[victim.ti.key][0] == "success"
     assert len(records(fake_log, "start")) == 2
+
+
+def test_two_team_executors_in_one_process(fake_log):
+    """Multi-team: two executors in one scheduler, each with its team (``team_id`` on
+    3.0, ``team_name`` from 3.1, passed through to BaseExecutor), its own pool, workers
+    and outcomes; the process-wide GC freeze is released once both have forked."""
+    from pipepool.airflow import PipepoolExecutor
+    from pipepool.airflow._versions import V3_1
+
+    keyword = "team_name" if V3_1 else "team_id"
+    before = proc_table.children(os.getpid())
+    teams = {name: PipepoolExecutor(parallelism=2, **{keyword: name}) for name in ("a", "b")}
+    try:
+        for ex in teams.values():
+            ex.start()
+        assert gc.get_freeze_count() == 0
+        items = {name: [task(f"ok_{name}{i}") for i in range(3)] for name in teams}
+        for name, ex in teams.items():
+            assert ex.team == name and f"[{name}]" in ex._prefix
+            submit(ex, *items[name])
+        for name, ex in teams.items():
+            drive(ex, lambda ex=ex: len(ex.event_buffer) == 3 and not ex.running, name)
+            assert set(ex.event_buffer) == {key(w) for w in items[name]}  # its own only
+        a, b = (set(ex.pool.worker_pids()) for ex in teams.values())
+        assert len(a) == len(b) == 2 and not a & b
+        by_worker = {r["pid"]: r["name"][3] for r in records(fake_log, "start")}
+        assert {team for pid, team in by_worker.items() if pid in a} == {"a"}
+        assert {team for pid, team in by_worker.items() if pid in b} == {"b"}
+    finally:
+        for ex in teams.values():
+            ex.end()
+    assert not [p for p in proc_table.children(os.getpid()) - before if proc_table.alive(p)]
