@@ -177,9 +177,19 @@ def test_providers_executors_lists_pipepool(session):
     assert e2e.PIPEPOOL in session.providers.split(), session.providers
 
 
+def failures(session: Session, dag_id: str) -> str:
+    """The scheduler's lines about the DAG's failed task instances (the executor's
+    reason, Airflow's own), for an assertion's message."""
+    failed = [t for t, s in session.states[dag_id].items() if s != "success"]
+    lines = session.scheduler_log.splitlines()
+    about = [line[:500] for line in lines if any(f"task_id='{t}'" in line for t in failed)]
+    return "\n".join(about)[-6000:]
+
+
 def test_fan_dag_succeeds_within_parallelism(session):
     states = session.states["pipepool_fan"]
-    assert len(states) == 41 and set(states.values()) == {"success"}, states
+    assert len(states) == 41, states
+    assert set(states.values()) == {"success"}, failures(session, "pipepool_fan")
     assert session.run_states["pipepool_fan"] == "success"
     most = max_running(session.home)
     print(f"most task instances running at once: {most} (parallelism {PARALLELISM})")
