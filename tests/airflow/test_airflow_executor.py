@@ -529,3 +529,30 @@ def test_two_team_executors_in_one_process(fake_log):
         for ex in teams.values():
             ex.end()
     assert not [p for p in proc_table.children(os.getpid()) - before if proc_table.alive(p)]
+
+
+def test_a_callback_event_key_is_one_the_scheduler_can_look_up(make, fake_log):
+    """The scheduler looks each callback event's key up in its UUID-keyed ``callback``
+    table: 3.2 passes the key as it is (on sqlite SQLAlchemy binds it with ``.hex``; a
+    plain string killed the scheduler), 3.3 converts it to a UUID first. The same lookup
+    on a real sqlite table."""
+    from pipepool.airflow._versions import V3_2, V3_3
+
+    if not V3_2:
+        pytest.skip("Airflow < 3.2 has no callback workloads")
+    import sqlalchemy as sa
+
+    table = sa.Table("callback", sa.MetaData(), sa.Column("id", sa.Uuid(), primary_key=True))
+
+    ex = make(1)
+    cb = callback("ok_callback")
+    submit(ex, cb)
+    drive(ex, lambda: ex.event_buffer.get(key(cb), (None,))[0] == "success", "SUCCESS")
+    (reported,) = ex.event_buffer
+    engine = sa.create_engine("sqlite://")
+    table.metadata.create_all(engine)
+    looked_up = uuid.UUID(str(reported)) if V3_3 else reported  # as each scheduler does
+    with engine.begin() as db:
+        db.execute(table.insert().values(id=uuid.UUID(str(cb.callback.id))))
+        assert db.execute(table.select().where(table.c.id == looked_up)).first()
+    engine.dispose()

@@ -36,6 +36,7 @@ import multiprocessing
 import signal
 import threading
 import time
+import uuid
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -361,10 +362,11 @@ class PipepoolExecutor(BaseExecutor):
             if self.pool is None:
                 return
             events = self.pool.get_event_buffer()
-        for key, event in events.items():
-            workload = self._workloads.get(key)
+        for pool_key, event in events.items():
+            workload = self._workloads.get(pool_key)
             if workload is None:
                 continue  # revoked
+            key = _key(workload)  # as Airflow reads it (3.2's callbacks: _CallbackId)
             running_state, success_state, failure_state = _states(workload)
             if event.state is State.RUNNING:
                 if running_state is not None:  # callbacks report RUNNING
@@ -404,12 +406,24 @@ class PipepoolExecutor(BaseExecutor):
         return self.pool
 
 
+class _CallbackId(str):
+    """Airflow 3.2's callback key (the callback's UUID as a string) that its scheduler
+    can look up: 3.2 passes the event's key to ``session.get(Callback, key)``, and
+    SQLAlchemy binds a UUID column on sqlite with ``key.hex``, which a plain string
+    lacks (the scheduler dies on the first callback event; 3.3 converts the key first).
+    Equal to, and hashed as, the string Airflow queued it under."""
+
+    @property
+    def hex(self) -> str:
+        return uuid.UUID(self).hex
+
+
 def _key(workload: Any) -> Hashable:
     """The key a workload is queued, run and reported under, as this Airflow keys it."""
     if V3_3:
         return workload.key
     if V3_2 and isinstance(workload, workloads.ExecuteCallback):
-        return workload.callback.id
+        return _CallbackId(workload.callback.id)
     return workload.ti.key
 
 
