@@ -9,7 +9,8 @@ scheduler, api-server and dag-processor on 127.0.0.1 with a sqlite database and
 * ``pipepool_worker_killed``: a task whose pipepool worker is SIGKILLed mid-task fails,
   with the executor's reason in the scheduler's log, and its bystander succeeds;
 * 3.2+: ``pipepool_deadline``, whose missed deadline's SyncCallback runs on our workers
-  (3.3; Airflow 3.2 never dispatches it, an expected failure there: see its test);
+  (Airflow 3.2 sometimes never dispatches it, saying so in its log: an expected
+  failure then, see its test);
 * 3.3: a connection test, dispatched by the scheduler to our executor.
 
 Never more than 4 task instances run at once (from the metadata database's start and
@@ -43,6 +44,7 @@ BOUND = 540.0  # s for the whole session
 PARALLELISM = 4
 FAILING_OK = 5  # ok_* tasks of pipepool_e2e: 14 task instances
 HERE = Path(__file__).parent
+AIRFLOW_3_2_BUG = "is missing required 'dag_run_id' in data dict"
 # The first test's bound covers the module fixture's session (pytest-timeout counts setup).
 pytestmark = pytest.mark.timeout(BOUND + 300)
 
@@ -131,8 +133,11 @@ def session(tmp_path_factory) -> Session:
             for name, p in procs.items():
                 assert p.poll() is None, f"{name} exited:\n{home.tail(name)}"
             done = all(home.run_state(r) in ("success", "failed") for r in runs.values())
-            if version >= (3, 3):  # 3.2 never dispatches it: see the deadline test
-                done = done and (markers / "deadline").exists()
+            if version >= (3, 2):  # the alert ran, or 3.2 skipped it (see its test)
+                done = done and (
+                    (markers / "deadline").exists()
+                    or (version == (3, 2) and AIRFLOW_3_2_BUG in home.tail("scheduler", 10**8))
+                )
             if version >= (3, 3):
                 rows = home.query("select state from connection_test_request")
                 done = done and bool(rows) and rows[0][0] in ("success", "failed")
@@ -214,17 +219,14 @@ def test_task_whose_worker_is_killed_fails_alone(session):
     assert "only this workload failed" in session.scheduler_log
 
 
-def test_deadline_alert_runs_on_pipepool_workers(session, request):
+def test_deadline_alert_runs_on_pipepool_workers(session):
     if session.version < (3, 2):
         pytest.skip("deadline alerts (callback workloads) came with Airflow 3.2")
-    if session.version == (3, 2):
-        # Airflow 3.2's Deadline.handle_miss adds dag_run_id to the callback's data in
-        # place, which the ORM never writes; its scheduler then skips the callback
-        # forever ("missing required 'dag_run_id' in data dict"), whatever the executor.
-        # 3.3 fixed it. Strict: should a 3.2 release fix it, this says so.
-        request.applymarker(
-            pytest.mark.xfail(strict=True, reason="Airflow 3.2 never dispatches the alert")
-        )
+    if session.version == (3, 2) and AIRFLOW_3_2_BUG in session.scheduler_log:
+        # Airflow 3.2's Deadline.handle_miss sometimes adds dag_run_id to the callback's
+        # data in place, which the ORM then never writes; its scheduler skips such a
+        # callback forever, whatever the executor (3.3 fixed it). Only when it says so.
+        pytest.xfail("Airflow 3.2 skipped the alert: " + AIRFLOW_3_2_BUG)
     assert session.deadline_marker, f"the deadline callback never ran: {session.callbacks}"
     assert [state for state, _ in session.callbacks] == ["success"], session.callbacks
 
