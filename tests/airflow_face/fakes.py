@@ -75,6 +75,15 @@ def supervise_callback(*, id, callback_path, **kwargs) -> int:
     return run(callback_path, **kwargs)
 
 
+def execute_callback_workload(callback, log) -> tuple[bool, str | None]:
+    """Airflow 3.2's in-process callback runner: (success, error)."""
+    try:
+        run(callback.data["path"])
+    except RuntimeError as exc:
+        return False, str(exc)
+    return True, None
+
+
 def supervise_connection_test(*, connection_id, **kwargs) -> int:
     return run(connection_id, **kwargs)
 

@@ -5,12 +5,14 @@ pipes) is real. Each behaviour the executor promises has a test here."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import signal
 import threading
 import time
 import uuid
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from unittest import mock
 
@@ -37,7 +39,6 @@ BOUND = 60.0  # s any wait in these tests may take before it fails
 
 
 def task(name: str) -> Any:
-    from airflow._shared.timezones import timezone
     from airflow.executors import workloads
     from uuid6 import uuid7
 
@@ -53,7 +54,7 @@ def task(name: str) -> Any:
         queue="default",
         priority_weight=1,
         map_index=-1,
-        start_date=timezone.utcnow(),
+        start_date=datetime.now(UTC),
     )
     return workloads.ExecuteTask(
         token="",
@@ -86,23 +87,45 @@ def connection_test(name: str) -> Any:
     )
 
 
+def entry_points() -> dict[str, Any]:
+    """The supervisor entry points this Airflow's runner calls, each with its fake: from
+    3.3 one per workload kind (``BaseExecutor.run_workload``); before, the task SDK's
+    ``supervise`` and (3.2) the in-process callback runner."""
+    from pipepool.airflow._versions import V3_2, V3_3
+
+    if V3_3:
+        return {
+            "airflow.sdk.execution_time.supervisor.supervise_task": fakes.supervise_task,
+            "airflow.sdk.execution_time.callback_supervisor.supervise_callback": (
+                fakes.supervise_callback
+            ),
+            "airflow.sdk.execution_time.connection_test_supervisor.supervise_connection_test": (
+                fakes.supervise_connection_test
+            ),
+        }
+    found = {"airflow.sdk.execution_time.supervisor.supervise": fakes.supervise_task}
+    if V3_2:
+        found["airflow.executors.workloads.callback.execute_callback_workload"] = (
+            fakes.execute_callback_workload
+        )
+    return found
+
+
+def workload_kinds() -> list[str]:
+    from pipepool.airflow._versions import V3_2, V3_3
+
+    return ["task"] + ["callback"] * V3_2 + ["connection_test"] * V3_3
+
+
 @pytest.fixture
 def fake_log(tmp_path, monkeypatch):
     """The fakes' record file and gate; the supervisor entry points patched to them."""
     log = tmp_path / "calls.jsonl"
     monkeypatch.setenv("PIPEPOOL_FAKE_LOG", str(log))
     monkeypatch.setenv("PIPEPOOL_FAKE_GATE", str(tmp_path / "gate"))
-    with (
-        mock.patch("airflow.sdk.execution_time.supervisor.supervise_task", fakes.supervise_task),
-        mock.patch(
-            "airflow.sdk.execution_time.callback_supervisor.supervise_callback",
-            fakes.supervise_callback,
-        ),
-        mock.patch(
-            "airflow.sdk.execution_time.connection_test_supervisor.supervise_connection_test",
-            fakes.supervise_connection_test,
-        ),
-    ):
+    with contextlib.ExitStack() as stack:
+        for target, fake in entry_points().items():
+            stack.enter_context(mock.patch(target, fake))
         yield log
 
 
@@ -153,15 +176,24 @@ def records(log, event: str | None = None) -> list[dict]:
     return [r for r in fakes.read_log(log) if event is None or r["event"] == event]
 
 
+def key(workload: Any) -> Any:
+    """The key the executor reports a workload under (as this Airflow keys it)."""
+    from pipepool.airflow.executor import _key
+
+    return _key(workload)
+
+
 def test_class_attributes():
     from pipepool.airflow import PipepoolExecutor
+    from pipepool.airflow._versions import V3_2, V3_3
 
     assert PipepoolExecutor.is_local
     assert PipepoolExecutor.serve_logs  # the scheduler serves task logs, as for LocalExecutor
     assert PipepoolExecutor.supports_multi_team
-    assert PipepoolExecutor.supports_callbacks
-    assert PipepoolExecutor.supports_connection_test
-    assert not PipepoolExecutor.sentry_integration
+    assert PipepoolExecutor.supports_callbacks == V3_2  # the workload kinds this Airflow has
+    assert PipepoolExecutor.supports_connection_test == V3_3
+    assert not getattr(PipepoolExecutor, "sentry_integration", "")
+    assert not getattr(PipepoolExecutor, "supports_sentry", False)
 
 
 @mock.patch.object(gc, "unfreeze")
@@ -197,30 +229,39 @@ def test_execution(make, fake_log):
 
 
 def test_every_workload_kind_through_its_supervisor(make, fake_log, monkeypatch):
+    """Each kind this Airflow has (tasks; callbacks from 3.2; connection tests from 3.3)
+    runs on a pipepool worker through that version's runner, with one outcome each."""
+    from pipepool.airflow.executor import _execution_api_server_url
+
     server = "http://custom-server:9999/execution/"
     monkeypatch.setenv("AIRFLOW__CORE__EXECUTION_API_SERVER_URL", server)
     ex = make(2)
-    t, cb, ct = task("ok_task"), callback("ok_callback"), connection_test("ok_conn")
-    submit(ex, t, cb, ct)
-    drive(ex, lambda: len(ex.event_buffer) == 3 and not ex.running, "three outcomes")
-    assert ex.event_buffer[t.ti.key][0] == "success"
-    assert ex.event_buffer[cb.key][0] == "success"
-    assert ex.event_buffer[ct.key][0] == ct.success_state
-    assert {r["server"] for r in records(fake_log, "start")} == {server}
-    from airflow.executors.base_executor import get_execution_api_server_url
-
-    assert get_execution_api_server_url(ex.conf) == server
+    makers = {"task": task, "callback": callback, "connection_test": connection_test}
+    items = [makers[kind](f"ok_{kind}") for kind in workload_kinds()]
+    submit(ex, *items)
+    drive(ex, lambda: len(ex.event_buffer) == len(items) and not ex.running, "the outcomes")
+    assert [ex.event_buffer[key(w)][0] for w in items] == ["success"] * len(items)
+    starts = records(fake_log, "start")
+    assert sorted(r["name"] for r in starts) == sorted(f"ok_{k}" for k in workload_kinds())
+    # Task and connection-test runners get the api-server's URL (3.2 runs callbacks in
+    # the worker itself, without one).
+    assert {r["server"] for r in starts if r["name"] != "ok_callback"} == {server}
+    assert _execution_api_server_url(ex.conf) == server
 
 
 def test_callback_reports_running_first(make, fake_log):
+    from pipepool.airflow._versions import V3_2
+
+    if not V3_2:
+        pytest.skip("Airflow < 3.2 has no callback workloads")
     ex = make(1)
     cb = callback("block_callback")
     submit(ex, cb)
-    drive(ex, lambda: ex.event_buffer.get(cb.key, (None,))[0] == "running", "RUNNING")
-    assert cb.key in ex.running  # RUNNING keeps its slot
+    drive(ex, lambda: ex.event_buffer.get(key(cb), (None,))[0] == "running", "RUNNING")
+    assert key(cb) in ex.running  # RUNNING keeps its slot
     open(os.environ["PIPEPOOL_FAKE_GATE"], "w").close()
-    drive(ex, lambda: ex.event_buffer[cb.key][0] == "success", "SUCCESS")
-    assert cb.key not in ex.running
+    drive(ex, lambda: ex.event_buffer[key(cb)][0] == "success", "SUCCESS")
+    assert key(cb) not in ex.running
 
 
 @pytest.mark.parametrize("queue_ahead", [0, 3])
@@ -456,3 +497,62 @@ def test_a_revoked_workload_queued_again_before_its_worker_died(make, fake_log):
     drive(ex, lambda: victim.ti.key in ex.event_buffer, "the second run's outcome")
     assert ex.event_buffer[victim.ti.key][0] == "success"
     assert len(records(fake_log, "start")) == 2
+
+
+def test_two_team_executors_in_one_process(fake_log):
+    """Multi-team: two executors in one scheduler, each with its team (``team_id`` on
+    3.0, ``team_name`` from 3.1, passed through to BaseExecutor), its own pool, workers
+    and outcomes; the process-wide GC freeze is released once both have forked."""
+    from pipepool.airflow import PipepoolExecutor
+    from pipepool.airflow._versions import V3_1
+
+    keyword = "team_name" if V3_1 else "team_id"
+    before = proc_table.children(os.getpid())
+    teams = {name: PipepoolExecutor(parallelism=2, **{keyword: name}) for name in ("a", "b")}
+    try:
+        for ex in teams.values():
+            ex.start()
+        assert gc.get_freeze_count() == 0
+        items = {name: [task(f"ok_{name}{i}") for i in range(3)] for name in teams}
+        for name, ex in teams.items():
+            assert ex.team == name and f"[{name}]" in ex._prefix
+            submit(ex, *items[name])
+        for name, ex in teams.items():
+            drive(ex, lambda ex=ex: len(ex.event_buffer) == 3 and not ex.running, name)
+            assert set(ex.event_buffer) == {key(w) for w in items[name]}  # its own only
+        a, b = (set(ex.pool.worker_pids()) for ex in teams.values())
+        assert len(a) == len(b) == 2 and not a & b
+        by_worker = {r["pid"]: r["name"][3] for r in records(fake_log, "start")}
+        assert {team for pid, team in by_worker.items() if pid in a} == {"a"}
+        assert {team for pid, team in by_worker.items() if pid in b} == {"b"}
+    finally:
+        for ex in teams.values():
+            ex.end()
+    assert not [p for p in proc_table.children(os.getpid()) - before if proc_table.alive(p)]
+
+
+def test_a_callback_event_key_is_one_the_scheduler_can_look_up(make, fake_log):
+    """The scheduler looks each callback event's key up in its UUID-keyed ``callback``
+    table: 3.2 passes the key as it is (on sqlite SQLAlchemy binds it with ``.hex``; a
+    plain string killed the scheduler), 3.3 converts it to a UUID first. The same lookup
+    on a real sqlite table."""
+    from pipepool.airflow._versions import V3_2, V3_3
+
+    if not V3_2:
+        pytest.skip("Airflow < 3.2 has no callback workloads")
+    import sqlalchemy as sa
+
+    table = sa.Table("callback", sa.MetaData(), sa.Column("id", sa.Uuid(), primary_key=True))
+
+    ex = make(1)
+    cb = callback("ok_callback")
+    submit(ex, cb)
+    drive(ex, lambda: ex.event_buffer.get(key(cb), (None,))[0] == "success", "SUCCESS")
+    (reported,) = ex.event_buffer
+    engine = sa.create_engine("sqlite://")
+    table.metadata.create_all(engine)
+    looked_up = uuid.UUID(str(reported)) if V3_3 else reported  # as each scheduler does
+    with engine.begin() as db:
+        db.execute(table.insert().values(id=uuid.UUID(str(cb.callback.id))))
+        assert db.execute(table.select().where(table.c.id == looked_up)).first()
+    engine.dispose()

@@ -1,14 +1,30 @@
-"""pipepool for Apache Airflow: ``PipepoolExecutor``, Airflow's LocalExecutor on a pool
-whose parent never blocks on a pipe (user guide: ``docs/airflow.md``).
+"""pipepool for Apache Airflow 3.0-3.3: ``PipepoolExecutor``, Airflow's LocalExecutor on a
+pool whose parent never blocks on a pipe (user guide: ``docs/airflow.md``).
 
 Select it with ``[core] executor = pipepool.airflow.PipepoolExecutor`` (or
-``AIRFLOW__CORE__EXECUTOR``) after ``pip install 'pipepool[airflow]'``. Importing this
-package imports Airflow; the rest of pipepool never does.
+``AIRFLOW__CORE__EXECUTOR``) after ``pip install 'pipepool[airflow]'``. The executor (and
+with it Airflow) is imported on first use of ``PipepoolExecutor``: Airflow's provider
+discovery imports ``provider`` from this package while Airflow itself is still loading.
+The rest of pipepool never imports Airflow.
 
 Files: ``executor.py`` the executor (scheduler side), ``_worker.py`` what runs inside a
-worker, ``_procs.py`` process groups, memory and the OOM-kill counter (scheduler side).
+worker, ``_procs.py`` process groups, memory and the OOM-kill counter (scheduler side),
+``_versions.py`` the Airflow version gates, ``provider.py`` the provider entry point.
 """
 
-from .executor import PipepoolExecutor
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .executor import PipepoolExecutor
 
 __all__ = ["PipepoolExecutor"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "PipepoolExecutor":
+        from .executor import PipepoolExecutor
+
+        return PipepoolExecutor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,10 +8,12 @@ import signal
 import sys
 from typing import Any
 
+from airflow.executors import workloads
 from airflow.executors.base_executor import BaseExecutor
 
 from .. import worker as _pool_worker
 from ._procs import rss_bytes
+from ._versions import V3_2, V3_3
 
 
 def title_prefix(team_name: str | None) -> str:
@@ -45,18 +47,53 @@ def _die_with_parent(worker_pid: int) -> None:
 
 
 def run_workload(workload: Any, server: str, prefix: str, max_rss: int) -> int:
-    """Run one workload the way Airflow's LocalExecutor does (``_run_worker``)."""
+    """Run one workload the way this Airflow's LocalExecutor does (``_run_worker``)."""
     try:
-        return BaseExecutor.run_workload(
-            workload,
-            server=server,
-            proctitle=f"{prefix} {workload.display_name}",
-            subprocess_logs_to_stdout=True,
-        )
+        if V3_3:  # one entry point for every kind, the supervisor's
+            return BaseExecutor.run_workload(
+                workload,
+                server=server,
+                proctitle=f"{prefix} {workload.display_name}",
+                subprocess_logs_to_stdout=True,
+            )
+        if V3_2 and isinstance(workload, workloads.ExecuteCallback):
+            return _run_callback(workload, prefix)
+        return _supervise_task(workload, server, prefix)
     finally:
         set_title(f"{prefix} <idle>")
         if max_rss and rss_bytes() > max_rss:
             _pool_worker.retire_after_task()  # exits after this outcome; a fresh one follows
+
+
+def _supervise_task(workload: Any, server: str, prefix: str) -> int:
+    """3.0-3.2: the task SDK's supervisor, called as that version's LocalExecutor does."""
+    from airflow.sdk.execution_time import supervisor
+
+    set_title(f"{prefix} {workload.ti.id}")
+    return supervisor.supervise(
+        ti=workload.ti,
+        dag_rel_path=workload.dag_rel_path,
+        bundle_info=workload.bundle_info,
+        token=workload.token,
+        server=server,
+        log_path=workload.log_path,
+        subprocess_logs_to_stdout=V3_2,  # 3.2's LocalExecutor sends them there too
+    )
+
+
+def _run_callback(workload: Any, prefix: str) -> int:
+    """3.2: a callback (a deadline alert) runs in the worker itself, as 3.2's
+    LocalExecutor runs it; a failure raises, so the workload fails with the reason."""
+    import structlog
+    from airflow.executors.workloads import callback
+
+    set_title(f"{prefix} {workload.callback.id}")
+    success, error = callback.execute_callback_workload(
+        workload.callback, structlog.get_logger(__name__)
+    )
+    if not success:
+        raise RuntimeError(error or "Callback execution failed")
+    return 0
 
 
 def set_title(title: str) -> None:

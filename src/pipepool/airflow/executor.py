@@ -36,24 +36,27 @@ import multiprocessing
 import signal
 import threading
 import time
+import uuid
 from collections.abc import Hashable, Sequence
 from typing import Any
 
-from airflow.executors.base_executor import BaseExecutor, get_execution_api_server_url
+from airflow.configuration import conf as global_conf
+from airflow.executors import workloads
+from airflow.executors.base_executor import BaseExecutor
 
 from ..errors import DeathCause, DuplicateKeyError
 from ..events import Event, State
 from ..executor import LocalExecutor
-from . import _procs
+from . import _procs, _versions
+from ._versions import V3_1, V3_2, V3_3
 from ._worker import init_worker, run_workload, title_prefix
+from .provider import OPTIONS, SECTION
 
-if not hasattr(BaseExecutor, "run_workload"):  # Airflow < 3.3 has no common entry point
-    raise ImportError(
-        "pipepool.airflow.PipepoolExecutor needs apache-airflow 3.3 or newer "
-        "(BaseExecutor.run_workload); install it with: pip install 'pipepool[airflow]'"
-    )
+_versions.check()  # Airflow 2.x, or no compiled loop: an ImportError that says so
 
-SECTION = "pipepool"  # the airflow.cfg section (AIRFLOW__PIPEPOOL__<OPTION> in the environment)
+DEPRECATED_IN_3_4 = ("trigger_tasks", "order_queued_tasks_by_priority")
+"""BaseExecutor methods Airflow 3.4 turns into deprecation shims (overriding one warns):
+PipepoolExecutor overrides none of them (tests/airflow_face assert it), on any version."""
 ROUND_WAIT = 0.2  # s end() waits per round for an outcome: short enough to notice signals
 TERM_GRACE = 5.0  # s terminate() lets a SIGTERMed workload clean up before SIGKILL
 DRIVE_INTERVAL = 0.02  # s between the driver's rounds while workloads wait: the longest a
@@ -63,32 +66,61 @@ GROUP_SCAN = 1.0  # s between scans for the process groups our workers' task run
 # group along (its task runner sits in a group of its own, out of the worker's reach)
 
 
+class _SharedFreeze:
+    """One ``gc.freeze()`` for the whole process, held while any executor forks."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holders = 0
+
+    def enter(self) -> None:
+        with self._lock:
+            if not self._holders:
+                gc.freeze()
+            self._holders += 1
+
+    def exit(self) -> None:
+        with self._lock:
+            self._holders -= 1
+            if not self._holders:
+                gc.unfreeze()
+
+
+_FREEZE = _SharedFreeze()
+
+
 class PipepoolExecutor(BaseExecutor):
     """Run workloads in local pipepool workers: Airflow's LocalExecutor, deadlock-free.
+
+    One class for Airflow 3.0 through 3.3 (``_versions`` gates what differs). Every
+    argument goes to BaseExecutor as given (``parallelism``; ``team_id`` on 3.0,
+    ``team_name`` from 3.1).
 
     :param parallelism: how many workloads run at once (one worker each), must be > 0
     """
 
     is_local: bool = True
     is_mp_using_fork: bool
+    # Two team executors in one scheduler each have their own pool, workers, driver and
+    # queues; what is process-wide is safe to share (see ``_gc_frozen`` and
+    # docs/airflow.md, "Multi-team").
     supports_multi_team: bool = True
     serve_logs: bool = True
-    supports_callbacks: bool = True
-    supports_connection_test: bool = True
+    supports_callbacks: bool = V3_2  # ExecuteCallback workloads exist from 3.2
+    supports_connection_test: bool = V3_3  # TestConnection workloads exist from 3.3
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        if not hasattr(self, "conf"):
-            from airflow.configuration import conf
-
-            self.conf = conf
+        if not V3_1:  # 3.0's BaseExecutor has no per-team config: the global one
+            self.conf = global_conf
+        self.team = self.team_name if V3_1 else self.team_id
         self.is_mp_using_fork = multiprocessing.get_start_method() == "fork"
-        get = self.conf.getint
-        self.max_tasks_per_child = get(SECTION, "max_tasks_per_child", fallback=0)
-        self.max_rss_mib = get(SECTION, "max_rss_mib", fallback=0)
-        self.queue_ahead = get(SECTION, "queue_ahead", fallback=self.parallelism)
-        self.gc_freeze = self.conf.getboolean(SECTION, "gc_freeze", fallback=True)
-        self.term_grace = float(self.conf.get(SECTION, "term_grace", fallback=str(TERM_GRACE)))
+        self.max_tasks_per_child = int(self._option("max_tasks_per_child", "getint"))
+        self.max_rss_mib = int(self._option("max_rss_mib", "getint"))
+        ahead = self._option("queue_ahead", "get")
+        self.queue_ahead = self.parallelism if ahead in (None, "") else int(ahead)
+        self.gc_freeze = bool(self._option("gc_freeze", "getboolean"))
+        self.term_grace = float(self._option("term_grace", "getfloat"))
         if self.queue_ahead < 0:
             raise ValueError("[pipepool] queue_ahead must be 0 or more")
         self.pool: LocalExecutor | None = None
@@ -100,12 +132,30 @@ class PipepoolExecutor(BaseExecutor):
         self._deferred: set[Hashable] = set()  # queued again while the pool holds the key
         self._next_scan = 0.0
 
+    def _option(self, name: str, kind: str) -> Any:
+        """A ``[pipepool]`` option through Airflow's config: this executor's (its team's)
+        where that has the typed getter (3.1's has only ``get``/``getboolean``), the
+        global one otherwise; the provider's default when unset."""
+        conf = self.conf if hasattr(self.conf, kind) else global_conf
+        default = OPTIONS[name]["default"]
+        return getattr(conf, kind)(SECTION, name, fallback="" if default is None else default)
+
+    def _queues(self) -> tuple[dict[Hashable, Any], ...]:
+        """The queues of the workload kinds this Airflow has (tasks first): a queue a
+        version lacks is never read."""
+        queues: tuple[dict[Hashable, Any], ...] = (self.queued_tasks,)
+        if V3_2:
+            queues += (self.queued_callbacks,)
+        if V3_3:
+            queues += (self.queued_connection_tests,)
+        return queues
+
     # -- BaseExecutor -------------------------------------------------------------------
 
     def start(self) -> None:
         """Start the pool; with fork, all ``parallelism`` workers at once, GC frozen."""
-        self._prefix = title_prefix(self.team_name)
-        self._server = get_execution_api_server_url(self.conf)
+        self._prefix = title_prefix(self.team)
+        self._server = _execution_api_server_url(self.conf)
         self.pool = LocalExecutor(
             self.parallelism,
             prefetch=1,  # a workload never waits behind another in a worker's pipe
@@ -125,6 +175,20 @@ class PipepoolExecutor(BaseExecutor):
             )
             self._driver.start()
 
+    def queue_workload(self, workload: Any, session: Any = None) -> None:
+        """Queue a workload of a kind this Airflow has. Overridden on every version:
+        Airflow 3.0's scheduler hands workloads only to executors that override it."""
+        if isinstance(workload, workloads.ExecuteTask):
+            self.queued_tasks[_key(workload)] = workload
+        elif V3_2 and isinstance(workload, workloads.ExecuteCallback):
+            self.queued_callbacks[_key(workload)] = workload
+        elif V3_3 and isinstance(workload, workloads.TestConnection):
+            self.queued_connection_tests[_key(workload)] = workload
+        else:
+            raise ValueError(
+                f"Un-handled workload kind {type(workload).__name__!r} in {type(self).__name__}"
+            )
+
     @property
     def slots_available(self) -> int:
         """Workloads the scheduler may hand over now: ``queue_ahead`` beyond running."""
@@ -137,27 +201,13 @@ class PipepoolExecutor(BaseExecutor):
         queues at parallelism minus this; without it nothing would ever wait ahead)."""
         return max(0, super().slots_occupied - self.queue_ahead)
 
-    def trigger_tasks(self, open_slots: int) -> None:
-        super().trigger_tasks(open_slots + self.queue_ahead)
-
     def _process_workloads(self, workload_list: Sequence[Any]) -> None:
         """Hand workloads to the pool: appends to its queue, never blocks on a pipe."""
         pool = self._require_pool()
         max_rss = self.max_rss_mib * 1024 * 1024
         for workload in workload_list:
-            key = workload.key
-            queued = next(
-                (
-                    q
-                    for q in (
-                        self.queued_tasks,
-                        self.queued_callbacks,
-                        self.queued_connection_tests,
-                    )
-                    if key in q
-                ),
-                None,
-            )
+            key = _key(workload)
+            queued = next((q for q in self._queues() if key in q), None)
             if queued is None:
                 raise KeyError(f"Workload {key} was not found in any queue")
             try:
@@ -185,9 +235,30 @@ class PipepoolExecutor(BaseExecutor):
             self.running.add(key)
         self._round()
 
+    def _hand_over_ahead(self) -> None:
+        """``queue_ahead``: BaseExecutor's heartbeat hands over what fits in
+        ``parallelism``; this hands over up to ``queue_ahead`` more, in the order the
+        heartbeat would (callbacks first, then tasks by priority), to wait in the pool's
+        queue. Done here, in ``sync()``, rather than by widening ``trigger_tasks``, which
+        Airflow 3.4 deprecates."""
+        room = self.parallelism + self.queue_ahead - len(self.running)
+        if room <= 0 or not any(self._queues()):
+            return
+        chosen = [w for _, w in self._next_workloads(room) if _key(w) not in self._deferred]
+        if chosen:
+            self._process_workloads(chosen)
+
+    def _next_workloads(self, n: int) -> list[tuple[Hashable, Any]]:
+        """The next ``n`` queued workloads in the heartbeat's own order."""
+        if V3_2:
+            return list(self._get_workloads_to_schedule(n))
+        return BaseExecutor.order_queued_tasks_by_priority(self)[:n]
+
     def sync(self) -> None:
-        """One round: dispatch what fits, read outcomes into the event buffer."""
+        """One round: hand over ``queue_ahead``, dispatch what fits, read outcomes into
+        the event buffer."""
         if self.pool is not None:
+            self._hand_over_ahead()
             self._round()
 
     def end(self) -> None:
@@ -291,13 +362,15 @@ class PipepoolExecutor(BaseExecutor):
             if self.pool is None:
                 return
             events = self.pool.get_event_buffer()
-        for key, event in events.items():
-            workload = self._workloads.get(key)
+        for pool_key, event in events.items():
+            workload = self._workloads.get(pool_key)
             if workload is None:
                 continue  # revoked
+            key = _key(workload)  # as Airflow reads it (3.2's callbacks: _CallbackId)
+            running_state, success_state, failure_state = _states(workload)
             if event.state is State.RUNNING:
-                if workload.running_state is not None:  # callbacks report RUNNING
-                    self.change_state(key, workload.running_state, remove_running=False)
+                if running_state is not None:  # callbacks report RUNNING
+                    self.change_state(key, running_state, remove_running=False)
                 continue
             del self._workloads[key]
             groups = self._groups.pop(event.pid, set()) if event.pid else set()
@@ -306,29 +379,81 @@ class PipepoolExecutor(BaseExecutor):
                 # (PR_SET_PDEATHSIG) but what the runner started may live on in its group.
                 _procs.signal_groups(groups, signal.SIGKILL)
             if event.state is State.SUCCESS:
-                self.change_state(key, workload.success_state)
+                self.change_state(key, success_state)
                 continue
             reason = _failure_reason(event)
             self.log.error("Workload %s failed: %s", key, reason)
-            self.change_state(key, workload.failure_state, info=reason)
+            self.change_state(key, failure_state, info=reason)
 
     @contextlib.contextmanager
     def _gc_frozen(self, active: bool):
         """Move every tracked object to the permanent generation while forking, so the
-        children's GC never writes to (and copies) the pages they share with us."""
+        children's GC never writes to (and copies) the pages they share with us.
+        ``gc.freeze()`` is process-wide: with two team executors in one scheduler, the
+        first to fork freezes and the last to finish unfreezes (``_FREEZE``)."""
         if not (active and self.gc_freeze):
             yield
             return
-        gc.freeze()
+        _FREEZE.enter()
         try:
             yield
         finally:
-            gc.unfreeze()
+            _FREEZE.exit()
 
     def _require_pool(self) -> LocalExecutor:
         if self.pool is None:
             raise RuntimeError("PipepoolExecutor is not running: call start() first")
         return self.pool
+
+
+class _CallbackId(str):
+    """Airflow 3.2's callback key (the callback's UUID as a string) that its scheduler
+    can look up: 3.2 passes the event's key to ``session.get(Callback, key)``, and
+    SQLAlchemy binds a UUID column on sqlite with ``key.hex``, which a plain string
+    lacks (the scheduler dies on the first callback event; 3.3 converts the key first).
+    Equal to, and hashed as, the string Airflow queued it under."""
+
+    @property
+    def hex(self) -> str:
+        return uuid.UUID(self).hex
+
+
+def _key(workload: Any) -> Hashable:
+    """The key a workload is queued, run and reported under, as this Airflow keys it."""
+    if V3_3:
+        return workload.key
+    if V3_2 and isinstance(workload, workloads.ExecuteCallback):
+        return _CallbackId(workload.callback.id)
+    return workload.ti.key
+
+
+def _states(workload: Any) -> tuple[Any, Any, Any]:
+    """(running, success, failure) states to report for a workload: only callbacks
+    report RUNNING (as Airflow's LocalExecutor does)."""
+    if V3_3:
+        return workload.running_state, workload.success_state, workload.failure_state
+    from airflow.utils.state import TaskInstanceState
+
+    if V3_2 and isinstance(workload, workloads.ExecuteCallback):
+        from airflow.utils.state import CallbackState
+
+        return CallbackState.RUNNING, CallbackState.SUCCESS, CallbackState.FAILED
+    return None, TaskInstanceState.SUCCESS, TaskInstanceState.FAILED
+
+
+def _execution_api_server_url(conf: Any) -> str:
+    """Where task runners reach the api-server: Airflow's own answer from 3.3, before it
+    what that version's LocalExecutor computes (``[core] execution_api_server_url``, else
+    ``[api] base_url`` + ``/execution/``, a relative one on localhost:8080)."""
+    if V3_3:
+        from airflow.executors.base_executor import get_execution_api_server_url
+
+        return get_execution_api_server_url(conf)
+    base_url = conf.get("api", "base_url", fallback="/")
+    if base_url.startswith("/"):
+        base_url = f"http://localhost:8080{base_url}"
+    default = f"{base_url.rstrip('/')}/execution/"
+    return conf.get("core", "execution_api_server_url", fallback=default)
 
 
 def _is_lost(exc: BaseException | None) -> bool:
