@@ -18,9 +18,8 @@ import signal
 import time
 from datetime import datetime, timedelta
 
-from airflow.sdk import dag, task
-
 import airflow
+from airflow.sdk import dag, task
 
 START = datetime(2026, 1, 1)
 ARGS = {"schedule": None, "start_date": START, "catchup": False, "default_args": {"retries": 0}}

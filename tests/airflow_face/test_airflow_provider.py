@@ -32,10 +32,10 @@ def test_entry_point_gives_the_provider_info():
 
 
 def test_provider_info_passes_airflows_schema():
+    import airflow
     import jsonschema
     from packaging.utils import canonicalize_name
 
-    import airflow
     from pipepool.airflow.provider import OPTIONS, SECTION, get_provider_info
 
     info = get_provider_info()
