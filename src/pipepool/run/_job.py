@@ -38,7 +38,16 @@ import time
 from dataclasses import dataclass
 
 from .. import _oom
-from ._reaper import Usage, expect_job, killpg, setup_worker, sweep_orphans, tell_guardian
+from ._reaper import (
+    Usage,
+    expect_job,
+    group_alive,
+    killpg,
+    reap_zombies,
+    setup_worker,
+    sweep_orphans,
+    tell_guardian,
+)
 
 KILL_GRACE = 0.5  # s between SIGTERM and SIGKILL of a timed-out job: long enough for a
 # well-behaved command to clean up, short enough that a timeout ends promptly
@@ -136,7 +145,7 @@ def run_job(spec: JobSpec) -> JobResult:
     pgid = pid = proc.pid  # a session leader's pid is its process group id
     tell_guardian(pgid)
     usage = Usage()
-    timed_out = False
+    timed_out = group_gone = False
     status = rusage = None
     try:
         if spec.timeout is None:  # wait4 blocks until the exit, and reaps
@@ -145,13 +154,17 @@ def run_job(spec: JobSpec) -> JobResult:
             timed_out = True
             sent = signal.SIGTERM
             killpg(pgid, signal.SIGTERM)
-            if not _exited(pid, KILL_GRACE):
+            # The grace is for the whole group: under ``sh -c`` the shell (the leader)
+            # dies of SIGTERM at once while the real program is still cleaning up.
+            group_gone = _group_ended(pgid, pid, KILL_GRACE, usage)
+            if not group_gone:
                 sent = signal.SIGKILL
                 killpg(pgid, signal.SIGKILL)
     finally:
         # Whatever the command left running in its group (background jobs, a pipeline's
         # other half) ends with it: a batch job is its whole process tree.
-        killpg(pgid, signal.SIGKILL)
+        if not group_gone:  # an empty group's id may already be another's
+            killpg(pgid, signal.SIGKILL)
         if status is None:
             # wait4, not Popen.wait: the kernel's account of what the job (and every
             # descendant it reaped) used comes with the exit status, and only there.
@@ -289,6 +302,28 @@ def _exited(pid: int, timeout: float | None) -> bool:
     finally:
         os.close(pidfd)
     return _waitid(pid, os.WNOHANG)
+
+
+def _group_ended(pgid: int, leader: int, grace: float, usage: Usage) -> bool:
+    """Wait up to ``grace`` s for every process of group ``pgid`` to exit; True if it
+    emptied. Members that are this worker's children (the leader; on Linux, orphans
+    reparented to this subreaper) are reaped as they exit, or their zombies would keep
+    the group alive; the leader's ``wait4`` is kept in ``_REAPED`` for the caller."""
+    deadline = time.monotonic() + grace
+    while True:
+        if leader not in _REAPED and _waitid(leader, os.WNOHANG) and leader not in _REAPED:
+            _REAPED[leader] = os.wait4(leader, 0)
+        kept = reap_zombies(usage, leader)
+        if kept is not None:
+            _REAPED[leader] = kept
+        if not group_alive(pgid):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(GROUP_POLL)
+
+
+GROUP_POLL = 0.01  # s between looks at a timed-out job's group during its grace
 
 
 # What wait4 said of a job that _waitid had to reap to see it exit: no os.waitid (macOS

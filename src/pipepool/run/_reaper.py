@@ -254,20 +254,8 @@ def sweep_orphans(usage: Usage) -> None:
     """Kill and reap every child but the guardian: descendants of the finished job that
     were reparented to this worker (it is their subreaper), adding what each used to
     ``usage``. A no-op off Linux."""
-    global _guardian_pid
     for _ in range(SWEEP_ROUNDS):
-        while True:  # reap zombies first (a killed group's members, reparented here)
-            try:
-                pid, _status, rusage = os.wait4(-1, os.WNOHANG)
-            except ChildProcessError:
-                pid = 0
-            if pid == 0:
-                break
-            if pid == _guardian_pid:
-                _guardian_pid = 0
-                _start_guardian()
-            else:
-                usage.add(rusage)
+        reap_zombies(usage)  # first: a killed group's members, reparented here
         strays = _children() - {_guardian_pid}
         if not strays:
             return
@@ -277,6 +265,40 @@ def sweep_orphans(usage: Usage) -> None:
         for pid in strays:
             with contextlib.suppress(ChildProcessError):
                 usage.add(os.wait4(pid, 0)[2])
+
+
+def reap_zombies(usage: Usage, leader: int = 0) -> tuple[int, int, resource.struct_rusage] | None:
+    """Reap every child that has exited, adding what each used to ``usage``; a dead
+    guardian is replaced. The job's own process ``leader`` is not counted here: its
+    ``wait4`` is returned, for the caller to keep (None if it was not among them)."""
+    global _guardian_pid
+    kept = None
+    while True:
+        try:
+            reaped = os.wait4(-1, os.WNOHANG)
+        except ChildProcessError:
+            return kept
+        pid, _status, rusage = reaped
+        if pid == 0:
+            return kept
+        if pid == leader:
+            kept = reaped
+        elif pid == _guardian_pid:
+            _guardian_pid = 0
+            _start_guardian()
+        else:
+            usage.add(rusage)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether process group ``pgid`` still has a member (a zombie counts)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class Usage:
