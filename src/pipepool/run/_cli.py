@@ -64,10 +64,10 @@ def add_run_parser(sub) -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--timeout",
-        type=_positive_float,
+        type=_timeout,
         metavar="SECS",
-        help="kill a job's whole process group after SECS (SIGTERM, then "
-        "SIGKILL); it counts as failed (Exitval -1)",
+        help="kill a job's whole process group after SECS (30, 1.5s, 1m30s): SIGTERM, "
+        "then SIGKILL if any of it is left 0.5 s later; it counts as failed (Exitval -1)",
     )
     run.add_argument(
         "--retries",
@@ -395,12 +395,12 @@ def _add_gnu_options(run: argparse.ArgumentParser) -> None:
     add_rejected(run)
 
 
-def _positive_float(text: str) -> float:
+def _timeout(text: str) -> float:
     if text.strip().endswith("%"):  # GNU parallel's --timeout N% of the median runtime
         raise argparse.ArgumentTypeError(
             f"{text}: a share of the median runtime is not supported; give seconds"
         )
-    value = float(text)
+    value = _duration(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
     return value

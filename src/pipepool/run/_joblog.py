@@ -21,6 +21,8 @@ import os
 import stat
 from dataclasses import dataclass
 
+from ._summary import Outcome
+
 COLUMNS = (
     "Seq",
     "Host",
@@ -171,6 +173,33 @@ def select_jobs(jobs: list, joblog: str | None, resume: str | None) -> list:
     if resume == "failed":
         return [j for j in jobs if not (j.seq in rows and rows[j.seq].ok)]
     return [j for j in jobs if j.seq not in rows]
+
+
+def logged_outcomes(jobs: list, to_run: list, joblog: str) -> list[Outcome]:
+    """The outcomes the joblog holds of the jobs ``--resume`` skips, for the per-job
+    statistics of ``--repeat`` (wall time and exit only: the joblog has no CPU time)."""
+    rows = read_joblog(joblog)
+    running = {j.seq for j in to_run}
+    found = []
+    for job in jobs:
+        row = rows.get(job.seq)
+        if row is None or job.seq in running:
+            continue
+        found.append(
+            Outcome(
+                job.seq,
+                job.command,
+                "ok" if row.ok else "failed",
+                row.exitval,
+                row.signal,
+                runtime=row.runtime,
+                origin=job.origin,
+                rep=job.rep,
+                start=row.start,
+                logged=True,
+            )
+        )
+    return found
 
 
 def _cut_torn_tail(fd: int) -> int:

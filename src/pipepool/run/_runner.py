@@ -38,7 +38,7 @@ from ..events import Event, State
 from ..executor import LocalExecutor
 from ._gate import Gate
 from ._job import KILL_GRACE, JobResult, JobSpec, run_job, run_job_on_cluster
-from ._joblog import HOST, Joblog, JoblogRow, select_jobs
+from ._joblog import HOST, Joblog, JoblogRow, logged_outcomes, select_jobs
 from ._options import RunOptions
 from ._output import OutputWriter
 from ._progress import Progress
@@ -115,6 +115,8 @@ class Runner:
             repeat=options.repeat,
             halt=options.halt,
         )
+        if options.repeat > 1 and options.resume and options.joblog:
+            summary.earlier = logged_outcomes(self.jobs, to_run, options.joblog)
         self._pending.extend((job, 1) for job in to_run)
         progress_on = options.progress
         if progress_on is None:

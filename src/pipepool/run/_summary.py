@@ -37,6 +37,7 @@ class Outcome:
     rep: int = 1
     start: float = 0.0  # epoch seconds
     oom: str = ""  # SIGKILL (or exit 137) while a count of OOM kills rose: how it rose
+    logged: bool = False  # read back from the joblog (--resume): no CPU time or RSS known
 
     def describe(self) -> str:
         if self.status == "aborted":
@@ -92,6 +93,8 @@ class Summary:
     repeat: int = 1  # --repeat N: each job ran N times
     halt: Halt = field(default_factory=Halt)
     halt_status: int | None = None  # the exit status decided when --halt's condition was met
+    earlier: list[Outcome] = field(default_factory=list)  # --resume: the joblog's rows of
+    # the jobs skipped, for the per-job statistics of --repeat (not counted as run now)
 
     @property
     def succeeded(self) -> list[Outcome]:
@@ -131,24 +134,28 @@ class Summary:
         import statistics  # only with --repeat: it costs a run's start-up ~10 ms
 
         times: dict[int, list[Outcome]] = {}
-        for o in self.outcomes:
+        for o in [*self.earlier, *self.outcomes]:
             if o.status != "aborted":
                 times.setdefault(o.origin or o.seq, []).append(o)
         stats = []
         for job, runs in sorted(times.items()):
             walls = sorted(o.runtime for o in runs)
             median = statistics.median(walls)
+            measured = [o for o in runs if not o.logged]  # the joblog has no CPU time
             stats.append(
                 {
                     "job": job,
                     "command": runs[0].command,
                     "runs": len(walls),
+                    "from_joblog": len(runs) - len(measured),
                     "median": round(median, 6),
                     "min": round(walls[0], 6),
                     "max": round(walls[-1], 6),
                     "spread": round((walls[-1] - walls[0]) / median, 6) if median else 0.0,
-                    "user_median": round(statistics.median(o.user for o in runs), 6),
-                    "maxrss_max": max(o.maxrss for o in runs),
+                    "user_median": (
+                        round(statistics.median(o.user for o in measured), 6) if measured else None
+                    ),
+                    "maxrss_max": max((o.maxrss for o in measured), default=None),
                 }
             )
         return stats
@@ -185,17 +192,33 @@ class Summary:
             lines.append("most memory:")
             lines += _listing(hungriest, lambda o: f"{_mib(o.maxrss)} max RSS")
         if self.repeat > 1:
-            lines.append(f"per job over {self.repeat} runs: median wall time (min-max, spread)")
-            stats = self.repetitions()
-            for st in stats[:SHOWN_FAILURES]:
-                lines.append(
-                    f"  job {st['job']:<5} {st['median']:.3f} s ({st['min']:.3f}-"
-                    f"{st['max']:.3f} s, {st['spread']:.0%})  {_short(str(st['command']))}"
-                )
-            if len(stats) > SHOWN_FAILURES:
-                lines.append(f"  ... and {len(stats) - SHOWN_FAILURES} more (see --json)")
+            lines += self._repetition_lines()
         lines.append(f"exit status {self.exit_status()}")
         return "\n".join(lines) + "\n"
+
+    def _repetition_lines(self) -> list[str]:
+        """``--repeat``: each job's median over the runs it had (after Ctrl-C or
+        ``--halt`` some had fewer than N; with ``--resume`` the joblog's count too)."""
+        stats = self.repetitions()
+        counts = {st["runs"] for st in stats}
+        if counts == {self.repeat}:
+            head = f"per job over {self.repeat} runs: median wall time (min-max, spread)"
+        else:
+            head = f"per job, over the runs it had (of {self.repeat}): median wall time"
+            head += " (min-max, spread)"
+        lines = [head]
+        for st in stats[:SHOWN_FAILURES]:
+            runs = "" if counts == {self.repeat} else f", {st['runs']} run"
+            runs += "s" if runs and st["runs"] != 1 else ""
+            if st["from_joblog"]:
+                runs += f", {st['from_joblog']} from the joblog"
+            lines.append(
+                f"  job {st['job']:<5} {st['median']:.3f} s ({st['min']:.3f}-"
+                f"{st['max']:.3f} s, {st['spread']:.0%}{runs})  {_short(str(st['command']))}"
+            )
+        if len(stats) > SHOWN_FAILURES:
+            lines.append(f"  ... and {len(stats) - SHOWN_FAILURES} more (see --json)")
+        return lines
 
     def as_dict(self) -> dict[str, object]:
         return {
