@@ -16,8 +16,9 @@ listed gives way first; the plan says which did, and for which slots):
 Always: every slot gets its own CPUs (refused only when the CPUs are too few for
 ``-j`` x ``--cpus-per-job``), each slot is placed in the smallest unit that holds it
 (one core for a slot as wide as a core's threads, then one L2 cluster, then one
-last-level-cache domain), and slots are spread: each goes to the NUMA node, then the
-last-level-cache domain, that holds the fewest slots so far.
+last-level-cache domain), and slots are spread: each goes to the last-level-cache
+domain that holds the fewest slots so far, and among those to the NUMA node that
+holds the fewest.
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ class Plan:
         found = []
         for attr, name in (("core", "a core"), ("llc", "its L3"), ("node", "its NUMA node")):
             units = {getattr(top.cpus[c], attr) for c in mine}
-            if attr == "node" and units == {-1}:
-                continue
+            if len(top.groups(attr)) < 2:
+                continue  # one L3 or one NUMA node for all: nothing to tell
             others = [
                 str(i + 1)
                 for i, cpus in enumerate(self.slots)
@@ -208,23 +209,25 @@ def _place(
                 fitting,
                 key=lambda d: (
                     _p_short(top, free, domains[d], width),
-                    node_slots.get(top.cpus[free[domains[d][0]][0]].node, 0),
                     llc_slots.get(d, 0),
+                    node_slots.get(top.cpus[free[domains[d][0]][0]].node, 0),
                     d,
                 ),
             )
             candidates = domains[chosen]
         elif contain:
             return None
-        else:
-            candidates = list(free)
-        picked = _smallest(top, cores, free, sorted(candidates, key=rank.__getitem__), width)
+        else:  # wider than any domain's free room: fill domains one after another
+            candidates = sorted(free, key=lambda u: (top.cpus[free[u][0]].llc, rank[u]))
+        if fitting:
+            candidates.sort(key=rank.__getitem__)
+        picked = _smallest(top, cores, free, candidates, width)
         if picked is None:
             return None
-        cpus: list[int] = []
+        taken: list[int] = []
         for unit in picked:
-            cpus.extend(free.pop(unit))
-        slot = tuple(sorted(_prefer_p(top, cpus)[:width]))
+            taken.extend(free.pop(unit))
+        slot = tuple(sorted(_prefer_p(top, taken)[:width]))
         slots.append(slot)
         for llc in {top.cpus[c].llc for c in slot}:
             llc_slots[llc] = llc_slots.get(llc, 0) + 1

@@ -50,6 +50,10 @@ class Topology:
     cpus: dict[int, Cpu]  # the CPUs this run may use, by number
     source: str = "sysfs"  # where it came from: "sysfs", or "sysctl" (macOS counts only)
     notes: list[str] = field(default_factory=list)  # what could not be read
+    top_capacity: int = 0  # the largest CPU capacity (or max frequency): set below
+
+    def __post_init__(self) -> None:
+        self.top_capacity = max((c.capacity for c in self.cpus.values()), default=0)
 
     def cores(self) -> dict[int, tuple[int, ...]]:
         """Core id -> its usable CPUs, sorted."""
@@ -67,9 +71,8 @@ class Topology:
 
     def efficient(self, cpu: int) -> bool:
         """An E-core's CPU: capacity below EFFICIENT_BELOW of the top one's."""
-        top = max((c.capacity for c in self.cpus.values()), default=0)
         own = self.cpus[cpu].capacity  # 0: not known (then not called slower)
-        return bool(own) and own < EFFICIENT_BELOW * top
+        return bool(own) and own < EFFICIENT_BELOW * self.top_capacity
 
 
 def read_topology(root: str = "/", allowed: set[int] | None = None) -> Topology:
@@ -89,6 +92,25 @@ def read_topology(root: str = "/", allowed: set[int] | None = None) -> Topology:
     usable = sorted(online if allowed is None else online & allowed)
     nodes = _nodes(root)
     notes: list[str] = []
+    # A core is the thread siblings that share one (package, die, core_id), as hwloc
+    # counts them: AMD's Bulldozer lists a module's two cores as thread siblings, each
+    # with its own core_id; older kernels repeat a core_id in each die of a package.
+    core_keys: dict[int, tuple | None] = {}
+    for n in usable:
+        topo = os.path.join(base, f"cpu{n}", "topology")
+        core_id = _int(os.path.join(topo, "core_id"), -1)
+        if core_id >= 0:
+            package = _int(os.path.join(topo, "physical_package_id"), 0)
+            threads = frozenset(_cpu_set(topo, "thread_siblings_list", "thread_siblings"))
+            die = _int(os.path.join(topo, "die_id"), 0)
+            core_keys[n] = (package, die, core_id, threads)
+        else:
+            core_keys[n] = None
+    first_of: dict[tuple, int] = {}
+    for n in usable:
+        key = core_keys[n]
+        if key is not None:
+            first_of.setdefault(key, n)
     cpus: dict[int, Cpu] = {}
     for n in usable:
         path = os.path.join(base, f"cpu{n}")
@@ -105,7 +127,7 @@ def read_topology(root: str = "/", allowed: set[int] | None = None) -> Topology:
         )
         cpus[n] = Cpu(
             n,
-            core=min(siblings),
+            core=first_of[key] if (key := core_keys[n]) is not None else min(siblings),
             package=max(package, 0),
             die=max(die, 0),
             node=nodes.get(n, -1),
@@ -182,12 +204,14 @@ def _int(path: str, default: int) -> int:
 
 
 def _cpu_set(folder: str, listed: str, mask: str) -> set[int]:
-    """A CPU set from the file ``listed`` (``0-3,8``) in ``folder``, else ``mask``."""
-    text = _read(os.path.join(folder, listed))
-    if text is not None and text.strip():
-        return parse_cpu_list(text)
+    """A CPU set from the file ``mask`` (``00000000,00000300``) in ``folder``, else
+    ``listed`` (``8-9``): the mask first, as hwloc reads them (some old kernels wrote
+    a ``shared_cpu_list`` that disagrees with its map)."""
     text = _read(os.path.join(folder, mask))
-    return parse_cpu_mask(text) if text is not None and text.strip() else set()
+    if text is not None and text.strip():
+        return parse_cpu_mask(text)
+    text = _read(os.path.join(folder, listed))
+    return parse_cpu_list(text) if text is not None and text.strip() else set()
 
 
 def _online(base: str) -> set[int]:
