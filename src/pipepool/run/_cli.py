@@ -158,6 +158,24 @@ def add_run_parser(sub) -> argparse.ArgumentParser:
         help="as --pin, with K cores per job slot; -j at most cores/K",
     )
     run.add_argument(
+        "--pin-reserve",
+        action="store_true",
+        help="with --pin: leave one core (an E-core if any) to pipepool itself, so the "
+        "runner and its workers do not share the jobs' CPUs",
+    )
+    run.add_argument(
+        "--show-plan",
+        action="store_true",
+        help="print which CPUs each job slot of --pin/--cpus-per-job gets and what the "
+        "slots share (cores, L3, NUMA node), then exit without running anything",
+    )
+    run.add_argument(
+        "--sysfs-root",
+        metavar="DIR",
+        help="with --show-plan: read the topology from DIR/sys and DIR/proc (a tree "
+        "captured from another machine) instead of this machine's",
+    )
+    run.add_argument(
         "--repeat",
         type=positive_int,
         default=1,
@@ -209,6 +227,10 @@ def run_command(args: argparse.Namespace, groups: list, parser: argparse.Argumen
                 f"{', '.join(local_only)} act on this machine, not on the cluster's "
                 "workers: run without --cluster, or without them"
             )
+    if (args.show_plan or args.pin_reserve) and not args.cpus_per_job:
+        parser.error("--show-plan and --pin-reserve go with --pin or --cpus-per-job K")
+    if args.sysfs_root and not args.show_plan:
+        parser.error("--sysfs-root reads another machine's topology: only with --show-plan")
     cores = default_jobs()
     try:
         jobs_at_once = parse_jobs(args.jobs, cores) if args.jobs is not None else None
@@ -246,6 +268,8 @@ def run_command(args: argparse.Namespace, groups: list, parser: argparse.Argumen
         print(f"pipepool run: {exc}", file=sys.stderr)
         return EXIT_ERROR
     at_once = jobs_at_once or (cores if args.cluster in (None, "local") else 0)
+    if args.show_plan:
+        return _show_plan(args, at_once)
     if args.dry_run:  # print the commands, run nothing (slots as if run in order)
         for i, job in enumerate(jobs):
             print(job.bind_slot(i % max(at_once, 1) + 1).command)
@@ -268,6 +292,7 @@ def run_command(args: argparse.Namespace, groups: list, parser: argparse.Argumen
         json=args.json,
         slots=template.uses_slot,
         cpus_per_job=args.cpus_per_job,
+        pin_reserve=args.pin_reserve,
         delay=args.delay or 0.0,
         load=load,
         memfree=args.memfree,
@@ -293,6 +318,29 @@ def run_command(args: argparse.Namespace, groups: list, parser: argparse.Argumen
     except BrokenPipeError:  # `| head`: the reader left; the exit status still tells
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return summary.exit_status()
+
+
+def _show_plan(args: argparse.Namespace, jobs: int) -> int:
+    """``--show-plan``: the placement ``--pin`` would use, on stdout (JSON with --json)."""
+    from ._placement import PlacementError, plan
+    from ._topology import TopologyError, read_topology
+
+    try:
+        if args.sysfs_root:
+            top = read_topology(args.sysfs_root)
+        else:
+            top = read_topology()
+            if top.source == "sysctl":  # macOS: the counts, but nothing can be pinned
+                top.notes.append("--pin is refused here: macOS has no CPU affinity API")
+        placed = plan(top, jobs, args.cpus_per_job, reserve=args.pin_reserve)
+    except (PlacementError, TopologyError) as exc:
+        print(f"pipepool run: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    if args.json:
+        print(json.dumps(placed.as_dict()))
+    else:
+        sys.stdout.write(placed.text())
+    return 0
 
 
 def _check_stdin() -> None:

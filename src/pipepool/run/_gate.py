@@ -8,9 +8,10 @@ job's slot, cores and start time are known when it is sent:
 * **slots** (``{%}``, ``$PARALLEL_JOBSLOT``, ``--pin``): the lowest free number in
   1..-j; a slot is freed only by its job's final event, which comes after the job's
   whole process tree was killed and reaped, so two running jobs never share one.
-* ``--pin``/``--cpus-per-job K``: slot s owns the s-th K cores of those this process
-  may use (``os.sched_getaffinity``); the worker pins itself there before it starts
-  the job, so the job and all it starts inherit the mask.
+* ``--pin``/``--cpus-per-job K``: slot s owns the CPUs the placement plan gives it
+  (``_placement``: by the machine's topology, among those this process may use); the
+  worker pins itself there before it starts the job, so the job and all it starts
+  inherit the mask.
 * ``--delay D``: no job starts within D seconds of the previous one.
 * ``--load MAX``: no job starts while the number of running processes (GNU parallel's
   instant "load": tasks running or in uninterruptible sleep, less the one counting)
@@ -23,6 +24,9 @@ from __future__ import annotations
 
 import os
 import sys
+
+from ._placement import PlacementError, Plan, plan
+from ._topology import TopologyError, read_topology
 
 PROC_STAT = "/proc/stat"
 MEMINFO = "/proc/meminfo"
@@ -56,23 +60,20 @@ class Gate:
         delay: float = 0.0,
         load: float | None = None,
         memfree: int | None = None,
+        reserve: bool = False,
         proc_stat: str = PROC_STAT,
         meminfo: str = MEMINFO,
     ) -> None:
         self.jobs = jobs
         self.cpus: list[tuple[int, ...]] | None = None
+        self.plan: Plan | None = None
         if cpus_per_job is not None:
-            cores = usable_cpus()
-            if jobs * cpus_per_job > len(cores):
-                raise GateError(
-                    f"-j {jobs} with {cpus_per_job} core(s) per job needs "
-                    f"{jobs * cpus_per_job} cores, but this process may use {len(cores)} "
-                    f"({_ranges(cores)}): use -j {max(len(cores) // cpus_per_job, 1)} or "
-                    "fewer" + (", or fewer --cpus-per-job" if cpus_per_job > 1 else "")
-                )
-            self.cpus = [
-                tuple(cores[i * cpus_per_job : (i + 1) * cpus_per_job]) for i in range(jobs)
-            ]
+            usable_cpus()  # refused first where there is no affinity API
+            try:
+                self.plan = plan(read_topology(), jobs, cpus_per_job, reserve=reserve)
+            except (PlacementError, TopologyError) as exc:
+                raise GateError(str(exc)) from None
+            self.cpus = self.plan.slots
             slots = True
         for path, option, wanted in ((proc_stat, "--load", load), (meminfo, "--memfree", memfree)):
             if wanted is not None and not os.path.exists(path):
@@ -183,7 +184,3 @@ def _size(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} PiB"
-
-
-def _ranges(cores: list[int]) -> str:
-    return "cores " + ",".join(str(c) for c in cores) if cores else "no cores"

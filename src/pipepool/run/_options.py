@@ -25,6 +25,7 @@ class RunOptions:
     cluster: str | None = None  # --cluster: a Dask scheduler's address, or "local"
     slots: bool = False  # track job slots ({%} in the command or the tag string)
     cpus_per_job: int | None = None  # --pin (1) or --cpus-per-job K
+    pin_reserve: bool = False  # --pin-reserve: a core left for pipepool itself
     delay: float = 0.0
     load: float | None = None
     memfree: int | None = None  # bytes

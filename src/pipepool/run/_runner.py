@@ -38,7 +38,7 @@ from ..events import Event, State
 from ..executor import LocalExecutor
 from ._gate import Gate
 from ._job import KILL_GRACE, JobResult, JobSpec, run_job, run_job_on_cluster
-from ._joblog import HOST, Joblog, JoblogRow, logged_outcomes, select_jobs
+from ._joblog import EXTRA_COLUMNS, HOST, Joblog, JoblogRow, logged_outcomes, select_jobs
 from ._options import RunOptions
 from ._output import OutputWriter
 from ._progress import Progress
@@ -98,6 +98,7 @@ class Runner:
             delay=o.delay,
             load=o.load,
             memfree=o.memfree,
+            reserve=o.pin_reserve,
             proc_stat=o.proc_stat,
             meminfo=o.meminfo,
         )  # first: a -j the cores cannot pin fails before anything starts
@@ -132,7 +133,12 @@ class Runner:
             before_write=self._before_output,
         )
         self.joblog = (
-            Joblog(options.joblog, append=options.resume is not None, fsync=options.joblog_fsync)
+            Joblog(
+                options.joblog,
+                append=options.resume is not None,
+                fsync=options.joblog_fsync,
+                extra=EXTRA_COLUMNS if self.gate.plan is not None else (),
+            )
             if options.joblog
             else None
         )
@@ -146,6 +152,10 @@ class Runner:
         started = time.monotonic()
         previous = self._install_signal_handlers()
         clean = False
+        affinity = None
+        if self.gate.plan is not None and self.gate.plan.reserved:  # --pin-reserve: the
+            affinity = os.sched_getaffinity(0)  # runner and its workers (each pins itself
+            os.sched_setaffinity(0, self.gate.plan.reserved)  # to its slot per job)
         try:
             ex.start()
             if not options.jobs:  # --cluster ADDRESS without -j: one job per worker thread
@@ -166,6 +176,8 @@ class Runner:
                     ex.terminate()
             finally:
                 restore_signal_handlers(previous)
+                if affinity is not None:
+                    os.sched_setaffinity(0, affinity)
                 self.progress.clear()
                 if self.joblog is not None:
                     self.joblog.close()
@@ -286,6 +298,7 @@ class Runner:
                 outcome.status = "failed"
                 outcome.error = "killed: free memory below half of --memfree"
         outcome.origin, outcome.rep, outcome.start = job.origin, job.rep, start
+        outcome.cpus = spec.cpus
         if (
             outcome.status == "failed"
             and spec.attempt <= self.options.retries
@@ -305,6 +318,7 @@ class Runner:
                     outcome.signal,
                     job.command,
                     host,
+                    extra=self._extra_columns(outcome),
                 )
             )
         if (
@@ -432,6 +446,12 @@ class Runner:
             mean_runtime=self._runtime_sum / done if done else 0.0,
             note="stopping" if self._stopping else "",
         )
+
+    def _extra_columns(self, outcome: Outcome) -> tuple[str, ...]:
+        """The joblog's columns after GNU parallel's nine (``EXTRA_COLUMNS``)."""
+        if self.gate.plan is None:
+            return ()
+        return (",".join(map(str, outcome.cpus or ())),)
 
     def stdout_ends_line(self) -> bool:
         """Whether the jobs' output on stdout ended a line (or there was none), so that

@@ -38,6 +38,7 @@ class Outcome:
     start: float = 0.0  # epoch seconds
     oom: str = ""  # SIGKILL (or exit 137) while a count of OOM kills rose: how it rose
     logged: bool = False  # read back from the joblog (--resume): no CPU time or RSS known
+    cpus: tuple[int, ...] | None = None  # --pin: the CPUs its slot was pinned to
 
     def describe(self) -> str:
         if self.status == "aborted":
@@ -76,6 +77,7 @@ class Outcome:
             "maxrss": self.maxrss,
             "job": self.origin or self.seq,
             "rep": self.rep,
+            "cpus": list(self.cpus) if self.cpus is not None else None,
         }
 
     def usage(self) -> str:

@@ -82,6 +82,9 @@ def read_topology(root: str = "/", allowed: set[int] | None = None) -> Topology:
     if not os.path.isdir(base):
         if sys.platform == "darwin" and root == "/":
             return read_macos()
+        if os.path.abspath(root) == "/" and hasattr(os, "sched_getaffinity"):
+            flat = {n: Cpu(n, n, 0, 0, -1, n, n, 0) for n in os.sched_getaffinity(0)}
+            return Topology(flat, notes=[f"no {base}: each CPU taken as a core of its own"])
         raise TopologyError(f"no CPU topology under {base}")
     online = _online(base)
     if allowed is None:
