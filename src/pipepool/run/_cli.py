@@ -4,6 +4,7 @@ docs/run.md) and turning them into jobs and a Runner."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -164,6 +165,13 @@ def add_run_parser(sub) -> argparse.ArgumentParser:
         "runner and its workers do not share the jobs' CPUs",
     )
     run.add_argument(
+        "--lease",
+        choices=("wait", "fail", "ignore"),
+        default="wait",
+        help="with --pin: CPUs another pipepool run has pinned are not used; too few "
+        "free ones: wait for them (default), fail at once, or ignore the leases",
+    )
+    run.add_argument(
         "--show-plan",
         action="store_true",
         help="print which CPUs each job slot of --pin/--cpus-per-job gets and what the "
@@ -293,6 +301,7 @@ def run_command(args: argparse.Namespace, groups: list, parser: argparse.Argumen
         slots=template.uses_slot,
         cpus_per_job=args.cpus_per_job,
         pin_reserve=args.pin_reserve,
+        lease=args.lease,
         delay=args.delay or 0.0,
         load=load,
         memfree=args.memfree,
@@ -322,6 +331,7 @@ def run_command(args: argparse.Namespace, groups: list, parser: argparse.Argumen
 
 def _show_plan(args: argparse.Namespace, jobs: int) -> int:
     """``--show-plan``: the placement ``--pin`` would use, on stdout (JSON with --json)."""
+    from ._lease import holders
     from ._placement import PlacementError, plan
     from ._topology import TopologyError, read_topology
 
@@ -336,10 +346,23 @@ def _show_plan(args: argparse.Namespace, jobs: int) -> int:
     except (PlacementError, TopologyError) as exc:
         print(f"pipepool run: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    taken = [] if args.sysfs_root else holders(top.cpus)
+    if taken and args.lease != "ignore":  # the plan --pin would get now: on the free CPUs
+        with contextlib.suppress(PlacementError):
+            free = top.restricted(set(top.cpus) - {h.cpu for h in taken})
+            placed = plan(free, jobs, args.cpus_per_job, reserve=args.pin_reserve)
     if args.json:
-        print(json.dumps(placed.as_dict()))
+        shown = placed.as_dict()
+        shown["leased"] = [
+            {"cpu": h.cpu, "pid": h.pid, "since": h.since, "command": h.command} for h in taken
+        ]
+        print(json.dumps(shown))
     else:
         sys.stdout.write(placed.text())
+        if taken:
+            print("  leased by other runs now (--pin takes the other CPUs, or waits):")
+            for holder in taken:
+                print(f"    {holder.describe()}")
     return 0
 
 

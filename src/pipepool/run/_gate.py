@@ -24,12 +24,16 @@ from __future__ import annotations
 
 import os
 import sys
+import time
+from collections.abc import Callable
 
+from ._lease import Leases, holders
 from ._placement import PlacementError, Plan, plan
 from ._topology import TopologyError, read_topology
 
 PROC_STAT = "/proc/stat"
 MEMINFO = "/proc/meminfo"
+LEASE_POLL = 0.2  # s between looks for CPUs other runs released (--lease wait)
 SAMPLE_INTERVAL = 0.1  # s between samples of load and free memory while waiting: prompt
 # enough for jobs that last seconds, and one small /proc read per sample
 _FREE_FIELDS = (b"MemFree:", b"Buffers:", b"Cached:", b"SwapCached:")
@@ -61,16 +65,22 @@ class Gate:
         load: float | None = None,
         memfree: int | None = None,
         reserve: bool = False,
+        lease: str = "wait",
+        on_wait: Callable[[str], None] | None = None,
         proc_stat: str = PROC_STAT,
         meminfo: str = MEMINFO,
     ) -> None:
         self.jobs = jobs
         self.cpus: list[tuple[int, ...]] | None = None
         self.plan: Plan | None = None
+        self.leases: Leases | None = None
         if cpus_per_job is not None:
             usable_cpus()  # refused first where there is no affinity API
             try:
-                self.plan = plan(read_topology(), jobs, cpus_per_job, reserve=reserve)
+                top = read_topology()
+                self.plan = plan(top, jobs, cpus_per_job, reserve=reserve)  # could it fit?
+                if lease != "ignore":
+                    self.plan = self._lease(top, jobs, cpus_per_job, reserve, lease, on_wait)
             except (PlacementError, TopologyError) as exc:
                 raise GateError(str(exc)) from None
             self.cpus = self.plan.slots
@@ -89,6 +99,38 @@ class Gate:
         self._next_start = 0.0
         self._next_sample = 0.0
         self.waiting = ""  # why the last ready() said no, for a note to the user
+
+    def _lease(self, top, jobs: int, width: int, reserve: bool, mode: str, on_wait) -> Plan:
+        """The plan on the CPUs no other run holds, with their leases taken: waiting
+        (``--lease wait``) or refusing (``fail``) while too few are free."""
+        leases = self.leases = Leases()
+        noted = False
+        while True:
+            free = leases.take(top.cpus)
+            try:
+                placed = plan(top.restricted(free), jobs, width, reserve=reserve)
+            except PlacementError:
+                leases.release()
+                taken = holders(set(top.cpus) - free, leases.directory)
+                who = "; ".join(h.describe() for h in taken) or "(released just now)"
+                if mode == "fail":
+                    raise GateError(
+                        f"--pin: {len(free)} of {len(top.cpus)} CPUs free, too few for -j "
+                        f"{jobs} x {width}; leased by other runs: {who} (--lease wait to "
+                        "wait for them, --lease ignore to pin anyway)"
+                    ) from None
+                if not noted and on_wait is not None:
+                    noted = True
+                    on_wait(f"--pin: waiting for CPUs leased by other runs: {who}")
+                time.sleep(LEASE_POLL)
+                continue
+            leases.keep({c for s in placed.slots for c in s} | set(placed.reserved))
+            return placed
+
+    def close(self) -> None:
+        """The run is over: give back the CPU leases."""
+        if self.leases is not None:
+            self.leases.release()
 
     # -- slots ----------------------------------------------------------------------------
 

@@ -99,6 +99,8 @@ class Runner:
             load=o.load,
             memfree=o.memfree,
             reserve=o.pin_reserve,
+            lease=o.lease,
+            on_wait=self._early_note,
             proc_stat=o.proc_stat,
             meminfo=o.meminfo,
         )  # first: a -j the cores cannot pin fails before anything starts
@@ -178,6 +180,7 @@ class Runner:
                 restore_signal_handlers(previous)
                 if affinity is not None:
                     os.sched_setaffinity(0, affinity)
+                self.gate.close()  # the CPU leases (--pin)
                 self.progress.clear()
                 if self.joblog is not None:
                     self.joblog.close()
@@ -463,6 +466,10 @@ class Runner:
 
     def _before_output(self) -> None:
         self.progress.clear()
+
+    def _early_note(self, message: str) -> None:
+        self.stderr.write(f"pipepool: {message}\n")  # before the run: no progress line
+        self.stderr.flush()
 
     def _note(self, message: str) -> None:
         self.progress.clear()

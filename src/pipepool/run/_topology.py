@@ -55,6 +55,13 @@ class Topology:
     def __post_init__(self) -> None:
         self.top_capacity = max((c.capacity for c in self.cpus.values()), default=0)
 
+    def restricted(self, cpus) -> Topology:
+        """This topology with only ``cpus`` usable (those no other run leases)."""
+        keep = set(cpus)
+        return Topology(
+            {n: c for n, c in self.cpus.items() if n in keep}, self.source, list(self.notes)
+        )
+
     def cores(self) -> dict[int, tuple[int, ...]]:
         """Core id -> its usable CPUs, sorted."""
         found: dict[int, list[int]] = {}
