@@ -172,6 +172,14 @@ def add_run_parser(sub) -> argparse.ArgumentParser:
         "free ones: wait for them (default), fail at once, or ignore the leases",
     )
     run.add_argument(
+        "--noise-threshold",
+        type=_fraction,
+        default=0.5,
+        metavar="F",
+        help="with --pin or --repeat: call a job noisy when others took more than F "
+        "(0-1) of its CPUs' time while it was not running (default 0.5)",
+    )
+    run.add_argument(
         "--show-plan",
         action="store_true",
         help="print which CPUs each job slot of --pin/--cpus-per-job gets and what the "
@@ -302,6 +310,7 @@ def run_command(args: argparse.Namespace, groups: list, parser: argparse.Argumen
         cpus_per_job=args.cpus_per_job,
         pin_reserve=args.pin_reserve,
         lease=args.lease,
+        noise_threshold=args.noise_threshold,
         delay=args.delay or 0.0,
         load=load,
         memfree=args.memfree,
@@ -474,6 +483,16 @@ def _timeout(text: str) -> float:
     value = _duration(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number from 0 to 1") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 1, not {text}")
     return value
 
 

@@ -121,6 +121,7 @@ _NUMBER_OPTIONS = (
     # and every other option that takes a number: ``--repeat -1`` is then refused for
     # its value ("must be at least 1"), not as "expected one argument"
     *("--repeat", "--retries", "--timeout", "--delay", "--cpus-per-job", "--memfree"),
+    "--noise-threshold",
     *("-N", "-n", "--max-args", "--max-replace-args"),
 )
 

@@ -38,6 +38,7 @@ import time
 from dataclasses import dataclass
 
 from .. import _oom
+from . import _noise
 from ._reaper import (
     Usage,
     expect_job,
@@ -67,6 +68,8 @@ class JobSpec:
     slot: int = 0  # the job slot ({%}, $PARALLEL_JOBSLOT) when the runner tracks slots
     cpus: tuple[int, ...] | None = None  # --pin: the cores this job's whole tree may use
     inherit_output: bool = False  # --ungroup: write to the runner's stdout/stderr
+    noise: bool = False  # sample what else ran meanwhile (_noise): --pin, --repeat
+    noise_threshold: float = _noise.CONTENTION  # --noise-threshold
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +94,7 @@ class JobResult:
     sys: float = 0.0  # ... and in the kernel
     maxrss: int = 0  # bytes: the largest peak resident set of a process in the tree
     oom: str = ""  # SIGKILL (or exit 137) while a count of OOM kills rose: how it rose
+    noise: dict | None = None  # what else ran meanwhile (_noise.measure), if sampled
 
     @property
     def ok(self) -> bool:
@@ -119,6 +123,7 @@ def run_job(spec: JobSpec) -> JobResult:
         os.environ["PARALLEL_JOBSLOT"] = str(spec.slot)
     oom_at = _oom.snapshot(_oom.counters())  # a SIGKILL is the OOM killer's if these rise
     expect_job()  # from here a worker's death kills the job, even before it has a pid
+    before = _noise.sample(spec.cpus) if spec.noise else None
     try:
         proc = subprocess.Popen(
             spec.argv,
@@ -175,6 +180,12 @@ def run_job(spec: JobSpec) -> JobResult:
             usage.add(rusage)
         tell_guardian(0)  # the group is gone: nothing for the guardian to kill any more
         sweep_orphans(usage)
+    noise = None
+    if before is not None:
+        width = len(spec.cpus) if spec.cpus else len(_usable())
+        after = _noise.sample(spec.cpus)
+        used = usage.user + usage.sys
+        noise = _noise.measure(before, after, used, width, spec.noise_threshold)
     runtime = time.monotonic() - t0
     code = proc.returncode
     if timed_out:
@@ -209,6 +220,7 @@ def run_job(spec: JobSpec) -> JobResult:
         sys=usage.sys,
         maxrss=usage.maxrss,
         oom=oom,
+        noise=noise,
     )
 
 
@@ -241,6 +253,13 @@ def run_job_on_cluster(spec: JobSpec) -> JobResult:
         finally:
             shutil.rmtree(here, ignore_errors=True)
     return dataclasses.replace(result, host=address, output=output)
+
+
+def _usable() -> set[int]:
+    try:
+        return os.sched_getaffinity(0)
+    except AttributeError:  # macOS
+        return set(range(os.cpu_count() or 1))
 
 
 def _read(path: str) -> bytes:

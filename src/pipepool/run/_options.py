@@ -26,6 +26,7 @@ class RunOptions:
     slots: bool = False  # track job slots ({%} in the command or the tag string)
     cpus_per_job: int | None = None  # --pin (1) or --cpus-per-job K
     pin_reserve: bool = False  # --pin-reserve: a core left for pipepool itself
+    noise_threshold: float = 0.5  # --noise-threshold: contention above it is noisy
     lease: str = "wait"  # --lease: wait for CPUs other runs hold, "fail", or "ignore"
     delay: float = 0.0
     load: float | None = None

@@ -38,7 +38,15 @@ from ..events import Event, State
 from ..executor import LocalExecutor
 from ._gate import Gate
 from ._job import KILL_GRACE, JobResult, JobSpec, run_job, run_job_on_cluster
-from ._joblog import EXTRA_COLUMNS, HOST, Joblog, JoblogRow, logged_outcomes, select_jobs
+from ._joblog import (
+    HOST,
+    Joblog,
+    JoblogRow,
+    extra_columns,
+    extra_values,
+    logged_outcomes,
+    select_jobs,
+)
 from ._options import RunOptions
 from ._output import OutputWriter
 from ._progress import Progress
@@ -90,6 +98,7 @@ class Runner:
         self._runtime_sum = 0.0  # of finished jobs, for the progress bar's ETA
         self._memkilled: set[int] = set()  # seqs killed by --memfree, to be run again
         self._noted_wait = False
+        self._noise_on = options.cpus_per_job is not None or options.repeat > 1
         o = options
         self.gate = Gate(
             o.jobs or 1,
@@ -139,7 +148,7 @@ class Runner:
                 options.joblog,
                 append=options.resume is not None,
                 fsync=options.joblog_fsync,
-                extra=EXTRA_COLUMNS if self.gate.plan is not None else (),
+                extra=extra_columns(pinned=self.gate.plan is not None, noise=self._noise_on),
             )
             if options.joblog
             else None
@@ -253,6 +262,8 @@ class Runner:
                 slot=slot,
                 cpus=cpus,
                 inherit_output=self.options.ungroup,
+                noise=self._noise_on,
+                noise_threshold=self.options.noise_threshold,
             )
             if self.options.line_buffer:
                 self.output.follow(job.seq, job.tag, spec.stdout_path, spec.stderr_path)
@@ -283,6 +294,7 @@ class Runner:
             if result.output is not None:  # run on a Dask worker: its output came back
                 land_output(spec, result.output)
             outcome = job_outcome(job, spec, result)
+            outcome.noise = result.noise
             start, receive = result.start, result.stdout_size
         else:
             exc = event.exception
@@ -452,9 +464,7 @@ class Runner:
 
     def _extra_columns(self, outcome: Outcome) -> tuple[str, ...]:
         """The joblog's columns after GNU parallel's nine (``EXTRA_COLUMNS``)."""
-        if self.gate.plan is None:
-            return ()
-        return (",".join(map(str, outcome.cpus or ())),)
+        return extra_values(outcome, pinned=self.gate.plan is not None, noise=self._noise_on)
 
     def stdout_ends_line(self) -> bool:
         """Whether the jobs' output on stdout ended a line (or there was none), so that

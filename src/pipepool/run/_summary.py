@@ -39,6 +39,12 @@ class Outcome:
     oom: str = ""  # SIGKILL (or exit 137) while a count of OOM kills rose: how it rose
     logged: bool = False  # read back from the joblog (--resume): no CPU time or RSS known
     cpus: tuple[int, ...] | None = None  # --pin: the CPUs its slot was pinned to
+    noise: dict | None = None  # what else ran meanwhile (_noise.measure), if measured
+
+    @property
+    def noisy(self) -> bool | None:
+        """Whether others disturbed the job (None: not measured)."""
+        return None if not self.noise else bool(self.noise.get("noisy"))
 
     def describe(self) -> str:
         if self.status == "aborted":
@@ -78,6 +84,8 @@ class Outcome:
             "job": self.origin or self.seq,
             "rep": self.rep,
             "cpus": list(self.cpus) if self.cpus is not None else None,
+            "noisy": self.noisy,
+            "noise": self.noise or None,
         }
 
     def usage(self) -> str:
@@ -158,6 +166,8 @@ class Summary:
                         round(statistics.median(o.user for o in measured), 6) if measured else None
                     ),
                     "maxrss_max": max((o.maxrss for o in measured), default=None),
+                    "noisy_runs": sum(1 for o in runs if o.noisy),
+                    "warnings": _instability(walls, sum(1 for o in runs if o.noisy)),
                 }
             )
         return stats
@@ -193,6 +203,15 @@ class Summary:
         if len(self.outcomes) > 1 and hungriest:
             lines.append("most memory:")
             lines += _listing(hungriest, lambda o: f"{_mib(o.maxrss)} max RSS")
+        judged = [o for o in self.outcomes if o.noisy is not None]
+        if judged:
+            noisy = sorted((o for o in judged if o.noisy), key=_by_seq)
+            lines.append(
+                f"noisy: {len(noisy)} of {len(judged)} jobs had others on their CPUs"
+                + (" (see --json's noise)" if noisy else "")
+            )
+            if noisy:
+                lines += _listing(noisy, lambda o: str((o.noise or {}).get("why") or ""))
         if self.repeat > 1:
             lines += self._repetition_lines()
         lines.append(f"exit status {self.exit_status()}")
@@ -220,6 +239,10 @@ class Summary:
             )
         if len(stats) > SHOWN_FAILURES:
             lines.append(f"  ... and {len(stats) - SHOWN_FAILURES} more (see --json)")
+        for st in stats:
+            warnings = st["warnings"]
+            for warning in warnings if isinstance(warnings, list) else ():
+                lines.append(f"  warning: job {st['job']} may be unstable: {warning}")
         return lines
 
     def as_dict(self) -> dict[str, object]:
@@ -239,10 +262,40 @@ class Summary:
             "aborted_jobs": [o.as_dict() for o in self.aborted],
             "slowest": [o.as_dict() for o in self.slowest()],
             "most_memory": [o.as_dict() for o in self.hungriest()],
+            "noisy": sum(1 for o in self.outcomes if o.noisy),
             "repeat": self.repeat,
             "repetitions": self.repetitions() if self.repeat > 1 else None,
             "records": [o.as_dict() for o in sorted(self.outcomes, key=_by_seq)],
         }
+
+
+def _instability(walls: list[float], noisy: int) -> list[str]:
+    """pyperf's warnings for a result that may be unstable, for one job's wall times."""
+    import statistics
+
+    found = []
+    mean = statistics.fmean(walls)
+    if len(walls) < 3:
+        found.append(f"only {len(walls)} run{'s' if len(walls) != 1 else ''}: too few to judge")
+    elif mean > 0:
+        stdev = statistics.stdev(walls)
+        if stdev > 0.1 * mean:
+            found.append(
+                f"the standard deviation ({stdev:.3g} s) is {stdev / mean:.0%} of the mean"
+            )
+        if walls[-1] > 1.5 * mean:
+            found.append(
+                f"the maximum ({walls[-1]:.3g} s) is {walls[-1] / mean - 1:.0%} above the mean"
+            )
+        if walls[0] < 0.5 * mean:
+            found.append(
+                f"the minimum ({walls[0]:.3g} s) is {1 - walls[0] / mean:.0%} below the mean"
+            )
+    if walls and walls[0] < 0.001:
+        found.append(f"the shortest run took {walls[0] * 1e6:.0f} us: start-up and timer dominate")
+    if noisy:
+        found.append(f"{noisy} of {len(walls)} runs were noisy")
+    return found
 
 
 def _listing(outcomes: list[Outcome], what) -> list[str]:
