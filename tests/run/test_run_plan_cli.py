@@ -20,9 +20,9 @@ DATA = Path(__file__).parent / "topologies"
 
 
 def joblog_rows(path: Path) -> list[list[str]]:
-    """The rows, under a header of GNU's nine columns and pipepool's CPUs."""
+    """The rows, under a header of GNU's nine columns, then pipepool's CPUs and Noisy."""
     lines = path.read_text().splitlines()
-    assert lines[0].endswith("\tCommand\tCPUs"), lines[0]
+    assert lines[0].endswith("\tCommand\tCPUs\tNoisy"), lines[0]
     return [line.split("\t") for line in lines[1:]]
 
 
@@ -60,7 +60,7 @@ def test_each_record_and_joblog_row_names_the_cpus_the_job_ran_on(tmp_path: Path
     rows = joblog_rows(log)
     header = log.read_text().splitlines()[0].split("\t")
     assert header[:9] == ["Seq", "Host", "Starttime", "JobRuntime", "Send", "Receive",
-                          "Exitval", "Signal", "Command"] and header[9:] == ["CPUs"]  # fmt: skip
+                          "Exitval", "Signal", "Command"] and header[9:] == ["CPUs", "Noisy"]  # fmt: skip
     by_seq = {int(r[0]): r for r in rows}
     for record in records:
         row = by_seq[record["seq"]]
