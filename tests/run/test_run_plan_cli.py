@@ -59,8 +59,18 @@ def test_each_record_and_joblog_row_names_the_cpus_the_job_ran_on(tmp_path: Path
     assert [r["cpus"] for r in records] == seen, (records, seen)
     rows = joblog_rows(log)
     header = log.read_text().splitlines()[0].split("\t")
-    assert header[:9] == ["Seq", "Host", "Starttime", "JobRuntime", "Send", "Receive",
-                          "Exitval", "Signal", "Command"] and header[9:] == ["CPUs", "Noisy"]  # fmt: skip
+    gnu = [
+        "Seq",
+        "Host",
+        "Starttime",
+        "JobRuntime",
+        "Send",
+        "Receive",
+        "Exitval",
+        "Signal",
+        "Command",
+    ]
+    assert header[:9] == gnu and header[9:] == ["CPUs", "Noisy"]
     by_seq = {int(r[0]): r for r in rows}
     for record in records:
         row = by_seq[record["seq"]]
