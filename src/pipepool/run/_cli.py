@@ -200,6 +200,17 @@ def add_run_parser(sub) -> argparse.ArgumentParser:
         "again); the summary gives each job's median and spread of wall time",
     )
     run.add_argument(
+        "--export-pyperf",
+        metavar="FILE",
+        help="write every run's wall time to FILE in pyperf's JSON format (pyperf "
+        "show/stats/compare_to read it), with the machine's metadata",
+    )
+    run.add_argument(
+        "--export-hyperfine",
+        metavar="FILE",
+        help="write every job's times to FILE as hyperfine's --export-json does",
+    )
+    run.add_argument(
         "--cluster",
         metavar="ADDRESS",
         help="run the jobs on a Dask cluster: its scheduler's address "
@@ -329,6 +340,11 @@ def run_command(args: argparse.Namespace, groups: list, parser: argparse.Argumen
         print(f"pipepool run: {exc}", file=sys.stderr)
         return EXIT_ERROR
     try:
+        _export(args, summary)
+    except OSError as exc:
+        print(f"pipepool run: cannot write the export: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    try:
         if args.json:  # the last line of stdout, whatever the jobs printed before it
             line = json.dumps(summary.as_dict()) + "\n"
             sys.stdout.write(line if runner.stdout_ends_line() else "\n" + line)
@@ -336,6 +352,19 @@ def run_command(args: argparse.Namespace, groups: list, parser: argparse.Argumen
     except BrokenPipeError:  # `| head`: the reader left; the exit status still tells
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return summary.exit_status()
+
+
+def _export(args: argparse.Namespace, summary) -> None:
+    """--export-pyperf / --export-hyperfine: the run's times in their formats."""
+    if not (args.export_pyperf or args.export_hyperfine):
+        return
+    from ._export import hyperfine_document, pyperf_document, write_json
+    from ._machine import machine_metadata
+
+    if args.export_pyperf:
+        write_json(args.export_pyperf, pyperf_document(summary, machine_metadata()))
+    if args.export_hyperfine:
+        write_json(args.export_hyperfine, hyperfine_document(summary))
 
 
 def _show_plan(args: argparse.Namespace, jobs: int) -> int:
