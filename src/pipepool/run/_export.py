@@ -69,7 +69,7 @@ def hyperfine_document(summary: Summary) -> dict:
             {
                 "command": runs[0].command,
                 "mean": statistics.fmean(times),
-                "stddev": str(statistics.stdev(times)) if len(times) > 1 else None,
+                "stddev": statistics.stdev(times) if len(times) > 1 else None,
                 "median": statistics.median(times),
                 "user": statistics.fmean(o.user for o in runs),
                 "system": statistics.fmean(o.sys for o in runs),
