@@ -200,6 +200,13 @@ def add_run_parser(sub) -> argparse.ArgumentParser:
         "again); the summary gives each job's median and spread of wall time",
     )
     run.add_argument(
+        "--compare",
+        action="store_true",
+        help="A/B: exactly two jobs (two commands, or one command with two values) and "
+        "--repeat N; report B's median over A's with a 95%% bootstrap interval and a "
+        "verdict ('no difference' when the interval holds 1)",
+    )
+    run.add_argument(
         "--export-pyperf",
         metavar="FILE",
         help="write every run's wall time to FILE in pyperf's JSON format (pyperf "
@@ -294,6 +301,11 @@ def run_command(args: argparse.Namespace, groups: list, parser: argparse.Argumen
     except InputError as exc:
         print(f"pipepool run: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    if args.compare and (len(jobs) != 2 * args.repeat or args.repeat < 2):
+        parser.error(
+            f"--compare needs exactly two jobs (A and B) and --repeat N of at least 2; "
+            f"got {len(jobs) // max(args.repeat, 1)} job(s) and --repeat {args.repeat}"
+        )
     at_once = jobs_at_once or (cores if args.cluster in (None, "local") else 0)
     if args.show_plan:
         return _show_plan(args, at_once)
@@ -328,6 +340,7 @@ def run_command(args: argparse.Namespace, groups: list, parser: argparse.Argumen
         line_buffer=args.line_buffer,
         ungroup=args.ungroup,
         repeat=args.repeat,
+        compare=args.compare,
     )
     if args.halt is not None:
         options.halt = args.halt

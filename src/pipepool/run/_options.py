@@ -34,5 +34,6 @@ class RunOptions:
     line_buffer: bool = False
     ungroup: bool = False
     repeat: int = 1
+    compare: bool = False  # --compare: the two jobs' ratio with its interval
     proc_stat: str = "/proc/stat"  # where --load and --memfree look (tests point them
     meminfo: str = "/proc/meminfo"  # at files they control)

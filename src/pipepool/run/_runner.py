@@ -126,6 +126,7 @@ class Runner:
             skipped=len(self.jobs) - len(to_run),
             repeat=options.repeat,
             halt=options.halt,
+            compare=options.compare,
         )
         if options.repeat > 1 and options.resume and options.joblog:
             summary.earlier = logged_outcomes(self.jobs, to_run, options.joblog)

@@ -103,6 +103,7 @@ class Summary:
     repeat: int = 1  # --repeat N: each job ran N times
     halt: Halt = field(default_factory=Halt)
     halt_status: int | None = None  # the exit status decided when --halt's condition was met
+    compare: bool = False  # --compare: the two jobs' ratio, interval and verdict
     earlier: list[Outcome] = field(default_factory=list)  # --resume: the joblog's rows of
     # the jobs skipped, for the per-job statistics of --repeat (not counted as run now)
 
@@ -214,8 +215,28 @@ class Summary:
                 lines += _listing(noisy, lambda o: str((o.noise or {}).get("why") or ""))
         if self.repeat > 1:
             lines += self._repetition_lines()
+        comparison = self.comparison()
+        if comparison is not None:
+            from ._compare import describe
+
+            commands = [str(st["command"]) for st in self.repetitions()]
+            lines += describe(comparison, _short(commands[0]), _short(commands[1]))
         lines.append(f"exit status {self.exit_status()}")
         return "\n".join(lines) + "\n"
+
+    def comparison(self) -> dict[str, object] | None:
+        """``--compare``: B (the second job) against A (the first), over their runs."""
+        if not self.compare:
+            return None
+        runs: dict[int, list[float]] = {}
+        for o in self.outcomes:
+            if o.status == "ok":
+                runs.setdefault(o.origin or o.seq, []).append(o.runtime)
+        if sorted(runs) != [1, 2]:
+            return None  # a side has no successful run: nothing to compare
+        from ._compare import compare
+
+        return compare(runs[1], runs[2])
 
     def _repetition_lines(self) -> list[str]:
         """``--repeat``: each job's median over the runs it had (after Ctrl-C or
@@ -265,6 +286,7 @@ class Summary:
             "noisy": sum(1 for o in self.outcomes if o.noisy),
             "repeat": self.repeat,
             "repetitions": self.repetitions() if self.repeat > 1 else None,
+            "comparison": self.comparison(),
             "records": [o.as_dict() for o in sorted(self.outcomes, key=_by_seq)],
         }
 
