@@ -153,6 +153,9 @@ def test_hybrid_p_cores_first_then_e_cores(roots) -> None:
     assert quads.slots == [(0, 1, 2, 3), (4, 5, 6, 7)]
     reserved = plan(top, 6, 1, reserve=True)  # the core left for pipepool: an E-core
     assert reserved.reserved == (12,) and not reserved.given_up
+    # only as far as needed: E-cores for slots 7 and 8, and the reserve is still kept
+    eight = plan(top, 8, 1, reserve=True)
+    assert eight.reserved == (12,) and eight.given_up == ["P-cores only: slot(s) 7,8 on E-cores"]
 
 
 def test_cgroup_cpuset_limits_the_usable_cpus(roots) -> None:

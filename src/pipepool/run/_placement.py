@@ -23,6 +23,7 @@ holds the fewest.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 from ._topology import Topology
@@ -123,28 +124,24 @@ def plan(top: Topology, jobs: int, width: int, *, reserve: bool = False) -> Plan
     reserved_core = None
     if reserve and len(cores) > 1:
         reserved_core = e_cores[0] if e_cores else min(cores, key=lambda c: min(cores[c]))
-    given_up: list[str] = []
-    attempts = []  # (rules given up so far, use the reserve, P only, contain, whole cores)
-    for dropped in range(len(RULES) + 1):
-        attempts.append((dropped, dropped < 1, dropped < 2, dropped < 3, dropped < 4))
-    for dropped, keep_reserve, p_only, contain, whole in attempts:
-        if dropped == 0 and reserved_core is None and reserve:
-            continue
-        pool = [c for c in (p_cores if p_only and p_cores else list(cores))]
+    # Keep the most important rules first: siblings, then containment, then P-cores,
+    # then the reserve; the first plan found keeps the most (the product runs through
+    # the combinations from all kept to none, the most important rule varying slowest).
+    for siblings, contain, p_only, keep_reserve in itertools.product((True, False), repeat=4):
+        if keep_reserve and reserved_core is None and reserve:
+            continue  # one core only: nothing to leave
+        if (not keep_reserve and not reserve) or (not p_only and not e_cores):
+            continue  # the rule was not asked for, or has nothing to hold: its "kept" try runs
+        pool = p_cores if p_only and p_cores else list(cores)
         if keep_reserve and reserved_core is not None:
             pool = [c for c in pool if c != reserved_core]
-        slots = _place(top, cores, pool, jobs, width, contain=contain, whole=whole)
+        slots = _place(top, cores, pool, jobs, width, contain=contain, whole=siblings)
         if slots is None:
             continue
-        for rule in RULES[:dropped]:
-            if rule == RULES[0] and not reserve:
-                continue
-            if rule == RULES[1] and not e_cores:
-                continue
-            given_up.append(_why(rule, top, slots, jobs, width))
-        reserved = () if not keep_reserve or reserved_core is None else cores[reserved_core]
-        if reserved and set(reserved) & {c for s in slots for c in s}:
-            reserved = ()
+        kept = (keep_reserve or not reserve, p_only or not e_cores, contain, siblings)
+        dropped = [rule for rule, k in zip(RULES, kept, strict=True) if not k]
+        given_up = [_why(rule, top, slots, jobs, width) for rule in dropped]
+        reserved = cores[reserved_core] if keep_reserve and reserved_core is not None else ()
         return Plan(top, slots, [g for g in given_up if g], tuple(reserved))
     raise PlacementError(f"cannot place -j {jobs} x {width} CPUs")  # pragma: no cover
 
