@@ -342,7 +342,7 @@ def _group_ended(pgid: int, leader: int, grace: float, usage: Usage) -> bool:
         time.sleep(GROUP_POLL)
 
 
-GROUP_POLL = 0.01  # s between looks at a timed-out job's group during its grace
+GROUP_POLL = 0.02  # s between looks at a timed-out job's group during its grace
 
 
 # What wait4 said of a job that _waitid had to reap to see it exit: no os.waitid (macOS

@@ -291,14 +291,54 @@ def reap_zombies(usage: Usage, leader: int = 0) -> tuple[int, int, resource.stru
 
 
 def group_alive(pgid: int) -> bool:
-    """Whether process group ``pgid`` still has a member (a zombie counts)."""
+    """Whether process group ``pgid`` still has a live member. A zombie does not count:
+    one that is not this worker's child waits for its own parent (init, which in some
+    containers never reaps) to reap it, and would hold the group "alive" for ever."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    states = _group_states(pgid)
+    return states is None or any(state != "Z" for state in states)
+
+
+def _group_states(pgid: int) -> list[str] | None:
+    """The state letter of each process in group ``pgid``: from /proc, else from ps(1);
+    None if neither can tell."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        import subprocess
+
+        try:
+            out = subprocess.run(
+                ["ps", "-A", "-o", "pgid=", "-o", "stat="],
+                capture_output=True,
+                text=True,
+                timeout=PS_TIMEOUT,
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        states = []
+        for line in out.stdout.splitlines():
+            fields = line.split()
+            if len(fields) == 2 and fields[0] == str(pgid):
+                states.append(fields[1][:1])
+        return states
+    states = []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                after = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(after) > 2 and after[2] == str(pgid).encode():
+            states.append(after[0].decode())
+    return states
 
 
 class Usage:
