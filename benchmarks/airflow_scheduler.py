@@ -1,6 +1,6 @@
 """Tasks per minute through Airflow's real scheduler: LocalExecutor vs PipepoolExecutor.
 
-Each round runs the same ~200-task DAG (``tests/airflow/e2e_dag.py``) once per executor,
+Each round runs the same ~200-task DAG (``tests/airflow_face/e2e_dag.py``) once per executor,
 interleaved, each in a fresh AIRFLOW_HOME (sqlite, a copy of one migrated database) with
 its own api-server, dag-processor and scheduler on 127.0.0.1. A run's rate is its task
 instances divided by the span from the first task's start to the last task's end, read
@@ -25,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # helpers, which e2e imports
-sys.path.insert(0, str(ROOT / "tests" / "airflow"))
+sys.path.insert(0, str(ROOT / "tests" / "airflow_face"))
 sys.path.insert(0, str(ROOT / "src"))
 
 import e2e  # noqa: E402

@@ -32,7 +32,7 @@ SLEEP = 0.01
 
 
 def contenders(jobs: int) -> dict[str, LocalExecutor | ClusterExecutor]:
-    cluster = dict(n_workers=jobs, threads_per_worker=1, silence_logs=logging.ERROR)
+    cluster: dict[str, Any] = dict(n_workers=jobs, threads_per_worker=1, silence_logs=logging.ERROR)
     return {
         "LocalExecutor": LocalExecutor(jobs),
         "ClusterExecutor (LocalCluster)": ClusterExecutor(None, **cluster),

@@ -67,7 +67,8 @@ def local_adaptive_prefetch() -> Any:
     default = inspect.signature(pipepool.LocalExecutor).parameters["prefetch"].default
     if default is None or isinstance(default, str):
         return "default"
-    for candidate in (None, "auto"):
+    candidates: tuple[Any, ...] = (None, "auto")  # probed: either may be refused
+    for candidate in candidates:
         try:
             pipepool.LocalExecutor(1, prefetch=candidate)
         except (TypeError, ValueError):

@@ -9,7 +9,7 @@ read. Through the pipes (``--pipes``: the shared regions off) a non-blocking ``s
 moves one pipe-full per worker each way, 16 calls per MiB; the target is at most 1.5
 calls per task. A count, so load moves it less than a time: a loaded machine may leave
 a task unfinished at a heartbeat, which adds calls. The test that guards the target
-counts without sleeping (tests/test_shared_payloads.py).
+counts without sleeping (tests/worker/test_shared_payloads.py).
 """
 
 from __future__ import annotations

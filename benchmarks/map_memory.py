@@ -18,6 +18,7 @@ import itertools
 import multiprocessing
 import resource
 import time
+from collections.abc import Generator
 
 from pipepool import IMPLEMENTATION, ProcessPoolExecutor
 
@@ -94,6 +95,7 @@ def main() -> None:
                 )
             if n + 1 >= args.items:
                 break
+        assert isinstance(results, Generator)  # map's results are a generator, so:
         results.close()  # stop reading count(); the chunks still in flight are cancelled
     print(
         f"RSS before map {baseline:.1f} MiB; samples min {min(samples):.1f}, "

@@ -3,7 +3,7 @@
 For ``--minutes`` the parent keeps a window of tasks outstanding: arguments and results of
 random sizes (0 B to 1 MiB, log-uniform), a few tasks that raise, exit the worker or run
 past a timeout, random SIGKILLs of busy workers, and random interrupts (a SIGALRM whose
-handler raises KeyboardInterrupt part way through ``sync``, as tests/test_invariants.py).
+handler raises KeyboardInterrupt part way through ``sync``, as tests/contract/test_invariants.py).
 Once a minute it drains the window, starts any missing worker and samples the parent at
 that quiet point: RSS, fds, children. At the end it checks:
 
@@ -202,6 +202,7 @@ class Soak:
 
     def take(self) -> None:
         for key, event in self.ex.get_event_buffer().items():
+            assert isinstance(key, int)  # every task is queued under its number
             if event.state.terminal:
                 if self.reported[key]:
                     self.duplicates.append(key)

@@ -7,7 +7,7 @@ refuses (``pipepool.run._compat.REJECTED``, each with what to use instead), so a
 option shows up without anyone editing a page. A small generator rather than
 argparse-manpage: that package renders one parser per page and has no place for the
 refused options, which are hidden from ``--help`` but belong in the manual.
-``tests/test_manpages.py`` checks that each page names every option.
+``tests/project/test_manpages.py`` checks that each page names every option.
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ that read the same on GitHub's view of the repository as on the site.
 - A line ``<!-- cli-help pipepool run -->`` becomes that command's ``--help``, printed by
   the parser the command uses (``pipepool.cli.build_parser``), like the man pages.
 
-The text transformations import nothing of MkDocs, so tests/test_docs_commands.py checks
-them without the docs extra installed.
+The text transformations import nothing of MkDocs, so tests/project/test_docs_examples.py
+checks them without the docs extra installed.
 """
 
 from __future__ import annotations

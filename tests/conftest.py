@@ -72,6 +72,24 @@ def make(impl: str, start_method: str):
     executors.close()
 
 
+@pytest.fixture
+def pool(impl):
+    """``pool(parallelism, start_method, **kwargs)``: a started LocalExecutor on ``impl``
+    (fork unless told), terminated at teardown whatever the test did."""
+    executors = Executors(impl, "fork")
+    yield executors
+    executors.close()
+
+
+@pytest.fixture
+def pool_on_one_loop(one_impl):
+    """``pool`` on one loop implementation (conftest's ``one_impl``), for stress rows
+    whose subject is bookkeeping both twins share."""
+    executors = Executors(one_impl, "fork")
+    yield executors
+    executors.close()
+
+
 @pytest.fixture(scope="session")
 def _shared_cluster(tmp_path_factory: pytest.TempPathFactory):
     pytest.importorskip("distributed")
@@ -115,7 +133,7 @@ def no_tblib_after_this_module():
             del copyreg.dispatch_table[cls]
 
 
-_AIRFLOW_TESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "airflow")
+_AIRFLOW_TESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "airflow_face")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -130,7 +148,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items) -> None:
-    """tests/airflow/ runs last: importing Airflow makes each later fork of this process
-    copy a much bigger address space, and the core suite forks workers by the thousand
-    (tests/test_hardening.py recycles one per task)."""
+    """tests/airflow_face/ runs last: importing Airflow makes each later fork of this
+    process copy a much bigger address space, and the core suite forks workers by the
+    thousand (tests/contract/test_stress.py recycles one per task)."""
     items.sort(key=lambda item: str(item.fspath).startswith(_AIRFLOW_TESTS))  # stable

@@ -1,4 +1,4 @@
-"""Tasks for tests/test_containment.py: outcomes that misbehave in the parent, process
+"""Tasks for tests/worker/test_containment.py: outcomes that misbehave in the parent, process
 trees, crashes. Importable by module name, so spawn and forkserver workers find them."""
 
 from __future__ import annotations

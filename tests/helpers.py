@@ -1,9 +1,11 @@
-"""What the tests share, in one home: the loops and start methods under test, polling,
-the LocalExecutor factory, the event recorder, task-run logs, the Dask cluster the
-ClusterExecutor tests share, and ``pipepool run`` in a subprocess. Fixtures are in
-conftest.py; task functions (imported by name in workers) in tasks.py, fault_tasks.py,
-futures_tasks.py and cluster_tasks.py; who is running and what is open in proc_table.py;
-the leak check in leakcheck.py.
+"""What the tests share, in one home: the loops and start methods under test (and both
+twins at once), polling, the LocalExecutor factory, the event recorder, task-run logs and
+the stress rows' checks, the futures tests' waits, the Dask cluster the ClusterExecutor
+tests share, and ``pipepool run`` in a subprocess. Fixtures are in conftest.py (the
+futures room's own in tests/futures/conftest.py); task functions (imported by name in
+workers) in tasks.py, fault_tasks.py, death_tasks.py, futures_tasks.py and
+cluster_tasks.py; who is running and what is open in proc_table.py; the leak check in
+leakcheck.py.
 
 ``pipepool run`` jobs that could outlive a test carry a unique marker in their command
 line (a ``sleep`` duration such as ``1000.4711``); ``survivors(marker)`` finds any
@@ -24,12 +26,17 @@ import warnings
 from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import leakcheck
 import proc_table
-from pipepool import Event, LocalExecutor
+from pipepool import Event, LocalExecutor, State
+
+if TYPE_CHECKING:  # pytest only for the marks: benchmarks import this module without it
+    import pytest
 
 START_METHODS = ["fork", "spawn", "forkserver"]
+FUTURE_WAIT = 30.0  # s: upper bound on any single future's result in the futures tests
 # Subprocesses (the CLI, the Dask cluster's host) run against whatever `import pipepool`
 # finds here: the installed package in CI, the source tree with PYTHONPATH=src.
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
@@ -42,6 +49,18 @@ def implementations() -> list[str]:
     if forced in ("python", "cython"):
         return [forced]
     return ["python", "cython"]
+
+
+def twins():
+    """(pure, compiled) loop modules; the compiled one must load unless a pure build is
+    under test."""
+    import pytest
+
+    from pipepool import loop as _impl
+
+    if os.environ.get("PIPEPOOL_IMPL", "").strip().lower() == "python":
+        pytest.skip("PIPEPOOL_IMPL=python: the compiled loop is not part of this build")
+    return _impl.load("python")[1], _impl.load("cython")[1]  # ImportError fails the test
 
 
 def wait_for(
@@ -57,6 +76,22 @@ def wait_for(
             return True
         time.sleep(interval)
     return bool(predicate())
+
+
+def warm_up(pool, workers: int = 2) -> None:
+    """Start ``workers`` workers of a concurrent.futures pool now, so start-up time does
+    not count in timed checks."""
+    import futures_tasks
+
+    fs = [pool.submit(futures_tasks.sleep_return, 0.2) for _ in range(workers)]
+    for f in fs:
+        f.result(timeout=FUTURE_WAIT)
+
+
+def read_pid(path: Path, limit: float = FUTURE_WAIT) -> int:
+    """The pid a task wrote to ``path``, once it is there."""
+    assert wait_for(path.exists, limit), f"{path.name} did not appear"
+    return int(path.read_text())
 
 
 class Executors:
@@ -142,6 +177,37 @@ def runs(log: str | Path) -> Counter:
         return Counter()
     with open(log) as f:
         return Counter(line.split()[0] for line in f if line.strip())
+
+
+def exactly_one_each(rec: Recorder, keys) -> None:
+    """Every key ended with one terminal event: none missing, none extra, none twice."""
+    assert not rec.duplicates, f"reported twice: {rec.duplicates[:10]}"
+    missing = set(keys) - set(rec.terminal)
+    extra = set(rec.terminal) - set(keys)
+    assert not missing and not extra, (sorted(missing, key=str)[:10], sorted(extra, key=str)[:10])
+
+
+def failures(rec: Recorder) -> dict:
+    return {k: e for k, e in rec.terminal.items() if e.state is not State.SUCCESS}
+
+
+# -- the stress rows' sizes (issue 8, hardening) -------------------------------------------
+
+SLOW = os.environ.get("PIPEPOOL_SLOW") == "1"
+
+
+def full_size_of(test: str) -> list[pytest.MarkDecorator]:
+    """Marks for a scaled-up duplicate of ``test``, whose CI-sized version always runs."""
+    import pytest
+
+    return [
+        pytest.mark.slow,
+        pytest.mark.skipif(
+            not SLOW,
+            reason=f"full-size duplicate of {test}, which runs by default at CI "
+            "size; run it with PIPEPOOL_SLOW=1",
+        ),
+    ]
 
 
 # -- the Dask cluster the ClusterExecutor tests share -----------------------------------------

@@ -133,7 +133,7 @@ def raise_base_exception():
     raise CustomBaseException("not an Exception")
 
 
-# -- hardening (tests/test_hardening.py, benchmarks/soak.py) ----------------------------
+# -- hardening (tests/worker/test_worker_faults.py, tests/contract/test_stress.py, ...) --
 
 
 def segfault():
@@ -264,7 +264,7 @@ def big_then_unpicklable(_=None) -> list:
     return [BIG_SHARED, lambda: None]
 
 
-# -- big payloads through the shared rings (tests/test_shared_payloads.py) ---------------
+# -- big payloads through the shared rings (tests/worker/test_shared_payloads.py) ---------------
 
 
 def reverse_bytes(data: bytes) -> bytes:

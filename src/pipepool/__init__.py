@@ -20,8 +20,12 @@ from .errors import (
 )
 from .loop import IMPLEMENTATION
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # what __getattr__ loads at run time, as the type checker sees it
+    from ._broken_pool import DeathCause, InitializerError, WorkerLostError
+    from .cluster import ClusterExecutor, ClusterWorkerLostError
     from .events import Event, State
+    from .executor import LocalExecutor
+    from .futures import ProcessPoolExecutor
 
 __version__ = "0.1.0"
 """pipepool's version (as in ``pyproject.toml``)."""
@@ -36,6 +40,7 @@ _LAZY = {
     "State": "events",
     "WorkerLostError": "errors",  # these two extend BrokenProcessPool: see errors
     "InitializerError": "errors",
+    "DeathCause": "errors",  # the cause a WorkerLostError carries, beside it
     "LocalExecutor": "executor",
     "ProcessPoolExecutor": "futures",
     "ClusterExecutor": "cluster",
@@ -43,12 +48,14 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
+if not TYPE_CHECKING:  # the type checker reads the names imported above, not this hook
 
-        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    def __getattr__(name: str) -> object:
+        if name in _LAZY:
+            import importlib
+
+            return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
@@ -59,6 +66,7 @@ __all__ = [
     "IMPLEMENTATION",
     "ClusterExecutor",
     "ClusterWorkerLostError",
+    "DeathCause",
     "DuplicateKeyError",
     "Event",
     "FrameError",

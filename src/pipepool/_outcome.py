@@ -134,7 +134,9 @@ def load_exception(key: Hashable, tb: str, exc_bytes: bytes, where: str) -> Base
     return exc
 
 
-def load_failure(key: Hashable, payload: bytes | memoryview, where: str) -> BaseException:
+def load_failure(
+    key: Hashable, payload: bytes | bytearray | memoryview, where: str
+) -> BaseException:
     """``load_exception`` of a RAISED or INIT_FAILED payload, ``pickle((tb, exc_bytes))``."""
     try:
         tb, exc_bytes = pickle.loads(payload)

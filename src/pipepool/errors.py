@@ -2,14 +2,22 @@
 
 ``WorkerLostError`` and ``InitializerError`` extend ``BrokenProcessPool``, whose module
 (``concurrent.futures.process``) costs a spawned worker ~5 ms to import though no worker
-ever raises them: they live in ``_broken_pool`` and load on first access from here.
+ever raises them: they live in ``_broken_pool``, with ``DeathCause`` (the ``cause`` a
+``WorkerLostError`` carries, an enum whose class costs ~0.1 ms to build), and load on
+first access from here. The type checker reads them through the import below, which
+never runs.
 """
 
 from __future__ import annotations
 
 import pickle
 import signal
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._broken_pool import DeathCause as DeathCause
+    from ._broken_pool import InitializerError as InitializerError
+    from ._broken_pool import WorkerLostError as WorkerLostError
 
 
 class PipepoolError(Exception):
@@ -119,9 +127,11 @@ def describe_exit(exitcode: int | None) -> str:
     return f"exited with code {exitcode}"
 
 
-def __getattr__(name: str) -> Any:
-    if name in ("WorkerLostError", "InitializerError"):
-        from . import _broken_pool
+if not TYPE_CHECKING:  # the type checker reads the names imported above, not this hook
 
-        return getattr(_broken_pool, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    def __getattr__(name: str) -> type:
+        if name in ("WorkerLostError", "InitializerError", "DeathCause"):
+            from . import _broken_pool
+
+            return getattr(_broken_pool, name)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,5 +1,5 @@
 """What one process can see of the facilities the portable mode hides: called in a parent
-and in its workers by tests/test_portable.py, to show the hiding reaches every
+and in its workers by tests/contract/test_portable.py, to show the hiding reaches every
 interpreter. Lives beside sitecustomize.py, so wherever the mode is on, it imports."""
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ from typing import Any
 
 from airflow.executors.base_executor import BaseExecutor, get_execution_api_server_url
 
-from ..errors import DuplicateKeyError
+from ..errors import DeathCause, DuplicateKeyError
 from ..events import Event, State
 from ..executor import LocalExecutor
 from . import _procs
@@ -332,7 +332,7 @@ class PipepoolExecutor(BaseExecutor):
 
 
 def _is_lost(exc: BaseException | None) -> bool:
-    from ..errors import WorkerLostError  # type: ignore[attr-defined]  # lazy, see errors
+    from ..errors import WorkerLostError  # lazy, see errors
 
     return isinstance(exc, WorkerLostError)
 
@@ -345,6 +345,6 @@ def _failure_reason(event: Event) -> str:
     if not _is_lost(exc):
         return f"{type(exc).__name__}: {exc}"
     reason = f"{exc}; only this workload failed"
-    if getattr(exc, "cause", "") == "oom":
+    if getattr(exc, "cause", "") == DeathCause.OOM:
         reason += ". Or set [pipepool] max_rss_mib to recycle workers that grow"
     return reason

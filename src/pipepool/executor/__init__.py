@@ -146,6 +146,7 @@ class LocalExecutor(Reaper, Dispatcher):
         core is free (``_spin``): no wake-up to pay when it comes. ``poll_first=False``:
         a waiter nobody waits on (a pool's driver thread) sleeps at once."""
         loop = self._loop
+        assert loop is not None
         spin = self._spin
         if (
             poll_first
@@ -336,6 +337,7 @@ class LocalExecutor(Reaper, Dispatcher):
     def wake(self) -> None:
         """Make a ``sync(timeout=...)`` waiting in another thread return now. The one
         method safe to call from another thread; not after ``end()``/``terminate()``."""
+        assert self._loop is not None
         self._loop.wake()
 
     def prestart(self) -> None:

@@ -10,7 +10,7 @@ import struct
 import time
 from collections.abc import Hashable
 from concurrent.futures import CancelledError
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._outcome import load_failure, load_result, result_error
 from .._task import QUEUED as _QUEUED
@@ -21,6 +21,9 @@ from ..events import Event, State
 from ..frames import ELAPSED, Kind
 from ._lifecycle import WorkerLifecycle
 from ._state import _Worker
+
+if TYPE_CHECKING:
+    from ..loop._interface import Frame
 
 # Plain names for the values the hot path compares with (events.py says why).
 _DONE, _RAISED, _REVOKED, _REFUSED, _INIT_FAILED, _SHARED = (
@@ -41,6 +44,7 @@ class Collector(WorkerLifecycle):
     cannot be trusted, and counts an initializer's failure: ``WorkerLifecycle``)."""
 
     def _collect(self) -> None:
+        assert self._loop is not None
         frames, closed = self._loop.pump()
         now = time.monotonic() if frames else 0.0  # one clock read per batch, not per frame
         if frames:
@@ -66,7 +70,7 @@ class Collector(WorkerLifecycle):
                 if error is not None:  # a stream we cannot trust: the worker must go
                     self._kill_worker(w, None)
 
-    def _apply(self, frames: list[tuple[int, int, int, bytes]], now: float) -> None:
+    def _apply(self, frames: list[Frame], now: float) -> None:
         """Apply a batch of frames in their order. A DONE whose task is known (most
         frames) ends it here, in bulk (``_succeed``); every other frame is ``_on_frame``'s."""
         workers = self._workers
@@ -169,7 +173,7 @@ class Collector(WorkerLifecycle):
                     self._began.append(t)  # the records way out (``_api``)
 
     def _on_frame(
-        self, w: _Worker, kind: int, ident: int, payload: bytes | memoryview, now: float
+        self, w: _Worker, kind: int, ident: int, payload: bytes | bytearray | memoryview, now: float
     ) -> None:
         if kind in (_DONE, _RAISED):
             t = w.in_flight.get(ident)
@@ -220,7 +224,9 @@ class Collector(WorkerLifecycle):
         w.close_error = FrameError(f"unexpected frame kind {kind} from worker pid {w.pid}")
         self._kill_worker(w, None)
 
-    def _on_shared(self, w: _Worker, ident: int, ref: bytes | memoryview, now: float) -> None:
+    def _on_shared(
+        self, w: _Worker, ident: int, ref: bytes | bytearray | memoryview, now: float
+    ) -> None:
         """An outcome whose payload is in the worker's shared ring: handled as if it had
         come by the pipe, then its space goes back to the worker (``worker._region``)."""
         region = w.region
@@ -285,6 +291,6 @@ def cancelled_error(key: Hashable) -> CancelledError:
     return CancelledError(f"task {key!r} cancelled")
 
 
-def _remote_exception(key: Hashable, payload: bytes | memoryview) -> BaseException:
+def _remote_exception(key: Hashable, payload: bytes | bytearray | memoryview) -> BaseException:
     """Rebuild a worker's exception with its traceback as ``__cause__``; never raises."""
     return load_failure(key, payload, "in the parent")

@@ -5,21 +5,16 @@ The executor knows, when it retires a worker that died on its own: the exit stat
 (``multiprocessing``'s: minus the signal number for a signal), faulthandler's report of a
 fatal signal (``worker._fault``; a crash writes one, a signal from outside does not,
 SIGKILL never), and whether a count of OOM kills rose while the worker ran (``_oom``).
-``describe`` turns those into the ``WorkerLostError`` message and its ``cause``, which
-the faces pass on (``pipepool run``, the futures face, the Airflow executor).
+``describe`` turns those into the ``WorkerLostError`` message and its ``cause`` (a
+public ``DeathCause``), which the faces pass on (``pipepool run``, the futures face, the
+Airflow executor, the joblib backend).
 """
 
 from __future__ import annotations
 
 import signal
 
-from ..errors import signal_name
-
-# The causes a WorkerLostError names (its ``cause``).
-OOM = "oom"  # SIGKILL while a count of OOM kills rose: the kernel's OOM killer
-CRASH = "crash"  # a fatal signal faulthandler reported: the task brought it down
-SIGNAL = "signal"  # another signal, or SIGKILL with no OOM kill counted: from outside
-EXIT = "exit"  # the process exited (os._exit, exit() in native code) mid-task
+from ..errors import DeathCause, signal_name
 
 # Signals a fault raises in the process itself; without a report they may still be one.
 _FAULTS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGABRT}
@@ -33,7 +28,7 @@ def describe(
     crash_report: str = "",
     oom_rise: str | None = None,
     oom_counted: bool = True,
-) -> tuple[str, str]:
+) -> tuple[DeathCause, str]:
     """``(cause, message)`` for a worker that died while running ``task`` (its key's
     repr), or during start-up (None). ``crash_report`` is ``_fault.note_crash``'s text ("" if none);
     ``oom_rise`` says how a count of OOM kills rose meanwhile, None if none did;
@@ -45,42 +40,42 @@ def describe(
     else:
         during = f"while running task {task}"
     if exitcode is None:
-        return SIGNAL, f"{who} ended {during} (exit status unknown)"
+        return DeathCause.SIGNAL, f"{who} ended {during} (exit status unknown)"
     if exitcode >= 0 and task is None:
-        return EXIT, (
+        return DeathCause.EXIT, (
             f"{who} exited with code {exitcode} {during}: it could not get ready (its "
             "error is on stderr; with spawn or forkserver, can it import the main module, "
             "and does that start its pool under if __name__ == '__main__'?)"
         )
     if exitcode >= 0:
-        return EXIT, (
+        return DeathCause.EXIT, (
             f"{who} exited with code {exitcode} {during}: the process ended itself "
             "(os._exit(), or exit() in native code)"
         )
     name = signal_name(exitcode)
     if crash_report:
-        return CRASH, (
+        return DeathCause.CRASH, (
             f"{who} crashed {during}, killed by {name}: a fault brought the interpreter "
             f"down (in native code, ctypes or a C extension){crash_report}"
         )
     if -exitcode == signal.SIGKILL:
         if oom_rise is not None:
-            return OOM, (
+            return DeathCause.OOM, (
                 f"{who} was killed by the kernel's OOM killer {during} (out of memory: "
                 f"{oom_rise} while it ran); give it more memory, or run fewer at once"
             )
         if not oom_counted:
-            return SIGNAL, (
+            return DeathCause.SIGNAL, (
                 f"{who} was killed by SIGKILL {during}: from outside (kill -9) or by the "
                 "OOM killer; this system does not count OOM kills"
             )
-        return SIGNAL, (
+        return DeathCause.SIGNAL, (
             f"{who} was killed by SIGKILL from outside {during} (kill -9, a supervisor; "
             "the kernel counted no OOM kill meanwhile)"
         )
     if -exitcode in _FAULTS:
-        return SIGNAL, (
+        return DeathCause.SIGNAL, (
             f"{who} was killed by {name} {during}: a fault that left no report, or a "
             "signal from outside"
         )
-    return SIGNAL, f"{who} was killed by {name} from outside {during}"
+    return DeathCause.SIGNAL, f"{who} was killed by {name} from outside {during}"

@@ -109,6 +109,7 @@ class Dispatcher(LocalState):
         """Send ``share`` to ``w``: one BATCH frame (one pickle) when it can, else a TASK
         frame per call; a call that cannot be pickled fails alone."""
         loop = self._loop
+        assert loop is not None
         if len(share) > 1:
             solo = [t for t in share if t.solo]  # REFUSED once: alone from now on
             batch = [t for t in share if not t.solo] if solo else share

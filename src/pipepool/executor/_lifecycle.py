@@ -16,7 +16,7 @@ from typing import Any
 from .. import _oom, _signals
 from ..errors import InitializerError, WorkerLostError
 from ..events import State
-from ..worker import ChildFd, WorkerStart, _fault, _tree
+from ..worker import ChildFd, WorkerStart, _fault, _tree, _zygote
 from ..worker import main as worker_main
 from ..worker._bootstrap import WORKER_NAME, refuse_while_bootstrapping
 from ..worker._marks import MarkTable
@@ -52,6 +52,61 @@ class WorkerLifecycle(LocalState):
         lifeline_r, lifeline_w = os.pipe()
         _PARENT_FDS.update((lifeline_r, lifeline_w))
         self._lifeline = (lifeline_r, lifeline_w)
+        if self.start_method == "fork":
+            self._fork_zygote()
+
+    def _fork_zygote(self) -> None:
+        """Under fork: the zygote that forks workers once threads run here (``_zygote``),
+        forked now, before the pool starts a thread. It keeps what every worker shares
+        (the lifeline's read end, the page of start marks) and closes the parent's other
+        pipepool fds; a worker it forks gets its own fds with the request."""
+        assert self._lifeline is not None and self._marks is not None
+        lifeline_r, marks_fd = self._lifeline[0], self._marks.fd
+
+        def make_start(
+            fds: list[int], slot: int, region_fd: int | None, zygote_fds: tuple[int, ...]
+        ) -> WorkerStart:
+            activity, result, control, crash = fds
+            return self._worker_start(
+                activity, result, control, crash, slot, region_fd, list(zygote_fds)
+            )
+
+        try:
+            self._zygote = _zygote.Zygote.fork(
+                self._context, worker_main, make_start, (lifeline_r, marks_fd), _PARENT_FDS
+            )
+        except OSError as exc:  # out of processes or fds: every worker forks from here
+            log.warning("pipepool: no zygote (%s); workers fork from this process", exc)
+            return
+        _PARENT_FDS.add(self._zygote.fd)
+
+    def _worker_start(
+        self,
+        activity_r: int,
+        result_w: int,
+        control_r: int,
+        crash_fd: int,
+        slot: int,
+        region_fd: int | None,
+        close_fds: list[int],
+    ) -> WorkerStart:
+        """What a new worker is handed (``WorkerStart``): its own fds and the pool's."""
+        assert self._lifeline is not None and self._marks is not None
+        return WorkerStart(
+            activity=ChildFd(activity_r),
+            result=ChildFd(result_w),
+            control=ChildFd(control_r),
+            lifeline=ChildFd(self._lifeline[0]),
+            marks=ChildFd(self._marks.fd),
+            mark_slot=slot,
+            crash=ChildFd(crash_fd),
+            region=ChildFd(region_fd) if region_fd is not None else None,
+            close_fds=close_fds,
+            initializer=self.initializer,
+            initargs=self.initargs,
+            max_tasks=self.max_tasks_per_child,
+            impl=self.implementation,
+        )
 
     def _start_workers(self) -> None:
         if self._broken is not None:
@@ -110,30 +165,10 @@ class WorkerLifecycle(LocalState):
             else []
         )
         wid = next(self._wids)
-        proc = self._context.Process(
-            target=worker_main,
-            args=(
-                WorkerStart(
-                    activity=ChildFd(activity_r),
-                    result=ChildFd(result_w),
-                    control=ChildFd(control_r),
-                    lifeline=ChildFd(lifeline_r),
-                    marks=ChildFd(self._marks.fd),
-                    mark_slot=slot,
-                    crash=ChildFd(crash_fd),
-                    region=ChildFd(region.fd) if region else None,
-                    close_fds=close_fds,
-                    initializer=self.initializer,
-                    initargs=self.initargs,
-                    max_tasks=self.max_tasks_per_child,
-                    impl=self.implementation,
-                ),
-            ),
-            name=f"{WORKER_NAME}-{wid}",
-            daemon=True,
-        )
         try:
-            proc.start()
+            proc = self._launch(
+                wid, (activity_r, result_w, control_r, crash_fd), slot, region, close_fds
+            )
         except BaseException:
             for fd in (activity_w, result_r, control_w, crash_fd):
                 _PARENT_FDS.discard(fd)
@@ -151,9 +186,50 @@ class WorkerLifecycle(LocalState):
         )
         w.region = region  # mapped here until the worker is removed; its fd is closed
         w.oom_at = oom_at
+        assert self._loop is not None
         self._loop.add(wid, activity_w, result_r)
         self._workers[wid] = w
         self._stats["started_workers"] += 1
+
+    def _launch(
+        self,
+        wid: int,
+        fds: tuple[int, int, int, int],
+        slot: int,
+        region: Region | None,
+        close_fds: list[int],
+    ) -> multiprocessing.process.BaseProcess | _zygote.ZygoteChild:
+        """Start worker ``wid`` with its ``fds`` (activity, result, control, crash) and
+        ``region``: forked by the zygote while threads run here (a fork would copy one of
+        them, and whatever locks the others held), else by the start method, from here."""
+        activity_r, result_w, control_r, crash_fd = fds
+        zygote = self._zygote
+        if zygote is not None and not zygote.dead and _zygote.threaded():
+            try:
+                sent = fds + ((region.fd,) if region else ())
+                return zygote.start(sent, wid, slot, region is not None)
+            except OSError as exc:
+                if not zygote.dead:
+                    raise
+                log.warning("pipepool: the zygote is gone (%s); forking workers from here", exc)
+        proc = self._context.Process(
+            target=worker_main,
+            args=(
+                self._worker_start(
+                    activity_r,
+                    result_w,
+                    control_r,
+                    crash_fd,
+                    slot,
+                    region.fd if region else None,
+                    close_fds,
+                ),
+            ),
+            name=f"{WORKER_NAME}-{wid}",
+            daemon=True,
+        )
+        proc.start()
+        return proc
 
     def _kill_worker(self, w: _Worker, reason: BaseException | None) -> None:
         if reason is not None and w.kill_reason is None:
@@ -164,6 +240,7 @@ class WorkerLifecycle(LocalState):
 
     def _remove_channel(self, w: _Worker) -> list[tuple[int, int, bytes]]:
         """Close a worker's parent ends (once) and drop them from the fork registry."""
+        assert self._loop is not None
         if w.wid not in self._loop:
             return []
         _PARENT_FDS.difference_update((*w.fds, w.control_fd, w.crash_fd))
@@ -223,6 +300,10 @@ class WorkerLifecycle(LocalState):
             for w in self._workers.values():
                 self._remove_channel(w)
             self._loop.close()
+        if self._zygote is not None:  # after the workers: it reports their exits
+            _PARENT_FDS.discard(self._zygote.fd)
+            self._zygote.close()
+            self._zygote = None
         if self._lifeline is not None:
             for fd in self._lifeline:
                 _PARENT_FDS.discard(fd)
@@ -273,7 +354,9 @@ def _set_pipe_size(fd: int, size: int) -> None:
         log.debug("pipepool: F_SETPIPE_SZ(%d) refused: %s", size, exc)
 
 
-def _signal_process(proc: multiprocessing.process.BaseProcess, how: str) -> None:
+def _signal_process(
+    proc: multiprocessing.process.BaseProcess | _zygote.ZygoteChild, how: str
+) -> None:
     """``proc.terminate()`` or ``proc.kill()``, and the same signal to the process group
     the worker leads: whatever its task started goes with it (``_tree``)."""
     with contextlib.suppress(OSError, ValueError, AttributeError):  # already gone or closed

@@ -81,6 +81,7 @@ class Reaper(Collector):
 
     def _read_crash_report(self, w: _Worker, exitcode: int | None) -> None:
         """A fatal signal, not ours: where in its task did it die? (faulthandler's file)"""
+        assert self._loop is not None
         if exitcode is not None and exitcode < 0 and not w.killed and w.wid in self._loop:
             w.crash_report = _fault.note_crash(w.pid, _fault.read_report(w.crash_fd))
 

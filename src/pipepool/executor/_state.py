@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import _oom, _spin
 from .. import loop as _impl
@@ -27,7 +27,11 @@ from .._task import Task
 from ..errors import InitializerError
 from ..worker._marks import MarkTable
 from ..worker._region import Region
+from ..worker._zygote import Zygote, ZygoteChild
 from ._depth import DepthPolicy
+
+if TYPE_CHECKING:
+    from ..loop._interface import PipeLoopAPI
 
 # Every parent-side pipepool fd open in this process. A forked worker closes all of them
 # but its own, so that no worker holds another's pipe ends: otherwise one worker's EOF or
@@ -68,7 +72,7 @@ class _Worker:
     def __init__(
         self,
         wid: int,
-        proc: multiprocessing.process.BaseProcess,
+        proc: multiprocessing.process.BaseProcess | ZygoteChild,
         fds: tuple[int, int],
         control_fd: int,
         crash_fd: int,
@@ -134,9 +138,10 @@ class LocalState(SchedulerAPI):
         self.implementation, loop_module = _impl.load(loop_impl)  # "cython" or "python"
         self._loop_class = loop_module.PipeLoop
         # -- what start() opens and _close() closes ---------------------------------------
-        self._loop: Any = None  # the PipeLoop (either twin): every parent-side pipe end
+        self._loop: PipeLoopAPI | None = None  # the PipeLoop: every parent-side pipe end
         self._marks: MarkTable | None = None  # the page of start marks, a slot per worker
         self._lifeline: tuple[int, int] | None = None  # read end for workers, write end kept
+        self._zygote: Zygote | None = None  # under fork: forks workers once threads run here
         # -- workers ---------------------------------------------------------------------
         self._workers: dict[int, _Worker] = {}  # wid -> worker, until it is retired
         self._wids = itertools.count(1)  # worker ids: channel numbers in the loop

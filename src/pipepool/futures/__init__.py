@@ -301,8 +301,8 @@ class ProcessPoolExecutor(Executor):
                 # As the stdlib does under fork: every worker now, from this thread, while
                 # the driver thread does not exist yet (fork copies only the forking
                 # thread; the fewer threads then, the fewer locks a child inherits held),
-                # and before interpreter shutdown can forbid fork (3.12). Only
-                # replacements are forked from the driver.
+                # and before interpreter shutdown can forbid fork (3.12). Replacements
+                # come from the pool's zygote, forked in start() (``worker._zygote``).
                 with contextlib.suppress(Exception):  # the driver retries, futures report
                     ex.prestart()
         finally:

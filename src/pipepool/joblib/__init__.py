@@ -56,7 +56,7 @@ from joblib.parallel import (  # type: ignore[import-untyped]
     register_parallel_backend,
 )
 
-from pipepool.errors import WorkerLostError, describe_exit
+from pipepool.errors import DeathCause, WorkerLostError, describe_exit
 from pipepool.futures import ProcessPoolExecutor
 from pipepool.joblib._wire import _Cloudpickled, _Job, _worker_init, np
 
@@ -73,9 +73,9 @@ class WorkerCrashedError(WorkerLostError, TerminatedWorkerError):
     Only that batch failed; the pool replaced the worker. Catch it as pipepool's
     ``WorkerLostError``, as loky's ``TerminatedWorkerError`` (code written for joblib's
     default backend keeps working) or as ``BrokenProcessPool``. ``pid``, ``exitcode``,
-    ``signal`` (e.g. ``"SIGKILL"``), ``cause`` (``WorkerLostError.cause``: ``"oom"``,
-    ``"crash"``, ``"signal"``, ``"exit"``) and ``calls`` (reprs of the batch's calls) say
-    which.
+    ``signal`` (e.g. ``"SIGKILL"``), ``cause`` (``WorkerLostError.cause``, a
+    ``DeathCause``: ``"oom"``, ``"crash"``, ``"signal"``, ``"exit"``) and ``calls`` (reprs
+    of the batch's calls) say which.
     """
 
     def __init__(
@@ -85,7 +85,7 @@ class WorkerCrashedError(WorkerLostError, TerminatedWorkerError):
         pid: int | None,
         exitcode: int | None,
         calls: tuple = (),
-        cause: str = "",
+        cause: DeathCause = DeathCause.UNKNOWN,
     ) -> None:
         super().__init__(message, pid=pid, exitcode=exitcode, cause=cause)
         self.calls = calls
@@ -98,7 +98,11 @@ class WorkerCrashedError(WorkerLostError, TerminatedWorkerError):
 
 
 def _rebuild_crashed(
-    message: str, pid: int | None, exitcode: int | None, calls: tuple, cause: str = ""
+    message: str,
+    pid: int | None,
+    exitcode: int | None,
+    calls: tuple,
+    cause: DeathCause = DeathCause.UNKNOWN,
 ) -> WorkerCrashedError:
     return WorkerCrashedError(message, pid=pid, exitcode=exitcode, calls=calls, cause=cause)
 
@@ -106,10 +110,10 @@ def _rebuild_crashed(
 # What the error says of each cause the pool can tell; the WorkerLostError it is raised
 # from has the details (how the OOM count rose, the crash's stack, where no count exists).
 CAUSE_SAID = {
-    "oom": "Cause: the kernel's OOM killer (a count of OOM kills rose while it ran).",
-    "crash": "Cause: a crash in native code (a fatal signal, its stack reported).",
-    "signal": "Cause: a signal from outside the pool (kill -9, a supervisor).",
-    "exit": "Cause: the process ended itself (os._exit(), or exit() in native code).",
+    DeathCause.OOM: "Cause: the kernel's OOM killer (a count of OOM kills rose while it ran).",
+    DeathCause.CRASH: "Cause: a crash in native code (a fatal signal, its stack reported).",
+    DeathCause.SIGNAL: "Cause: a signal from outside the pool (kill -9, a supervisor).",
+    DeathCause.EXIT: "Cause: the process ended itself (os._exit(), or exit() in native code).",
 }
 
 

@@ -13,18 +13,23 @@ from __future__ import annotations
 
 import importlib
 import os
-from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._interface import LoopModule
 
 
-def load(choice: str | None = None) -> tuple[str, ModuleType]:
-    """Return ``(name, module)`` of the loop implementation ``choice`` (default: the env)."""
+def load(choice: str | None = None) -> tuple[str, LoopModule]:
+    """Return ``(name, module)`` of the loop implementation ``choice`` (default: the env);
+    either module has the declared interface (``_interface``)."""
     if choice is None:
         choice = os.environ.get("PIPEPOOL_IMPL", "").strip().lower() or "auto"
     if choice not in ("auto", "python", "cython"):
         raise ValueError(f"PIPEPOOL_IMPL must be 'python' or 'cython', not {choice!r}")
     if choice != "python":
         try:
-            # By name: the compiled module has no source for a type checker to read.
+            # By name: the compiled module has no source for a type checker to read; the
+            # tests check it has the declared interface (tests/loop/test_loop_interface.py).
             _loop = importlib.import_module(f"{__name__}._loop")
         except ImportError as exc:
             if choice == "cython":

@@ -34,6 +34,7 @@ import math
 import os
 import select
 from collections import deque
+from typing import TYPE_CHECKING
 
 from ..errors import FrameError
 from ..frames import (
@@ -45,6 +46,9 @@ from ..frames import (
     check_header,
     encode_header,
 )
+
+if TYPE_CHECKING:  # what pump() returns, declared with the twins' interface
+    from ._interface import Closed, Frame
 
 __all__ = ["FrameReader", "PipeLoop"]  # the twins export exactly these
 
@@ -64,9 +68,6 @@ BIG_TRUST = 1 << 22
 
 _IN = select.POLLIN
 _OUT = select.POLLOUT
-
-Frame = tuple[int, int, int, bytes | bytearray]  # (channel, kind, ident, payload)
-Closed = tuple[int, BaseException | None]  # (channel, None for EOF or the error)
 
 
 class _Channel:

@@ -8,6 +8,5 @@ behind, ``_runner`` drives the executor from the main thread (feeding, retries, 
 Ctrl-C) with ``_gate`` deciding when a job may start and in which slot, ``_joblog``
 writes and reads GNU parallel's joblog, ``_output`` prints each job's output,
 ``_progress`` draws the live bar, ``_summary`` reports the outcome and the exit status,
-``_halt`` parses ``--halt``; ``_options`` and ``_support`` hold the runner's record and
-helpers.
+``_halt`` parses ``--halt``; ``_options`` holds the runner's record.
 """

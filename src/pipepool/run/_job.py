@@ -200,7 +200,7 @@ def run_job(spec: JobSpec) -> JobResult:
         oom = _oom.rise(oom_at, _oom.counters()) or ""
     sizes = (0, 0)
     if not spec.inherit_output:
-        sizes = _file_size(spec.stdout_path), _file_size(spec.stderr_path)
+        sizes = file_size(spec.stdout_path), file_size(spec.stderr_path)
     if spec.drop_empty:  # most jobs print little: spare the runner opening empty files
         for path, size in zip((spec.stdout_path, spec.stderr_path), sizes, strict=True):
             if size == 0:
@@ -283,7 +283,7 @@ def _size(fd: int) -> int:
     return os.fstat(fd).st_size
 
 
-def _file_size(path: str) -> int:
+def file_size(path: str) -> int:
     try:
         return os.stat(path).st_size
     except OSError:

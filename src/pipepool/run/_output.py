@@ -9,15 +9,26 @@ optionally prefixing each line with the job's tag, and optionally in input order
 ``--line-buffer``: the runner also calls ``poll`` every round, which prints the whole
 lines each running job has written so far (lines of different jobs mix, never half a
 line); with ``--keep-order`` only the job whose turn it is streams, the others wait.
+
+Also where output goes before that: the run's temporary directory, a cluster job's
+output landed where a local worker would have written it, ``--results``' job records,
+and the runner's own streams.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
+import shutil
+import tempfile
 from collections.abc import Callable
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, TextIO, cast
+
+if TYPE_CHECKING:
+    from ._job import JobSpec
+    from ._summary import Outcome
 
 CHUNK = 1 << 16
 
@@ -154,3 +165,63 @@ class OutputWriter:
 def _unlink(path: str) -> None:
     with contextlib.suppress(OSError):
         os.unlink(path)
+
+
+def land_output(spec: JobSpec, output: tuple[bytes, bytes]) -> None:
+    """Write a cluster job's output where a local worker would have (the runner's
+    temporary directory, or ``--results``), for the OutputWriter to pick up."""
+    for path, data in zip((spec.stdout_path, spec.stderr_path), output, strict=True):
+        if data or not spec.drop_empty:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as f:
+                f.write(data)
+
+
+def write_record(results: str, outcome: Outcome) -> None:
+    """``--results DIR/<seq>/job.json``: the job's outcome and resource use."""
+    path = os.path.join(results, str(outcome.seq), "job.json")
+    with contextlib.suppress(OSError):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(outcome.as_dict(), f)
+            f.write("\n")
+
+
+TMP_PREFIX = "pipepool-run-"
+
+
+def make_tmpdir() -> str:
+    """The run's directory for job output, named after this process, so that a later
+    run can remove what a SIGKILLed one left behind (its pid no longer exists)."""
+    base = tempfile.gettempdir()
+    with contextlib.suppress(OSError):
+        for name in os.listdir(base):
+            if not name.startswith(TMP_PREFIX):
+                continue
+            pid = name[len(TMP_PREFIX) :].split("-", 1)[0]
+            if pid.isdigit() and not _alive(int(pid)):
+                shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-", dir=base)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process (and likely someone else's directory)
+    return True
+
+
+def isatty(stream: object) -> bool:
+    try:
+        return bool(stream.isatty())  # type: ignore[attr-defined]
+    except (AttributeError, ValueError):
+        return False
+
+
+def binary(stream: TextIO) -> BinaryIO:
+    """The byte stream under a text stream (flushed first, so order is kept)."""
+    stream.flush()
+    return cast(BinaryIO, getattr(stream, "buffer", stream))

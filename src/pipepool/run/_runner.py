@@ -27,17 +27,20 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import CancelledError
-from typing import BinaryIO, TextIO, cast
+from types import FrameType
+from typing import TYPE_CHECKING, Any, BinaryIO, TextIO, cast
 
 from ..errors import TaskKilledError
 from ..events import Event, State
 from ..executor import LocalExecutor
 from ._gate import Gate
-from ._job import KILL_GRACE, JobResult, JobSpec, run_job, run_job_on_cluster
+from ._job import KILL_GRACE, JobResult, JobSpec, file_size, run_job, run_job_on_cluster
 from ._joblog import (
     HOST,
     Joblog,
@@ -48,23 +51,14 @@ from ._joblog import (
     select_jobs,
 )
 from ._options import RunOptions
-from ._output import OutputWriter
+from ._output import OutputWriter, binary, isatty, land_output, make_tmpdir, write_record
 from ._progress import Progress
-from ._summary import Outcome, Summary
-from ._support import (
-    binary,
-    file_size,
-    install_signal_handlers,
-    isatty,
-    job_outcome,
-    land_output,
-    lost_outcome,
-    make_executor,
-    make_tmpdir,
-    restore_signal_handlers,
-    write_record,
-)
+from ._summary import Outcome, Summary, job_outcome, lost_outcome
 from ._template import Job
+
+if TYPE_CHECKING:
+    from ..cluster import ClusterExecutor
+    from ._executor import JobExecutor
 
 TICK = 0.1  # s the loop waits when nothing happens: bounds how late a Ctrl-C is noticed
 # and a progress redraw is due; a finished job wakes it at once
@@ -72,6 +66,29 @@ FEED_AHEAD = 1  # jobs queued per worker beyond the running one, so that a worke
 # reports a result gets its next job in the same round; more only delays cancelling
 BACKSTOP_SLACK = 5.0  # s past --timeout (and its kill grace) after which the executor
 # kills the worker itself: only if the worker-side timeout could not end the job
+Handler = Callable[[int, FrameType | None], Any] | int | None  # what signal.signal takes
+
+
+def make_executor(options: RunOptions) -> LocalExecutor | ClusterExecutor:
+    """A LocalExecutor, or with ``--cluster`` a ClusterExecutor: both drive the same loop
+    (both are the ``_executor.JobExecutor`` the runner is typed against)."""
+    if options.cluster is None:
+        return LocalExecutor(options.jobs, prefetch=1)
+    import logging
+
+    from ..cluster import ClusterExecutor
+
+    # As many jobs handed to Dask as run at once (LocalExecutor's prefetch=1): the ones
+    # fed ahead stay queued here, where stopping early can still cancel them.
+    if options.cluster == "local":
+        return ClusterExecutor(
+            None,
+            n_workers=options.jobs,
+            threads_per_worker=1,
+            max_in_flight=options.jobs,
+            silence_logs=logging.CRITICAL,
+        )
+    return ClusterExecutor(options.cluster, max_in_flight=options.jobs or None)
 
 
 class Runner:
@@ -171,7 +188,9 @@ class Runner:
         try:
             ex.start()
             if not options.jobs:  # --cluster ADDRESS without -j: one job per worker thread
-                options.jobs = summary.jobs = ex.max_in_flight = max(1, ex.parallelism)
+                options.jobs = summary.jobs = max(1, ex.parallelism)
+                if not isinstance(ex, LocalExecutor):  # always so: a local run has a -j
+                    ex.max_in_flight = options.jobs
             self._loop(ex)
             clean = True
             self.output.flush_all()  # --keep-order: what waited for a job that never ran
@@ -187,7 +206,8 @@ class Runner:
                 else:
                     ex.terminate()
             finally:
-                restore_signal_handlers(previous)
+                for signum, handler in previous.items():
+                    signal.signal(signum, handler)
                 if affinity is not None:
                     os.sched_setaffinity(0, affinity)
                 self.gate.close()  # the CPU leases (--pin)
@@ -201,7 +221,7 @@ class Runner:
             self.stderr.flush()
         return summary
 
-    def _loop(self, ex: LocalExecutor) -> None:
+    def _loop(self, ex: JobExecutor) -> None:
         while True:
             self._react_to_signals(ex)
             fed = self._feed(ex)
@@ -232,7 +252,7 @@ class Runner:
 
     # -- steps -------------------------------------------------------------------------
 
-    def _feed(self, ex: LocalExecutor) -> bool:
+    def _feed(self, ex: JobExecutor) -> bool:
         """Queue jobs until every worker has FEED_AHEAD waiting; True if any was queued."""
         gate = self.gate
         # With --halt, no job waits in the executor for a worker: the executor would start
@@ -281,7 +301,7 @@ class Runner:
             fed = True
         return fed
 
-    def _finish(self, ex: LocalExecutor, event: Event) -> None:
+    def _finish(self, ex: JobExecutor, event: Event) -> None:
         """A job's attempt ended: retry it, or log it, print its output and count it."""
         seq = cast(int, event.key)  # each job is queued under its sequence number
         job, spec, queued_at = self._inflight.pop(seq)
@@ -359,7 +379,7 @@ class Runner:
             self._failed += 1
         self._check_halt(ex, outcome)
 
-    def _check_halt(self, ex: LocalExecutor, outcome: Outcome) -> None:
+    def _check_halt(self, ex: JobExecutor, outcome: Outcome) -> None:
         """After each finished job, before any other starts: is ``--halt`` met?"""
         halt = self.options.halt
         if self._aborting or (self._stopping and halt.when == "soon"):
@@ -376,7 +396,7 @@ class Runner:
             if halt.when == "now":
                 self._abort(ex)
 
-    def _react_to_signals(self, ex: LocalExecutor) -> None:
+    def _react_to_signals(self, ex: JobExecutor) -> None:
         if self._terminated and not self._aborting:
             self._stop(ex, "terminated", force_reason=True)
             self._abort(ex)
@@ -396,7 +416,7 @@ class Runner:
             for key in ex.running:  # again each round: a job sent but not yet started
                 ex.kill(key)
 
-    def _stop(self, ex: LocalExecutor, reason: str, *, force_reason: bool = False) -> None:
+    def _stop(self, ex: JobExecutor, reason: str, *, force_reason: bool = False) -> None:
         """Start no new job: cancel the few queued in the executor, keep the rest."""
         if not self.summary.stopped or force_reason:
             self.summary.stopped = reason
@@ -407,7 +427,7 @@ class Runner:
             self.output.skip(job.seq)
         self._pending.clear()
 
-    def _relieve_memory(self, ex: LocalExecutor) -> None:
+    def _relieve_memory(self, ex: JobExecutor) -> None:
         """``--memfree``: below half of SIZE free, kill the youngest running job (it goes
         back on the queue); one at a time, the next only once that one is gone."""
         if self._memkilled or self._aborting or not self._running_since:
@@ -424,7 +444,7 @@ class Runner:
             self._noted_wait = True  # once: the reason is the same until jobs finish
             self._note(f"waiting to start jobs: {self.gate.waiting}")
 
-    def _abort(self, ex: LocalExecutor) -> None:
+    def _abort(self, ex: JobExecutor) -> None:
         self._aborting = True
         for key in ex.running:
             ex.kill(key)
@@ -444,7 +464,7 @@ class Runner:
                 with contextlib.suppress(OSError):
                     os.unlink(path)
 
-    def _draw(self, ex: LocalExecutor) -> None:
+    def _draw(self, ex: JobExecutor) -> None:
         if not self.progress.due():
             return
         done = len(self.summary.outcomes)
@@ -487,11 +507,15 @@ class Runner:
         self.stderr.write(f"pipepool: {message}\n")
         self.stderr.flush()
 
-    def _install_signal_handlers(self) -> dict[int, object]:
+    def _install_signal_handlers(self) -> dict[int, Handler]:
         def on_interrupt(signum: int, frame: object) -> None:
             self._interrupts += 1  # the loop decides what it means, between its steps
 
         def on_terminate(signum: int, frame: object) -> None:
             self._terminated = True
 
-        return install_signal_handlers(on_interrupt, on_terminate)
+        previous: dict[int, Handler] = {}  # to restore
+        for signum, handler in ((signal.SIGINT, on_interrupt), (signal.SIGTERM, on_terminate)):
+            with contextlib.suppress(ValueError):  # not the main thread: the caller's job
+                previous[signum] = signal.signal(signum, handler)
+        return previous

@@ -1,4 +1,5 @@
-"""What a run did, for people (``text``) and for programs (``as_dict``), and its exit status.
+"""What a run did, for people (``text``) and for programs (``as_dict``), and its exit status;
+and each attempt's ``Outcome``, from its worker's report or from why there was none.
 
 Exit status, as GNU parallel: 0 when every job succeeded, else the number of failed jobs
 capped at 101; with ``--halt``, what the halt condition decided (``_halt``). A run
@@ -10,8 +11,14 @@ from __future__ import annotations
 
 import signal as _signal
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from ..errors import TaskKilledError, TaskTimeoutError, WorkerLostError
 from ._halt import Halt
+
+if TYPE_CHECKING:
+    from ._job import JobResult, JobSpec
+    from ._template import Job
 
 SHOWN_FAILURES = 20  # failures listed by name in the text summary (all are in the JSON)
 SHOWN_SLOWEST = 5
@@ -90,6 +97,54 @@ class Outcome:
 
     def usage(self) -> str:
         return f"user {self.user:.2f} s, sys {self.sys:.2f} s, max RSS {_mib(self.maxrss)}"
+
+
+def job_outcome(job: Job, spec: JobSpec, result: JobResult) -> Outcome:
+    """The outcome of an attempt its worker reported: the job's own exit."""
+    return Outcome(
+        job.seq,
+        job.command,
+        "ok" if result.ok else "failed",
+        result.exitval,
+        result.signal,
+        result.timed_out,
+        result.runtime,
+        spec.attempt,
+        user=result.user,
+        sys=result.sys,
+        maxrss=result.maxrss,
+        oom=result.oom,
+    )
+
+
+def lost_outcome(job: Job, spec: JobSpec, exc: BaseException | None, runtime: float) -> Outcome:
+    """The outcome of an attempt whose worker did not report back."""
+    if isinstance(exc, TaskKilledError):
+        return Outcome(
+            job.seq, job.command, "aborted", -1, _signal.SIGKILL, False, runtime, spec.attempt
+        )
+    if isinstance(exc, TaskTimeoutError):
+        return Outcome(
+            job.seq, job.command, "failed", -1, _signal.SIGKILL, True, runtime, spec.attempt
+        )
+    sig = 0
+    if isinstance(exc, WorkerLostError) and exc.exitcode is not None and exc.exitcode < 0:
+        sig = -exc.exitcode
+    if isinstance(exc, WorkerLostError):  # "its worker pid N was killed by ...": not the job
+        reason = f"its {exc}"
+    else:
+        reason = f"{type(exc).__name__}: {exc}" if exc is not None else "lost"
+    return Outcome(
+        job.seq,
+        job.command,
+        "failed",
+        -1,
+        sig,
+        False,
+        runtime,
+        spec.attempt,
+        error=reason.splitlines()[0][:200],
+    )
 
 
 @dataclass(slots=True)

@@ -166,7 +166,7 @@ class _Reader:
         self.held: deque[tuple[int, int]] = deque()  # (start, end) read, not released
         self.punch = _MADV_REMOVE is not None
 
-    def take(self, ref: bytes | memoryview) -> tuple[int, memoryview]:
+    def take(self, ref: bytes | bytearray | memoryview) -> tuple[int, memoryview]:
         """The kind and bytes a SHARED frame names; FrameError if it cannot be trusted."""
         try:
             kind, length, offset = REF.unpack(ref)
@@ -284,7 +284,7 @@ class Region:
             SHARED_FRAME.pack(MAGIC_FRAME, Kind.SHARED, 0, REF.size, ident, kind, length, offset)
         ]
 
-    def take(self, ref: bytes | memoryview) -> tuple[int, memoryview]:
+    def take(self, ref: bytes | bytearray | memoryview) -> tuple[int, memoryview]:
         """The payload a SHARED frame names, as a view of the ring (``_Reader.take``)."""
         return self.inbound.take(ref)
 

@@ -1,0 +1,351 @@
+"""The zygote: a single-threaded process that forks a fork pool's workers once the pool's
+own threads exist.
+
+Under the fork start method a worker is a copy of the process that forks it, with only
+the forking thread. Forked from a parent where other threads run (a ProcessPoolExecutor's
+driver, the Airflow executor's), it inherits whatever locks those threads held at that
+instant, and may hang on one (Python 3.12+ warns: "This process ... is multi-threaded,
+use of fork() may lead to deadlocks in the child"). So a fork pool forks a zygote when it
+starts, before it starts any thread (``Zygote.fork``), and from then on every worker
+started while the parent has more than one thread (``threaded``) is forked by the zygote
+on request (``Zygote.start``): a copy of the program as it was when the pool started.
+The forkserver start method works alike, but re-imports the main module and pickles
+everything; the zygote already holds the pool's initializer and settings.
+
+The parent and the zygote talk over a Unix socket pair. A request carries the new
+worker's own fds (``socket.send_fds``): its activity, result and control pipe ends, its
+crash report file and its payload region; the zygote already holds what every worker of
+the pool shares (the lifeline's read end and the page of start marks). It answers with
+the worker's pid, and later with its exit code: the worker is the zygote's child, so the
+zygote reaps it (woken by SIGCHLD) and reports, and ``ZygoteChild`` stands for the
+worker's ``multiprocessing.Process`` in the parent. The zygote exits when the parent
+closes its end (the pool ended) or dies (the socket's and the lifeline's EOF).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import select
+import signal
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ._bootstrap import WORKER_NAME
+
+_REQUEST = struct.Struct("=iii")  # the worker's id, its start-mark slot, 1 if a region is sent
+_REPLY = struct.Struct("=iii")  # kind, pid (or errno), exit code
+_STARTED, _EXITED, _FAILED = 1, 2, 3
+LOST_EXIT = 255  # the exit code of a worker whose zygote died before reporting it
+SETTLE_LIMIT = 0.05  # s ``settle`` waits at most for an ending thread to be gone
+JOIN_TIMEOUT = 5.0  # s ``close`` waits for the zygote to exit before killing it
+
+
+def threads() -> int:
+    """The threads this process has now: the kernel's count where /proc says (a C
+    library's threads too), as CPython's own warning counts; else Python's."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            stat = f.read()
+        return int(stat[stat.rindex(b")") + 2 :].split()[17])
+    except (OSError, ValueError, IndexError):
+        return threading.active_count()
+
+
+def threaded() -> bool:
+    """True if this process has more than one thread now: a fork would copy only one."""
+    return threads() > 1
+
+
+def settle() -> None:
+    """Before forking the zygote: when no other Python thread is left, wait (briefly,
+    bounded) for the kernel to finish one that is ending. A thread another pool's
+    shutdown joined is still counted until its last instructions have run."""
+    if threading.active_count() > 1:
+        return  # live threads: nothing to wait for (the zygote still helps)
+    deadline = time.monotonic() + SETTLE_LIMIT
+    while threads() > 1 and time.monotonic() < deadline:
+        time.sleep(0.0005)
+
+
+class Zygote:
+    """The parent's end of a pool's zygote: start workers through it, read their exits."""
+
+    def __init__(self, process: Any, sock: socket.socket) -> None:
+        self.process = process  # the zygote's multiprocessing.Process (the parent's child)
+        self.sock = sock
+        self.lock = threading.Lock()  # one request or read at a time (pids from any thread)
+        self.exits: dict[int, int] = {}  # pid -> exit code, as reported
+        self.dead = False  # the zygote is gone: its workers' exits are probed instead
+        self._buffer = b""
+
+    @classmethod
+    def fork(
+        cls,
+        context: Any,
+        worker: Callable[[Any], None],
+        make_start: Callable[..., Any],
+        keep: Iterable[int],
+        close: Iterable[int],
+    ) -> Zygote:
+        """Fork the zygote. ``worker`` is the workers' entry point, ``make_start(fds, slot,
+        region_fd, close_fds)`` builds a worker's start record in the zygote; the zygote
+        keeps the fds in ``keep`` (lifeline, marks) and closes those in ``close``."""
+        settle()
+        parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        keep = tuple(keep)
+        close = [fd for fd in close if fd not in keep]
+        process = context.Process(
+            target=_serve,
+            args=(child_end.fileno(), parent_end.fileno(), worker, make_start, close),
+            name="pipepool-zygote",
+            daemon=True,
+        )
+        try:
+            process.start()
+        except BaseException:
+            parent_end.close()
+            raise
+        finally:
+            child_end.close()
+        return cls(process, parent_end)
+
+    @property
+    def fd(self) -> int:
+        return self.sock.fileno()
+
+    def start(self, fds: tuple[int, ...], wid: int, slot: int, region: bool) -> ZygoteChild:
+        """Have the zygote fork worker ``wid`` with these fds (activity, result, control,
+        crash, then the region's if ``region``); its stand-in. OSError if it cannot."""
+        with self.lock:
+            if self.dead:
+                raise OSError("the pool's zygote is gone")
+            try:
+                socket.send_fds(self.sock, [_REQUEST.pack(wid, slot, int(region))], list(fds))
+                while True:
+                    kind, pid = self._read()
+                    if kind == _STARTED:
+                        return ZygoteChild(self, pid)
+                    if kind == _FAILED:
+                        raise OSError(pid, f"the zygote could not fork: {os.strerror(pid)}")
+            except OSError:
+                if self.dead or not self.process.is_alive():
+                    self.dead = True
+                raise
+
+    def exitcode(self, pid: int) -> int | None:
+        """The worker's exit code once the zygote reported it, else None."""
+        code = self.exits.get(pid)
+        if code is not None:
+            return code
+        with self.lock:
+            self._drain()
+        code = self.exits.get(pid)
+        if code is None and self.dead and _gone(pid):  # its status went with the zygote
+            code = self.exits[pid] = LOST_EXIT
+        return code
+
+    def wait(self, pid: int, timeout: float | None) -> int | None:
+        """Wait up to ``timeout`` s (None: no bound) for the worker's exit code."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.exitcode(pid)) is None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return None
+            if self.dead:  # nobody will report: probe now and then
+                time.sleep(min(0.01, left) if left is not None else 0.01)
+            else:
+                select.select([self.sock], [], [], left)
+        return code
+
+    def _drain(self) -> None:
+        """Read every report waiting, without blocking (lock held): those ``_read``
+        left in the buffer behind the reply it wanted first."""
+        self._take(b"")
+        while not self.dead:
+            try:
+                data = self.sock.recv(4096, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self.dead = True
+                return
+            self._take(data)
+
+    def _read(self) -> tuple[int, int]:
+        """The next message that is not an exit report (lock held); reports are noted."""
+        while True:
+            while len(self._buffer) < _REPLY.size:
+                data = self.sock.recv(4096)
+                if not data:
+                    self.dead = True
+                    raise OSError("the pool's zygote is gone")
+                self._buffer += data
+            kind, pid, code = _REPLY.unpack_from(self._buffer)
+            self._buffer = self._buffer[_REPLY.size :]
+            if kind == _EXITED:
+                self.exits[pid] = code
+            else:
+                return kind, pid
+
+    def _take(self, data: bytes) -> None:
+        self._buffer += data
+        while len(self._buffer) >= _REPLY.size:
+            kind, pid, code = _REPLY.unpack_from(self._buffer)
+            self._buffer = self._buffer[_REPLY.size :]
+            if kind == _EXITED:
+                self.exits[pid] = code
+
+    def close(self) -> None:
+        """Tell the zygote to exit (its socket's EOF) and reap it."""
+        with self.lock:
+            self.dead = True
+            self.sock.close()
+        # Not join(timeout): that waits for the process' sentinel pipe, whose write end
+        # the workers it forked inherited; exitcode asks waitpid.
+        deadline = time.monotonic() + JOIN_TIMEOUT
+        while self.process.exitcode is None and time.monotonic() < deadline:
+            time.sleep(0.001)
+        if self.process.exitcode is None:
+            self.process.kill()
+            self.process.join()
+        self.process.close()
+
+
+def _gone(pid: int) -> bool:
+    """True once an orphaned worker has exited: no such process, or a zombie its new
+    parent has not reaped (not every container's init reaps)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] in (b"Z", b"X")
+    except FileNotFoundError:
+        if os.path.exists("/proc/self/stat"):
+            return True
+    except (OSError, ValueError):
+        pass
+    try:  # no /proc: ask the kernel whether the pid exists (a zombie does)
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        pass
+    return False
+
+
+class ZygoteChild:
+    """A worker the zygote forked, as the parent sees it: the part of
+    ``multiprocessing.Process`` the executor uses (pid, exitcode, join, kill, close)."""
+
+    __slots__ = ("pid", "zygote")
+
+    def __init__(self, zygote: Zygote, pid: int) -> None:
+        self.zygote = zygote
+        self.pid = pid
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.zygote.exitcode(self.pid)
+
+    def is_alive(self) -> bool:
+        return self.exitcode is None
+
+    def join(self, timeout: float | None = None) -> None:
+        self.zygote.wait(self.pid, timeout)
+
+    def _signal(self, signum: int) -> None:
+        if self.exitcode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signum)
+
+    def terminate(self) -> None:
+        self._signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+
+    def close(self) -> None:
+        if self.exitcode is None:
+            raise ValueError("Cannot close a process while it is still running.")
+        self.zygote.exits.pop(self.pid, None)
+
+
+# -- in the zygote ---------------------------------------------------------------------------
+
+
+def _serve(
+    sock_fd: int,
+    parent_end: int,
+    worker: Callable[[Any], None],
+    make_start: Callable[..., Any],
+    close: list[int],
+) -> None:
+    """The zygote's loop: fork a worker per request, report each worker's exit."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    from .. import _signals
+
+    _signals.reset_in_child()
+    _signals.unblock_all_in_this_thread()
+    for fd in (parent_end, *close):  # the parent's ends: its death must show as EOF
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    multiprocessing.current_process().daemon = False  # a daemon may not have children
+    sock = socket.socket(fileno=sock_fd)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # the wake-up fd is what counts
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    own = (sock_fd, wake_r, wake_w)
+    context = multiprocessing.get_context("fork")
+    children: dict[int | None, Any] = {}
+    while True:
+        ready, _, _ = select.select([sock_fd, wake_r], [], [])
+        if wake_r in ready:
+            with contextlib.suppress(BlockingIOError):
+                os.read(wake_r, 512)
+        for pid, proc in list(children.items()):  # reap first: a pid is reported once
+            code = proc.exitcode
+            if code is not None:
+                proc.close()
+                del children[pid]
+                sock.sendall(_REPLY.pack(_EXITED, pid, code))
+        if sock_fd not in ready:
+            continue
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, _REQUEST.size, 5)
+        except OSError:
+            data, fds = b"", []
+        if len(data) < _REQUEST.size:  # the parent closed its end, or died
+            return
+        wid, slot, region = _REQUEST.unpack(data)
+        for fd in fds:  # as the parent's pipes were: not inherited across exec
+            os.set_inheritable(fd, False)
+        start = make_start(fds[:4], slot, fds[4] if region else None, own)
+        try:
+            proc = context.Process(
+                target=_run_worker, args=(worker, start), name=f"{WORKER_NAME}-{wid}", daemon=True
+            )
+            proc.start()
+        except OSError as exc:
+            sock.sendall(_REPLY.pack(_FAILED, exc.errno or 0, 0))
+        else:
+            children[proc.pid] = proc
+            sock.sendall(_REPLY.pack(_STARTED, proc.pid, 0))
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+
+def _run_worker(worker: Callable[[Any], None], start: Any) -> None:
+    """In a worker the zygote forked: undo the zygote's own SIGCHLD set-up, then run."""
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    worker(start)
