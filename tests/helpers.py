@@ -404,8 +404,12 @@ def kill_survivors(mark: str) -> None:
 
 
 def joblog_rows(path: Path) -> list[list[str]]:
+    """The rows under GNU parallel's nine columns (and pipepool's own after them: CPUs
+    with --pin, Noisy with --pin or --repeat)."""
     lines = path.read_text().splitlines()
-    assert lines[0].split("\t") == [
+    header = lines[0].split("\t")
+    assert header[9:] in ([], ["CPUs"], ["Noisy"], ["CPUs", "Noisy"]), header
+    assert header[:9] == [
         "Seq",
         "Host",
         "Starttime",

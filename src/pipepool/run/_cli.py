@@ -4,6 +4,7 @@ docs/run.md) and turning them into jobs and a Runner."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -64,10 +65,10 @@ def add_run_parser(sub) -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--timeout",
-        type=_positive_float,
+        type=_timeout,
         metavar="SECS",
-        help="kill a job's whole process group after SECS (SIGTERM, then "
-        "SIGKILL); it counts as failed (Exitval -1)",
+        help="kill a job's whole process group after SECS (30, 1.5s, 1m30s): SIGTERM, "
+        "then SIGKILL if any of it is left 0.5 s later; it counts as failed (Exitval -1)",
     )
     run.add_argument(
         "--retries",
@@ -158,12 +159,63 @@ def add_run_parser(sub) -> argparse.ArgumentParser:
         help="as --pin, with K cores per job slot; -j at most cores/K",
     )
     run.add_argument(
+        "--pin-reserve",
+        action="store_true",
+        help="with --pin: leave one core (an E-core if any) to pipepool itself, so the "
+        "runner and its workers do not share the jobs' CPUs",
+    )
+    run.add_argument(
+        "--lease",
+        choices=("wait", "fail", "ignore"),
+        default="wait",
+        help="with --pin: CPUs another pipepool run has pinned are not used; too few "
+        "free ones: wait for them (default), fail at once, or ignore the leases",
+    )
+    run.add_argument(
+        "--noise-threshold",
+        type=_fraction,
+        default=0.5,
+        metavar="F",
+        help="with --pin or --repeat: call a job noisy when others took more than F "
+        "(0-1) of its CPUs' time while it was not running (default 0.5)",
+    )
+    run.add_argument(
+        "--show-plan",
+        action="store_true",
+        help="print which CPUs each job slot of --pin/--cpus-per-job gets and what the "
+        "slots share (cores, L3, NUMA node), then exit without running anything",
+    )
+    run.add_argument(
+        "--sysfs-root",
+        metavar="DIR",
+        help="with --show-plan: read the topology from DIR/sys and DIR/proc (a tree "
+        "captured from another machine) instead of this machine's",
+    )
+    run.add_argument(
         "--repeat",
         type=positive_int,
         default=1,
         metavar="N",
         help="run every job N times, the repetitions interleaved (all jobs, then all "
         "again); the summary gives each job's median and spread of wall time",
+    )
+    run.add_argument(
+        "--compare",
+        action="store_true",
+        help="A/B: exactly two jobs (two commands, or one command with two values) and "
+        "--repeat N; report B's median over A's with a 95%% bootstrap interval and a "
+        "verdict ('no difference' when the interval holds 1)",
+    )
+    run.add_argument(
+        "--export-pyperf",
+        metavar="FILE",
+        help="write every run's wall time to FILE in pyperf's JSON format (pyperf "
+        "show/stats/compare_to read it), with the machine's metadata",
+    )
+    run.add_argument(
+        "--export-hyperfine",
+        metavar="FILE",
+        help="write every job's times to FILE as hyperfine's --export-json does",
     )
     run.add_argument(
         "--cluster",
@@ -209,6 +261,10 @@ def run_command(args: argparse.Namespace, groups: list, parser: argparse.Argumen
                 f"{', '.join(local_only)} act on this machine, not on the cluster's "
                 "workers: run without --cluster, or without them"
             )
+    if (args.show_plan or args.pin_reserve) and not args.cpus_per_job:
+        parser.error("--show-plan and --pin-reserve go with --pin or --cpus-per-job K")
+    if args.sysfs_root and not args.show_plan:
+        parser.error("--sysfs-root reads another machine's topology: only with --show-plan")
     cores = default_jobs()
     try:
         jobs_at_once = parse_jobs(args.jobs, cores) if args.jobs is not None else None
@@ -245,7 +301,14 @@ def run_command(args: argparse.Namespace, groups: list, parser: argparse.Argumen
     except InputError as exc:
         print(f"pipepool run: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    if args.compare and (len(jobs) != 2 * args.repeat or args.repeat < 2):
+        parser.error(
+            f"--compare needs exactly two jobs (A and B) and --repeat N of at least 2; "
+            f"got {len(jobs) // max(args.repeat, 1)} job(s) and --repeat {args.repeat}"
+        )
     at_once = jobs_at_once or (cores if args.cluster in (None, "local") else 0)
+    if args.show_plan:
+        return _show_plan(args, at_once)
     if args.dry_run:  # print the commands, run nothing (slots as if run in order)
         for i, job in enumerate(jobs):
             print(job.bind_slot(i % max(at_once, 1) + 1).command)
@@ -268,12 +331,16 @@ def run_command(args: argparse.Namespace, groups: list, parser: argparse.Argumen
         json=args.json,
         slots=template.uses_slot,
         cpus_per_job=args.cpus_per_job,
+        pin_reserve=args.pin_reserve,
+        lease=args.lease,
+        noise_threshold=args.noise_threshold,
         delay=args.delay or 0.0,
         load=load,
         memfree=args.memfree,
         line_buffer=args.line_buffer,
         ungroup=args.ungroup,
         repeat=args.repeat,
+        compare=args.compare,
     )
     if args.halt is not None:
         options.halt = args.halt
@@ -286,6 +353,11 @@ def run_command(args: argparse.Namespace, groups: list, parser: argparse.Argumen
         print(f"pipepool run: {exc}", file=sys.stderr)
         return EXIT_ERROR
     try:
+        _export(args, summary)
+    except OSError as exc:
+        print(f"pipepool run: cannot write the export: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    try:
         if args.json:  # the last line of stdout, whatever the jobs printed before it
             line = json.dumps(summary.as_dict()) + "\n"
             sys.stdout.write(line if runner.stdout_ends_line() else "\n" + line)
@@ -293,6 +365,56 @@ def run_command(args: argparse.Namespace, groups: list, parser: argparse.Argumen
     except BrokenPipeError:  # `| head`: the reader left; the exit status still tells
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return summary.exit_status()
+
+
+def _export(args: argparse.Namespace, summary) -> None:
+    """--export-pyperf / --export-hyperfine: the run's times in their formats."""
+    if not (args.export_pyperf or args.export_hyperfine):
+        return
+    from ._export import hyperfine_document, pyperf_document, write_json
+    from ._machine import machine_metadata
+
+    if args.export_pyperf:
+        write_json(args.export_pyperf, pyperf_document(summary, machine_metadata()))
+    if args.export_hyperfine:
+        write_json(args.export_hyperfine, hyperfine_document(summary))
+
+
+def _show_plan(args: argparse.Namespace, jobs: int) -> int:
+    """``--show-plan``: the placement ``--pin`` would use, on stdout (JSON with --json)."""
+    from ._lease import holders
+    from ._placement import PlacementError, plan
+    from ._topology import TopologyError, read_topology
+
+    try:
+        if args.sysfs_root:
+            top = read_topology(args.sysfs_root)
+        else:
+            top = read_topology()
+            if top.source == "sysctl":  # macOS: the counts, but nothing can be pinned
+                top.notes.append("--pin is refused here: macOS has no CPU affinity API")
+        placed = plan(top, jobs, args.cpus_per_job, reserve=args.pin_reserve)
+    except (PlacementError, TopologyError) as exc:
+        print(f"pipepool run: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    taken = [] if args.sysfs_root else holders(top.cpus)
+    if taken and args.lease != "ignore":  # the plan --pin would get now: on the free CPUs
+        with contextlib.suppress(PlacementError):
+            free = top.restricted(set(top.cpus) - {h.cpu for h in taken})
+            placed = plan(free, jobs, args.cpus_per_job, reserve=args.pin_reserve)
+    if args.json:
+        shown = placed.as_dict()
+        shown["leased"] = [
+            {"cpu": h.cpu, "pid": h.pid, "since": h.since, "command": h.command} for h in taken
+        ]
+        print(json.dumps(shown))
+    else:
+        sys.stdout.write(placed.text())
+        if taken:
+            print("  leased by other runs now (--pin takes the other CPUs, or waits):")
+            for holder in taken:
+                print(f"    {holder.describe()}")
+    return 0
 
 
 def _check_stdin() -> None:
@@ -395,14 +517,24 @@ def _add_gnu_options(run: argparse.ArgumentParser) -> None:
     add_rejected(run)
 
 
-def _positive_float(text: str) -> float:
+def _timeout(text: str) -> float:
     if text.strip().endswith("%"):  # GNU parallel's --timeout N% of the median runtime
         raise argparse.ArgumentTypeError(
             f"{text}: a share of the median runtime is not supported; give seconds"
         )
-    value = float(text)
+    value = _duration(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number from 0 to 1") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 1, not {text}")
     return value
 
 

@@ -116,7 +116,14 @@ class _Refuse(argparse.Action):
         parser.error(f"{name} (GNU parallel) is not supported by pipepool run: {REJECTED[name]}")
 
 
-_NUMBER_OPTIONS = ("-j", "-P", "--jobs", "--max-procs", "--load", "--halt")
+_NUMBER_OPTIONS = (
+    *("-j", "-P", "--jobs", "--max-procs", "--load", "--halt"),
+    # and every other option that takes a number: ``--repeat -1`` is then refused for
+    # its value ("must be at least 1"), not as "expected one argument"
+    *("--repeat", "--retries", "--timeout", "--delay", "--cpus-per-job", "--memfree"),
+    "--noise-threshold",
+    *("-N", "-n", "--max-args", "--max-replace-args"),
+)
 
 
 def join_negative_values(head: list[str]) -> list[str]:
@@ -184,20 +191,24 @@ def parse_size(text: str) -> int:
     return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
 
 
-_DURATION = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def parse_duration(text: str) -> float:
-    """``--delay``: seconds, or with s, m, h, d suffixes that add up (1m30s)."""
+    """``--delay``, ``--timeout``: seconds, or with ms, s, m, h, d suffixes that add up
+    (1.5s, 1m30s, 250ms)."""
     text = text.strip()
     if text.endswith("auto"):
         raise ValueError(f"{text!r}: --delay ...auto is not supported; give a fixed duration")
     try:
         value = float(text)
     except ValueError:
-        parts = re.findall(r"(\d+(?:\.\d+)?)([smhd])", text)
+        parts = re.findall(r"(\d+(?:\.\d+)?|\.\d+)(ms|[smhd])", text)
         if not parts or "".join(n + u for n, u in parts) != text:
-            raise ValueError(f"{text!r}: expected seconds, or a duration such as 1m30s") from None
+            raise ValueError(
+                f"{text!r} is not a duration: expected seconds (30, 1.5) or a duration "
+                "such as 1.5s, 1m30s, 250ms"
+            ) from None
         value = sum(float(n) * _DURATION[u] for n, u in parts)
     if value < 0:
         raise ValueError(f"{text!r}: must be 0 or more")

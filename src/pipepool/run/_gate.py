@@ -8,9 +8,10 @@ job's slot, cores and start time are known when it is sent:
 * **slots** (``{%}``, ``$PARALLEL_JOBSLOT``, ``--pin``): the lowest free number in
   1..-j; a slot is freed only by its job's final event, which comes after the job's
   whole process tree was killed and reaped, so two running jobs never share one.
-* ``--pin``/``--cpus-per-job K``: slot s owns the s-th K cores of those this process
-  may use (``os.sched_getaffinity``); the worker pins itself there before it starts
-  the job, so the job and all it starts inherit the mask.
+* ``--pin``/``--cpus-per-job K``: slot s owns the CPUs the placement plan gives it
+  (``_placement``: by the machine's topology, among those this process may use); the
+  worker pins itself there before it starts the job, so the job and all it starts
+  inherit the mask.
 * ``--delay D``: no job starts within D seconds of the previous one.
 * ``--load MAX``: no job starts while the number of running processes (GNU parallel's
   instant "load": tasks running or in uninterruptible sleep, less the one counting)
@@ -23,9 +24,16 @@ from __future__ import annotations
 
 import os
 import sys
+import time
+from collections.abc import Callable
+
+from ._lease import Leases, holders
+from ._placement import PlacementError, Plan, plan
+from ._topology import TopologyError, read_topology
 
 PROC_STAT = "/proc/stat"
 MEMINFO = "/proc/meminfo"
+LEASE_POLL = 0.2  # s between looks for CPUs other runs released (--lease wait)
 SAMPLE_INTERVAL = 0.1  # s between samples of load and free memory while waiting: prompt
 # enough for jobs that last seconds, and one small /proc read per sample
 _FREE_FIELDS = (b"MemFree:", b"Buffers:", b"Cached:", b"SwapCached:")
@@ -56,23 +64,26 @@ class Gate:
         delay: float = 0.0,
         load: float | None = None,
         memfree: int | None = None,
+        reserve: bool = False,
+        lease: str = "wait",
+        on_wait: Callable[[str], None] | None = None,
         proc_stat: str = PROC_STAT,
         meminfo: str = MEMINFO,
     ) -> None:
         self.jobs = jobs
         self.cpus: list[tuple[int, ...]] | None = None
+        self.plan: Plan | None = None
+        self.leases: Leases | None = None
         if cpus_per_job is not None:
-            cores = usable_cpus()
-            if jobs * cpus_per_job > len(cores):
-                raise GateError(
-                    f"-j {jobs} with {cpus_per_job} core(s) per job needs "
-                    f"{jobs * cpus_per_job} cores, but this process may use {len(cores)} "
-                    f"({_ranges(cores)}): use -j {max(len(cores) // cpus_per_job, 1)} or "
-                    "fewer" + (", or fewer --cpus-per-job" if cpus_per_job > 1 else "")
-                )
-            self.cpus = [
-                tuple(cores[i * cpus_per_job : (i + 1) * cpus_per_job]) for i in range(jobs)
-            ]
+            usable_cpus()  # refused first where there is no affinity API
+            try:
+                top = read_topology()
+                self.plan = plan(top, jobs, cpus_per_job, reserve=reserve)  # could it fit?
+                if lease != "ignore":
+                    self.plan = self._lease(top, jobs, cpus_per_job, reserve, lease, on_wait)
+            except (PlacementError, TopologyError) as exc:
+                raise GateError(str(exc)) from None
+            self.cpus = self.plan.slots
             slots = True
         for path, option, wanted in ((proc_stat, "--load", load), (meminfo, "--memfree", memfree)):
             if wanted is not None and not os.path.exists(path):
@@ -88,6 +99,38 @@ class Gate:
         self._next_start = 0.0
         self._next_sample = 0.0
         self.waiting = ""  # why the last ready() said no, for a note to the user
+
+    def _lease(self, top, jobs: int, width: int, reserve: bool, mode: str, on_wait) -> Plan:
+        """The plan on the CPUs no other run holds, with their leases taken: waiting
+        (``--lease wait``) or refusing (``fail``) while too few are free."""
+        leases = self.leases = Leases()
+        noted = False
+        while True:
+            free = leases.take(top.cpus)
+            try:
+                placed = plan(top.restricted(free), jobs, width, reserve=reserve)
+            except PlacementError:
+                leases.release()
+                taken = holders(set(top.cpus) - free, leases.directory)
+                who = "; ".join(h.describe() for h in taken) or "(released just now)"
+                if mode == "fail":
+                    raise GateError(
+                        f"--pin: {len(free)} of {len(top.cpus)} CPUs free, too few for -j "
+                        f"{jobs} x {width}; leased by other runs: {who} (--lease wait to "
+                        "wait for them, --lease ignore to pin anyway)"
+                    ) from None
+                if not noted and on_wait is not None:
+                    noted = True
+                    on_wait(f"--pin: waiting for CPUs leased by other runs: {who}")
+                time.sleep(LEASE_POLL)
+                continue
+            leases.keep({c for s in placed.slots for c in s} | set(placed.reserved))
+            return placed
+
+    def close(self) -> None:
+        """The run is over: give back the CPU leases."""
+        if self.leases is not None:
+            self.leases.release()
 
     # -- slots ----------------------------------------------------------------------------
 
@@ -183,7 +226,3 @@ def _size(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} PiB"
-
-
-def _ranges(cores: list[int]) -> str:
-    return "cores " + ",".join(str(c) for c in cores) if cores else "no cores"

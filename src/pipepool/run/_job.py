@@ -38,7 +38,17 @@ import time
 from dataclasses import dataclass
 
 from .. import _oom
-from ._reaper import Usage, expect_job, killpg, setup_worker, sweep_orphans, tell_guardian
+from . import _noise
+from ._reaper import (
+    Usage,
+    expect_job,
+    group_alive,
+    killpg,
+    reap_zombies,
+    setup_worker,
+    sweep_orphans,
+    tell_guardian,
+)
 
 KILL_GRACE = 0.5  # s between SIGTERM and SIGKILL of a timed-out job: long enough for a
 # well-behaved command to clean up, short enough that a timeout ends promptly
@@ -58,6 +68,8 @@ class JobSpec:
     slot: int = 0  # the job slot ({%}, $PARALLEL_JOBSLOT) when the runner tracks slots
     cpus: tuple[int, ...] | None = None  # --pin: the cores this job's whole tree may use
     inherit_output: bool = False  # --ungroup: write to the runner's stdout/stderr
+    noise: bool = False  # sample what else ran meanwhile (_noise): --pin, --repeat
+    noise_threshold: float = _noise.CONTENTION  # --noise-threshold
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +94,7 @@ class JobResult:
     sys: float = 0.0  # ... and in the kernel
     maxrss: int = 0  # bytes: the largest peak resident set of a process in the tree
     oom: str = ""  # SIGKILL (or exit 137) while a count of OOM kills rose: how it rose
+    noise: dict | None = None  # what else ran meanwhile (_noise.measure), if sampled
 
     @property
     def ok(self) -> bool:
@@ -110,6 +123,7 @@ def run_job(spec: JobSpec) -> JobResult:
         os.environ["PARALLEL_JOBSLOT"] = str(spec.slot)
     oom_at = _oom.snapshot(_oom.counters())  # a SIGKILL is the OOM killer's if these rise
     expect_job()  # from here a worker's death kills the job, even before it has a pid
+    before = _noise.sample(spec.cpus) if spec.noise else None
     try:
         proc = subprocess.Popen(
             spec.argv,
@@ -136,7 +150,7 @@ def run_job(spec: JobSpec) -> JobResult:
     pgid = pid = proc.pid  # a session leader's pid is its process group id
     tell_guardian(pgid)
     usage = Usage()
-    timed_out = False
+    timed_out = group_gone = False
     status = rusage = None
     try:
         if spec.timeout is None:  # wait4 blocks until the exit, and reaps
@@ -145,13 +159,17 @@ def run_job(spec: JobSpec) -> JobResult:
             timed_out = True
             sent = signal.SIGTERM
             killpg(pgid, signal.SIGTERM)
-            if not _exited(pid, KILL_GRACE):
+            # The grace is for the whole group: under ``sh -c`` the shell (the leader)
+            # dies of SIGTERM at once while the real program is still cleaning up.
+            group_gone = _group_ended(pgid, pid, KILL_GRACE, usage)
+            if not group_gone:
                 sent = signal.SIGKILL
                 killpg(pgid, signal.SIGKILL)
     finally:
         # Whatever the command left running in its group (background jobs, a pipeline's
         # other half) ends with it: a batch job is its whole process tree.
-        killpg(pgid, signal.SIGKILL)
+        if not group_gone:  # an empty group's id may already be another's
+            killpg(pgid, signal.SIGKILL)
         if status is None:
             # wait4, not Popen.wait: the kernel's account of what the job (and every
             # descendant it reaped) used comes with the exit status, and only there.
@@ -162,6 +180,12 @@ def run_job(spec: JobSpec) -> JobResult:
             usage.add(rusage)
         tell_guardian(0)  # the group is gone: nothing for the guardian to kill any more
         sweep_orphans(usage)
+    noise = None
+    if before is not None:
+        width = len(spec.cpus) if spec.cpus else len(_usable())
+        after = _noise.sample(spec.cpus)
+        used = usage.user + usage.sys
+        noise = _noise.measure(before, after, used, width, spec.noise_threshold)
     runtime = time.monotonic() - t0
     code = proc.returncode
     if timed_out:
@@ -196,6 +220,7 @@ def run_job(spec: JobSpec) -> JobResult:
         sys=usage.sys,
         maxrss=usage.maxrss,
         oom=oom,
+        noise=noise,
     )
 
 
@@ -228,6 +253,13 @@ def run_job_on_cluster(spec: JobSpec) -> JobResult:
         finally:
             shutil.rmtree(here, ignore_errors=True)
     return dataclasses.replace(result, host=address, output=output)
+
+
+def _usable() -> set[int]:
+    try:
+        return os.sched_getaffinity(0)
+    except AttributeError:  # macOS
+        return set(range(os.cpu_count() or 1))
 
 
 def _read(path: str) -> bytes:
@@ -289,6 +321,28 @@ def _exited(pid: int, timeout: float | None) -> bool:
     finally:
         os.close(pidfd)
     return _waitid(pid, os.WNOHANG)
+
+
+def _group_ended(pgid: int, leader: int, grace: float, usage: Usage) -> bool:
+    """Wait up to ``grace`` s for every process of group ``pgid`` to exit; True if it
+    emptied. Members that are this worker's children (the leader; on Linux, orphans
+    reparented to this subreaper) are reaped as they exit, or their zombies would keep
+    the group alive; the leader's ``wait4`` is kept in ``_REAPED`` for the caller."""
+    deadline = time.monotonic() + grace
+    while True:
+        if leader not in _REAPED and _waitid(leader, os.WNOHANG) and leader not in _REAPED:
+            _REAPED[leader] = os.wait4(leader, 0)
+        kept = reap_zombies(usage, leader)
+        if kept is not None:
+            _REAPED[leader] = kept
+        if not group_alive(pgid):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(GROUP_POLL)
+
+
+GROUP_POLL = 0.02  # s between looks at a timed-out job's group during its grace
 
 
 # What wait4 said of a job that _waitid had to reap to see it exit: no os.waitid (macOS

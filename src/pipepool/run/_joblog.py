@@ -21,6 +21,8 @@ import os
 import stat
 from dataclasses import dataclass
 
+from ._summary import Outcome
+
 COLUMNS = (
     "Seq",
     "Host",
@@ -33,6 +35,25 @@ COLUMNS = (
     "Command",
 )
 HEADER = "\t".join(COLUMNS) + "\n"
+# pipepool's own columns, after GNU's nine: a reader of GNU's format that takes the
+# first nine columns still reads every row. "CPUs" with --pin (the job's CPUs), "Noisy"
+# where noise is measured (--pin, --repeat): 1 if the job was noisy, 0 if not, - if
+# it was not judged.
+
+
+def extra_columns(*, pinned: bool, noise: bool) -> tuple[str, ...]:
+    return ("CPUs",) * pinned + ("Noisy",) * noise
+
+
+def extra_values(outcome: Outcome, *, pinned: bool, noise: bool) -> tuple[str, ...]:
+    values = []
+    if pinned:
+        values.append(",".join(map(str, outcome.cpus or ())))
+    if noise:
+        values.append("-" if outcome.noisy is None else str(int(outcome.noisy)))
+    return tuple(values)
+
+
 HOST = ":"  # GNU parallel's name for the local machine
 
 
@@ -46,6 +67,7 @@ class JoblogRow:
     signal: int
     command: str
     host: str = HOST  # GNU parallel's ":" for this machine; a Dask worker's address
+    extra: tuple[str, ...] = ()  # EXTRA_COLUMNS' values, after the command
 
     @property
     def ok(self) -> bool:
@@ -55,7 +77,9 @@ class JoblogRow:
         # The same number formats as GNU parallel, so tools that read its joblog read ours.
         return (
             f"{self.seq}\t{self.host}\t{self.start:10.3f}\t{self.runtime:10.3f}\t0\t"
-            f"{self.receive}\t{self.exitval}\t{self.signal}\t{_escape(self.command)}\n"
+            f"{self.receive}\t{self.exitval}\t{self.signal}\t{_escape(self.command)}"
+            + "".join(f"\t{_escape(value)}" for value in self.extra)
+            + "\n"
         )
 
 
@@ -67,7 +91,9 @@ class Joblog:
     """An open joblog. ``append=False`` starts it afresh, ``True`` continues it (resume);
     ``torn`` is then the length of the cut-off last line it repaired (0: none)."""
 
-    def __init__(self, path: str, *, append: bool, fsync: bool = False) -> None:
+    def __init__(
+        self, path: str, *, append: bool, fsync: bool = False, extra: tuple[str, ...] = ()
+    ) -> None:
         # Read-write only to look for a torn tail; every write appends (O_APPEND).
         flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
         self.path = path
@@ -81,7 +107,7 @@ class Joblog:
             elif regular:
                 os.ftruncate(self._fd, 0)
             if not regular or os.fstat(self._fd).st_size == 0:
-                self._write_line(HEADER)
+                self._write_line(HEADER[:-1] + "".join(f"\t{c}" for c in extra) + "\n")
         except BaseException:
             os.close(self._fd)
             raise
@@ -121,10 +147,15 @@ def read_joblog(path: str) -> dict[int, JoblogRow]:
     rows: dict[int, JoblogRow] = {}
     lines = data.split(b"\n")
     lines.pop()  # after the last newline: empty, or a torn row
+    extra = 0  # pipepool's columns after the command, as the header names them
+    if lines and lines[0].startswith(HEADER[:-1].encode()):
+        extra = lines[0].count(b"\t") - (len(COLUMNS) - 1)
     for raw in lines:
         fields = raw.decode("utf-8", "surrogateescape").split("\t", 8)
         if len(fields) != 9 or not fields[0].strip().isdigit():
             continue  # the header, or a line that is not ours
+        if extra and fields[8].count("\t") >= extra:
+            fields[8] = fields[8].rsplit("\t", extra)[0]
         try:
             row = JoblogRow(
                 int(fields[0]),
@@ -148,10 +179,10 @@ def check_joblog(path: str) -> None:
         with open(path, "rb") as f:
             if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
                 return  # /dev/null, a FIFO: nothing to read back, nothing to repair
-            first = f.readline(len(HEADER) + 1)
+            first = f.readline(len(HEADER) + 200)
     except FileNotFoundError:
         return
-    if first and first != HEADER.encode():
+    if first and not (first == HEADER.encode() or first.startswith(HEADER[:-1].encode() + b"\t")):
         shown = first[:40].decode("utf-8", "replace").rstrip("\n")
         raise JoblogError(
             f"--resume: {path} is not a joblog (its first line is {shown!r}, not the "
@@ -171,6 +202,33 @@ def select_jobs(jobs: list, joblog: str | None, resume: str | None) -> list:
     if resume == "failed":
         return [j for j in jobs if not (j.seq in rows and rows[j.seq].ok)]
     return [j for j in jobs if j.seq not in rows]
+
+
+def logged_outcomes(jobs: list, to_run: list, joblog: str) -> list[Outcome]:
+    """The outcomes the joblog holds of the jobs ``--resume`` skips, for the per-job
+    statistics of ``--repeat`` (wall time and exit only: the joblog has no CPU time)."""
+    rows = read_joblog(joblog)
+    running = {j.seq for j in to_run}
+    found = []
+    for job in jobs:
+        row = rows.get(job.seq)
+        if row is None or job.seq in running:
+            continue
+        found.append(
+            Outcome(
+                job.seq,
+                job.command,
+                "ok" if row.ok else "failed",
+                row.exitval,
+                row.signal,
+                runtime=row.runtime,
+                origin=job.origin,
+                rep=job.rep,
+                start=row.start,
+                logged=True,
+            )
+        )
+    return found
 
 
 def _cut_torn_tail(fd: int) -> int:

@@ -25,11 +25,15 @@ class RunOptions:
     cluster: str | None = None  # --cluster: a Dask scheduler's address, or "local"
     slots: bool = False  # track job slots ({%} in the command or the tag string)
     cpus_per_job: int | None = None  # --pin (1) or --cpus-per-job K
+    pin_reserve: bool = False  # --pin-reserve: a core left for pipepool itself
+    noise_threshold: float = 0.5  # --noise-threshold: contention above it is noisy
+    lease: str = "wait"  # --lease: wait for CPUs other runs hold, "fail", or "ignore"
     delay: float = 0.0
     load: float | None = None
     memfree: int | None = None  # bytes
     line_buffer: bool = False
     ungroup: bool = False
     repeat: int = 1
+    compare: bool = False  # --compare: the two jobs' ratio with its interval
     proc_stat: str = "/proc/stat"  # where --load and --memfree look (tests point them
     meminfo: str = "/proc/meminfo"  # at files they control)

@@ -254,20 +254,8 @@ def sweep_orphans(usage: Usage) -> None:
     """Kill and reap every child but the guardian: descendants of the finished job that
     were reparented to this worker (it is their subreaper), adding what each used to
     ``usage``. A no-op off Linux."""
-    global _guardian_pid
     for _ in range(SWEEP_ROUNDS):
-        while True:  # reap zombies first (a killed group's members, reparented here)
-            try:
-                pid, _status, rusage = os.wait4(-1, os.WNOHANG)
-            except ChildProcessError:
-                pid = 0
-            if pid == 0:
-                break
-            if pid == _guardian_pid:
-                _guardian_pid = 0
-                _start_guardian()
-            else:
-                usage.add(rusage)
+        reap_zombies(usage)  # first: a killed group's members, reparented here
         strays = _children() - {_guardian_pid}
         if not strays:
             return
@@ -277,6 +265,80 @@ def sweep_orphans(usage: Usage) -> None:
         for pid in strays:
             with contextlib.suppress(ChildProcessError):
                 usage.add(os.wait4(pid, 0)[2])
+
+
+def reap_zombies(usage: Usage, leader: int = 0) -> tuple[int, int, resource.struct_rusage] | None:
+    """Reap every child that has exited, adding what each used to ``usage``; a dead
+    guardian is replaced. The job's own process ``leader`` is not counted here: its
+    ``wait4`` is returned, for the caller to keep (None if it was not among them)."""
+    global _guardian_pid
+    kept = None
+    while True:
+        try:
+            reaped = os.wait4(-1, os.WNOHANG)
+        except ChildProcessError:
+            return kept
+        pid, _status, rusage = reaped
+        if pid == 0:
+            return kept
+        if pid == leader:
+            kept = reaped
+        elif pid == _guardian_pid:
+            _guardian_pid = 0
+            _start_guardian()
+        else:
+            usage.add(rusage)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether process group ``pgid`` still has a live member. A zombie does not count:
+    one that is not this worker's child waits for its own parent (init, which in some
+    containers never reaps) to reap it, and would hold the group "alive" for ever."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    states = _group_states(pgid)
+    return states is None or any(state != "Z" for state in states)
+
+
+def _group_states(pgid: int) -> list[str] | None:
+    """The state letter of each process in group ``pgid``: from /proc, else from ps(1);
+    None if neither can tell."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        import subprocess
+
+        try:
+            out = subprocess.run(
+                ["ps", "-A", "-o", "pgid=", "-o", "stat="],
+                capture_output=True,
+                text=True,
+                timeout=PS_TIMEOUT,
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        states = []
+        for line in out.stdout.splitlines():
+            fields = line.split()
+            if len(fields) == 2 and fields[0] == str(pgid):
+                states.append(fields[1][:1])
+        return states
+    states = []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                after = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(after) > 2 and after[2] == str(pgid).encode():
+            states.append(after[0].decode())
+    return states
 
 
 class Usage:

@@ -41,7 +41,15 @@ from ..events import Event, State
 from ..executor import LocalExecutor
 from ._gate import Gate
 from ._job import KILL_GRACE, JobResult, JobSpec, file_size, run_job, run_job_on_cluster
-from ._joblog import HOST, Joblog, JoblogRow, select_jobs
+from ._joblog import (
+    HOST,
+    Joblog,
+    JoblogRow,
+    extra_columns,
+    extra_values,
+    logged_outcomes,
+    select_jobs,
+)
 from ._options import RunOptions
 from ._output import OutputWriter, binary, isatty, land_output, make_tmpdir, write_record
 from ._progress import Progress
@@ -107,6 +115,7 @@ class Runner:
         self._runtime_sum = 0.0  # of finished jobs, for the progress bar's ETA
         self._memkilled: set[int] = set()  # seqs killed by --memfree, to be run again
         self._noted_wait = False
+        self._noise_on = options.cpus_per_job is not None or options.repeat > 1
         o = options
         self.gate = Gate(
             o.jobs or 1,
@@ -115,6 +124,9 @@ class Runner:
             delay=o.delay,
             load=o.load,
             memfree=o.memfree,
+            reserve=o.pin_reserve,
+            lease=o.lease,
+            on_wait=self._early_note,
             proc_stat=o.proc_stat,
             meminfo=o.meminfo,
         )  # first: a -j the cores cannot pin fails before anything starts
@@ -131,7 +143,10 @@ class Runner:
             skipped=len(self.jobs) - len(to_run),
             repeat=options.repeat,
             halt=options.halt,
+            compare=options.compare,
         )
+        if options.repeat > 1 and options.resume and options.joblog:
+            summary.earlier = logged_outcomes(self.jobs, to_run, options.joblog)
         self._pending.extend((job, 1) for job in to_run)
         progress_on = options.progress
         if progress_on is None:
@@ -147,7 +162,12 @@ class Runner:
             before_write=self._before_output,
         )
         self.joblog = (
-            Joblog(options.joblog, append=options.resume is not None, fsync=options.joblog_fsync)
+            Joblog(
+                options.joblog,
+                append=options.resume is not None,
+                fsync=options.joblog_fsync,
+                extra=extra_columns(pinned=self.gate.plan is not None, noise=self._noise_on),
+            )
             if options.joblog
             else None
         )
@@ -161,6 +181,10 @@ class Runner:
         started = time.monotonic()
         previous = self._install_signal_handlers()
         clean = False
+        affinity = None
+        if self.gate.plan is not None and self.gate.plan.reserved:  # --pin-reserve: the
+            affinity = os.sched_getaffinity(0)  # runner and its workers (each pins itself
+            os.sched_setaffinity(0, self.gate.plan.reserved)  # to its slot per job)
         try:
             ex.start()
             if not options.jobs:  # --cluster ADDRESS without -j: one job per worker thread
@@ -184,6 +208,9 @@ class Runner:
             finally:
                 for signum, handler in previous.items():
                     signal.signal(signum, handler)
+                if affinity is not None:
+                    os.sched_setaffinity(0, affinity)
+                self.gate.close()  # the CPU leases (--pin)
                 self.progress.clear()
                 if self.joblog is not None:
                     self.joblog.close()
@@ -256,6 +283,8 @@ class Runner:
                 slot=slot,
                 cpus=cpus,
                 inherit_output=self.options.ungroup,
+                noise=self._noise_on,
+                noise_threshold=self.options.noise_threshold,
             )
             if self.options.line_buffer:
                 self.output.follow(job.seq, job.tag, spec.stdout_path, spec.stderr_path)
@@ -286,6 +315,7 @@ class Runner:
             if result.output is not None:  # run on a Dask worker: its output came back
                 land_output(spec, result.output)
             outcome = job_outcome(job, spec, result)
+            outcome.noise = result.noise
             start, receive = result.start, result.stdout_size
         else:
             exc = event.exception
@@ -304,6 +334,7 @@ class Runner:
                 outcome.status = "failed"
                 outcome.error = "killed: free memory below half of --memfree"
         outcome.origin, outcome.rep, outcome.start = job.origin, job.rep, start
+        outcome.cpus = spec.cpus
         if (
             outcome.status == "failed"
             and spec.attempt <= self.options.retries
@@ -323,6 +354,7 @@ class Runner:
                     outcome.signal,
                     job.command,
                     host,
+                    extra=self._extra_columns(outcome),
                 )
             )
         if (
@@ -451,6 +483,10 @@ class Runner:
             note="stopping" if self._stopping else "",
         )
 
+    def _extra_columns(self, outcome: Outcome) -> tuple[str, ...]:
+        """The joblog's columns after GNU parallel's nine (``EXTRA_COLUMNS``)."""
+        return extra_values(outcome, pinned=self.gate.plan is not None, noise=self._noise_on)
+
     def stdout_ends_line(self) -> bool:
         """Whether the jobs' output on stdout ended a line (or there was none), so that
         ``--json`` knows if its line needs a newline first. With ``--ungroup`` the jobs
@@ -461,6 +497,10 @@ class Runner:
 
     def _before_output(self) -> None:
         self.progress.clear()
+
+    def _early_note(self, message: str) -> None:
+        self.stderr.write(f"pipepool: {message}\n")  # before the run: no progress line
+        self.stderr.flush()
 
     def _note(self, message: str) -> None:
         self.progress.clear()

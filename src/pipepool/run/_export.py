@@ -1,0 +1,94 @@
+"""Every run's times in files other tools read: pyperf's JSON (``pyperf show``,
+``pyperf stats``, ``pyperf compare_to`` read it) and hyperfine's ``--export-json``.
+
+One benchmark per job (the job's command; with ``--repeat`` its runs are the
+repetitions), wall time in seconds; runs that failed are left out, as neither format
+has a place for them. The machine's metadata goes into pyperf's common metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+from ._summary import Outcome, Summary
+
+
+def _by_job(summary: Summary) -> list[list[Outcome]]:
+    jobs: dict[int, list[Outcome]] = {}
+    for o in sorted(summary.outcomes, key=lambda o: o.seq):
+        if o.status == "ok":
+            jobs.setdefault(o.origin or o.seq, []).append(o)
+    return [jobs[k] for k in sorted(jobs)]
+
+
+def pyperf_document(summary: Summary, machine: dict[str, object]) -> dict:
+    """pyperf's format 1.0: {"version", "metadata", "benchmarks": [{"metadata",
+    "runs": [{"metadata", "values"}]}]}."""
+    benchmarks = []
+    names: dict[str, int] = {}
+    for runs in _by_job(summary):
+        name = runs[0].command
+        names[name] = names.get(name, 0) + 1
+        if names[name] > 1:  # pyperf's names are unique in a suite
+            name = f"{name} #{names[name]}"
+        benchmarks.append(
+            {
+                "metadata": {"name": name, "unit": "second", "loops": 1},
+                "runs": [
+                    {
+                        "metadata": _run_metadata(o),
+                        "values": [max(o.runtime, 1e-9)],
+                    }
+                    for o in runs
+                ],
+            }
+        )
+    common = {k: v for k, v in machine.items() if isinstance(v, (str, int))}
+    return {"version": "1.0", "metadata": common, "benchmarks": benchmarks}
+
+
+def _run_metadata(o: Outcome) -> dict[str, object]:
+    meta: dict[str, object] = {"date": _date(o.start), "duration": round(o.runtime, 9)}
+    if o.cpus:
+        from ._placement import _list
+
+        meta["cpu_affinity"] = _list(o.cpus)
+    if o.noisy is not None:
+        meta["pipepool_noisy"] = str(o.noisy).lower()
+    return meta
+
+
+def hyperfine_document(summary: Summary) -> dict:
+    """hyperfine's --export-json: {"results": [{"command", "mean", "stddev", "median",
+    "user", "system", "min", "max", "times", "exit_codes"}]}."""
+    results = []
+    for runs in _by_job(summary):
+        times = [o.runtime for o in runs]
+        results.append(
+            {
+                "command": runs[0].command,
+                "mean": statistics.fmean(times),
+                "stddev": statistics.stdev(times) if len(times) > 1 else None,
+                "median": statistics.median(times),
+                "user": statistics.fmean(o.user for o in runs),
+                "system": statistics.fmean(o.sys for o in runs),
+                "min": min(times),
+                "max": max(times),
+                "times": times,
+                "exit_codes": [o.exitval for o in runs],
+            }
+        )
+    return {"results": results}
+
+
+def write_json(path: str, document: dict) -> None:
+    with open(path, "w") as f:
+        json.dump(document, f, indent=2)
+        f.write("\n")
+
+
+def _date(epoch: float) -> str:
+    import datetime
+
+    return datetime.datetime.fromtimestamp(epoch).isoformat(timespec="seconds")

@@ -1,0 +1,156 @@
+"""What else ran while a job ran: the noise behind a benchmark's number.
+
+The worker samples the kernel's counters just before it starts a job and just after
+it reaped it (Linux; elsewhere nothing is sampled and a job is never called noisy):
+
+* the busy time of the job's CPUs (its ``--pin`` CPUs, else all it may use) from
+  ``/proc/stat``: less the job's own CPU time, what *other* processes used there;
+* steal time of those CPUs (a hypervisor gave them to another guest);
+* ``/proc/pressure/cpu`` "some": how long some task waited for a CPU, machine-wide;
+* the worker's cgroup ``cpu.stat`` ``throttled_usec`` (a CPU quota held it back);
+* ``procs_running`` of ``/proc/stat`` (runnable tasks, at the start and the end:
+  the load average lags by minutes, this does not).
+
+A job is *noisy* when it lasted at least ``JUDGED_FROM`` s and either its
+``contention`` is above ``CONTENTION`` (``--noise-threshold``), or the cgroup throttled
+it for more than ``THROTTLED`` of its wall time, or steal took more than ``STEAL`` of
+its CPUs' time. ``contention`` is the smaller of two shares of the job's CPU time
+budget (wall time x its CPUs): the share it did not use, and the share other
+processes used. A CPU-bound job that got half of its CPU scores 0.5; a job that sleeps
+while a neighbour burns its CPU scores high too (the neighbour may yet slow it); a
+job on a CPU no one else used scores 0, however long it slept. Ratios, not seconds:
+long and short jobs are judged alike.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+CONTENTION = 0.5  # others ran on the job's CPUs more than half the time it did not run
+STEAL = 0.1
+THROTTLED = 0.1
+JUDGED_FROM = 0.1  # s: /proc/stat counts in clock ticks (10 ms); shorter jobs are not judged
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    t: float
+    busy: float  # s of non-idle time on the CPUs sampled
+    steal: float
+    pressure: float | None  # s of "some" CPU pressure, machine-wide
+    throttled: float | None  # s the worker's cgroup was throttled
+    running: int | None  # procs_running
+
+
+def sample(cpus) -> Sample | None:
+    """The counters now, for ``cpus`` (None: every CPU); None where there is no /proc."""
+    t = time.monotonic()
+    try:
+        with open("/proc/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    wanted = None if cpus is None else {f"cpu{c}".encode() for c in cpus}
+    busy = steal = 0.0
+    running = None
+    for line in data.split(b"\n"):
+        if line.startswith(b"cpu") and line[3:4].isdigit():
+            fields = line.split()
+            if wanted is not None and fields[0] not in wanted:
+                continue
+            v = [int(x) for x in fields[1:9]]  # user nice system idle iowait irq softirq steal
+            busy += (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / _TICK
+            steal += v[7] / _TICK
+        elif line.startswith(b"procs_running "):
+            running = int(line.split()[1])
+    return Sample(t, busy, steal, _pressure(), _throttled(), running)
+
+
+def measure(
+    before: Sample | None,
+    after: Sample | None,
+    cpu_time: float,
+    width: int,
+    threshold: float = CONTENTION,
+) -> dict:
+    """The noise record of a job between two samples; {} when not sampled."""
+    if before is None or after is None:
+        return {}
+    wall = max(after.t - before.t, 1e-9)
+    room = wall * max(width, 1)  # CPU seconds the job's CPUs had while it ran
+    others = max(after.busy - before.busy - cpu_time, 0.0)
+    idle_share = max(1.0 - cpu_time / room, 0.0)
+    contention = min(idle_share, others / room)
+    steal = after.steal - before.steal
+    record: dict[str, object] = {
+        "others_cpu": round(others, 4),
+        "contention": round(contention, 4),
+        "steal": round(steal, 4),
+        "cpu_pressure": (
+            round((after.pressure - before.pressure) / wall, 4)
+            if after.pressure is not None and before.pressure is not None
+            else None
+        ),
+        "throttled": (
+            round(after.throttled - before.throttled, 4)
+            if after.throttled is not None and before.throttled is not None
+            else None
+        ),
+        "procs_running": [before.running, after.running],
+        "wall_over_cpu": round(wall / cpu_time, 3) if cpu_time > 0 else None,
+    }
+    reasons = []
+    if wall >= JUDGED_FROM:
+        if contention > threshold:
+            reasons.append(f"others used {others / room:.0%} of its CPUs' time")
+        if steal > STEAL * room:
+            reasons.append(f"steal took {steal / room:.0%} of its CPUs' time")
+        throttled = record["throttled"]
+        if isinstance(throttled, float) and throttled > THROTTLED * wall:
+            reasons.append(f"its cgroup was throttled {throttled:.2f} s")
+    record["noisy"] = bool(reasons)
+    record["why"] = "; ".join(reasons) or None
+    return record
+
+
+def _pressure() -> float | None:
+    try:
+        with open("/proc/pressure/cpu", "rb") as f:
+            first = f.readline()  # some avg10=... total=<microseconds>
+    except OSError:
+        return None
+    for field in first.split():
+        if field.startswith(b"total="):
+            return int(field[6:]) / 1e6
+    return None
+
+
+_CPU_STAT: str | None = None  # the worker's cgroup's cpu.stat, found once ("" if none)
+
+
+def _throttled() -> float | None:
+    global _CPU_STAT
+    if _CPU_STAT is None:
+        _CPU_STAT = ""
+        try:
+            with open("/proc/self/cgroup") as f:
+                for line in f:
+                    if line.startswith("0::"):
+                        path = os.path.join("/sys/fs/cgroup", line[3:].strip().lstrip("/"))
+                        if os.path.exists(os.path.join(path, "cpu.stat")):
+                            _CPU_STAT = os.path.join(path, "cpu.stat")
+        except OSError:
+            pass
+    if not _CPU_STAT:
+        return None
+    try:
+        with open(_CPU_STAT, "rb") as stat:
+            for row in stat:
+                if row.startswith(b"throttled_usec "):
+                    return int(row.split()[1]) / 1e6
+    except OSError:
+        return None
+    return None

@@ -1,0 +1,301 @@
+"""The machine's CPU topology as ``--pin`` places job slots by it, read from the kernel.
+
+Linux: ``/sys/devices/system/cpu`` (each CPU's core siblings, package, die, caches and
+which CPUs share each, ``cpu_capacity`` or ``cpufreq/cpuinfo_max_freq`` for P and E
+cores), ``/sys/devices/system/node`` (NUMA nodes). Everything is read under a *root*
+(``/`` by default) so that tests, and ``pipepool run --sysfs-root DIR --show-plan``,
+read a tree captured from another machine. The CPUs a run may use are its affinity
+mask on this machine; under another root, the online CPUs less those its cgroup's
+cpuset excludes (v1 ``cpuset.cpus``, v2 ``cpuset.cpus.effective``), as hwloc does.
+
+macOS has no affinity API and no per-CPU topology: ``sysctl`` gives the counts of
+packages, cores and threads and of P and E cores (``hw.perflevel*``), which is what
+``read_macos`` reports; nothing can be pinned there.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+
+EFFICIENT_BELOW = 0.95  # a CPU whose capacity (or max frequency) is below 95% of the top
+# one's is an efficiency (E) core: BenchExec's threshold for "slower" cores
+
+
+class TopologyError(ValueError):
+    """The topology cannot be read here (a message for the user)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Cpu:
+    """One hardware thread (a Linux "CPU") and the units it belongs to. A unit's id is
+    the lowest CPU number in it, so ids are comparable across machines' captures."""
+
+    id: int
+    core: int  # the SMT siblings of one core
+    package: int
+    die: int
+    node: int  # NUMA node number (-1: the kernel names none)
+    llc: int  # the last-level cache domain (the largest shared data cache)
+    l2: int  # the level-2 cache domain (a cluster on arm, an E-core module on Intel)
+    capacity: int  # cpu_capacity, else max frequency in kHz, else 0 (unknown)
+    llc_level: int = 0  # the last-level cache's level (3 mostly; 2 on small machines)
+
+
+@dataclass(slots=True)
+class Topology:
+    cpus: dict[int, Cpu]  # the CPUs this run may use, by number
+    source: str = "sysfs"  # where it came from: "sysfs", or "sysctl" (macOS counts only)
+    notes: list[str] = field(default_factory=list)  # what could not be read
+    top_capacity: int = 0  # the largest CPU capacity (or max frequency): set below
+
+    def __post_init__(self) -> None:
+        self.top_capacity = max((c.capacity for c in self.cpus.values()), default=0)
+
+    def restricted(self, cpus) -> Topology:
+        """This topology with only ``cpus`` usable (those no other run leases)."""
+        keep = set(cpus)
+        return Topology(
+            {n: c for n, c in self.cpus.items() if n in keep}, self.source, list(self.notes)
+        )
+
+    def cores(self) -> dict[int, tuple[int, ...]]:
+        """Core id -> its usable CPUs, sorted."""
+        found: dict[int, list[int]] = {}
+        for cpu in sorted(self.cpus):
+            found.setdefault(self.cpus[cpu].core, []).append(cpu)
+        return {core: tuple(cpus) for core, cpus in found.items()}
+
+    def groups(self, attr: str) -> dict[int, tuple[int, ...]]:
+        """Unit id -> its usable CPUs, for ``attr`` one of Cpu's unit fields."""
+        found: dict[int, list[int]] = {}
+        for cpu in sorted(self.cpus):
+            found.setdefault(getattr(self.cpus[cpu], attr), []).append(cpu)
+        return {unit: tuple(cpus) for unit, cpus in found.items()}
+
+    def efficient(self, cpu: int) -> bool:
+        """An E-core's CPU: capacity below EFFICIENT_BELOW of the top one's."""
+        own = self.cpus[cpu].capacity  # 0: not known (then not called slower)
+        return bool(own) and own < EFFICIENT_BELOW * self.top_capacity
+
+
+def read_topology(root: str = "/", allowed: set[int] | None = None) -> Topology:
+    """The topology of the CPUs under ``root``, limited to ``allowed`` (default: this
+    process's affinity mask when ``root`` is ``/``, else the captured cgroup's cpuset)."""
+    base = os.path.join(root, "sys/devices/system/cpu")
+    if not os.path.isdir(base):
+        if sys.platform == "darwin" and root == "/":
+            return read_macos()
+        if os.path.abspath(root) == "/" and hasattr(os, "sched_getaffinity"):
+            flat = {n: Cpu(n, n, 0, 0, -1, n, n, 0) for n in os.sched_getaffinity(0)}
+            return Topology(flat, notes=[f"no {base}: each CPU taken as a core of its own"])
+        raise TopologyError(f"no CPU topology under {base}")
+    online = _online(base)
+    if allowed is None:
+        if os.path.abspath(root) == "/" and hasattr(os, "sched_getaffinity"):
+            allowed = set(os.sched_getaffinity(0))
+        else:
+            allowed = _cgroup_cpus(root)
+    usable = sorted(online if allowed is None else online & allowed)
+    nodes = _nodes(root)
+    notes: list[str] = []
+    # A core is the thread siblings that share one (package, die, core_id), as hwloc
+    # counts them: AMD's Bulldozer lists a module's two cores as thread siblings, each
+    # with its own core_id; older kernels repeat a core_id in each die of a package.
+    core_keys: dict[int, tuple | None] = {}
+    for n in usable:
+        topo = os.path.join(base, f"cpu{n}", "topology")
+        core_id = _int(os.path.join(topo, "core_id"), -1)
+        if core_id >= 0:
+            package = _int(os.path.join(topo, "physical_package_id"), 0)
+            threads = frozenset(_cpu_set(topo, "thread_siblings_list", "thread_siblings"))
+            die = _int(os.path.join(topo, "die_id"), 0)
+            core_keys[n] = (package, die, core_id, threads)
+        else:
+            core_keys[n] = None
+    first_of: dict[tuple, int] = {}
+    for n in usable:
+        key = core_keys[n]
+        if key is not None:
+            first_of.setdefault(key, n)
+    cpus: dict[int, Cpu] = {}
+    for n in usable:
+        path = os.path.join(base, f"cpu{n}")
+        topo = os.path.join(path, "topology")
+        siblings = _cpu_set(topo, "thread_siblings_list", "thread_siblings") or {n}
+        package = _int(os.path.join(topo, "physical_package_id"), 0)
+        die = _int(os.path.join(topo, "die_id"), 0)
+        caches = _caches(path)
+        llc_level = max(caches, default=0)
+        llc = min(caches[llc_level]) if caches else min(siblings)
+        l2 = min(caches[2]) if 2 in caches else min(siblings)
+        capacity = _int(os.path.join(path, "cpu_capacity"), 0) or _int(
+            os.path.join(path, "cpufreq/cpuinfo_max_freq"), 0
+        )
+        cpus[n] = Cpu(
+            n,
+            core=first_of[key] if (key := core_keys[n]) is not None else min(siblings),
+            package=max(package, 0),
+            die=max(die, 0),
+            node=nodes.get(n, -1),
+            llc=llc,
+            l2=l2,
+            capacity=capacity,
+            llc_level=llc_level,
+        )
+    if cpus and all(c.llc_level == 0 for c in cpus.values()):
+        notes.append("the kernel lists no caches: cache domains are unknown")
+    return Topology(cpus, notes=notes)
+
+
+def read_macos() -> Topology:
+    """What ``sysctl`` tells of this Mac: counts only, no per-CPU placement (macOS has
+    no affinity API; its scheduler places threads). P cores are numbered first."""
+    values = {}
+    for key in ("hw.logicalcpu", "hw.physicalcpu", "hw.perflevel0.logicalcpu"):
+        try:
+            out = subprocess.run(["sysctl", "-n", key], capture_output=True, text=True, timeout=5)
+            values[key] = int(out.stdout.strip())
+        except (OSError, ValueError, subprocess.SubprocessError):
+            continue
+    logical = values.get("hw.logicalcpu", os.cpu_count() or 1)
+    physical = values.get("hw.physicalcpu", logical)
+    perf = values.get("hw.perflevel0.logicalcpu", logical)
+    per_core = max(logical // max(physical, 1), 1)
+    cpus = {
+        n: Cpu(n, n - n % per_core, 0, 0, -1, 0, n - n % per_core, 2 if n < perf else 1)
+        for n in range(logical)
+    }
+    return Topology(
+        cpus,
+        source="sysctl",
+        notes=["macOS: counts from sysctl only (no caches, no NUMA); nothing can be pinned"],
+    )
+
+
+# -- reading sysfs ---------------------------------------------------------------------------
+
+
+def parse_cpu_list(text: str) -> set[int]:
+    """``0-3,8,10-11`` -> {0, 1, 2, 3, 8, 10, 11}."""
+    found: set[int] = set()
+    for part in text.strip().split(","):
+        part = part.strip()
+        if not part:
+            continue
+        low, _, high = part.partition("-")
+        found.update(range(int(low), int(high or low) + 1))
+    return found
+
+
+def parse_cpu_mask(text: str) -> set[int]:
+    """``00000000,00000101`` (32-bit words, most significant first) -> {0, 8}."""
+    value = int(text.strip().replace(",", "") or "0", 16)
+    return {bit for bit in range(value.bit_length()) if value >> bit & 1}
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().replace("\0", "")  # some sysfs files end in NUL
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _int(path: str, default: int) -> int:
+    text = _read(path)
+    try:
+        return int(text) if text is not None else default
+    except ValueError:
+        return default
+
+
+def _cpu_set(folder: str, listed: str, mask: str) -> set[int]:
+    """A CPU set from the file ``mask`` (``00000000,00000300``) in ``folder``, else
+    ``listed`` (``8-9``): the mask first, as hwloc reads them (some old kernels wrote
+    a ``shared_cpu_list`` that disagrees with its map)."""
+    text = _read(os.path.join(folder, mask))
+    if text is not None and text.strip():
+        return parse_cpu_mask(text)
+    text = _read(os.path.join(folder, listed))
+    return parse_cpu_list(text) if text is not None and text.strip() else set()
+
+
+def _online(base: str) -> set[int]:
+    text = _read(os.path.join(base, "online"))
+    if text is not None and text.strip():
+        return parse_cpu_list(text)
+    found = set()  # no list: each cpuN folder with a topology, and not marked offline
+    for name in os.listdir(base):
+        match = re.fullmatch(r"cpu(\d+)", name)
+        if not match:
+            continue
+        if _read(os.path.join(base, name, "online")) in ("0\n", "0"):
+            continue
+        if os.path.isdir(os.path.join(base, name, "topology")):
+            found.add(int(match.group(1)))
+    return found
+
+
+def _nodes(root: str) -> dict[int, int]:
+    base = os.path.join(root, "sys/devices/system/node")
+    found: dict[int, int] = {}
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return found
+    for name in names:
+        match = re.fullmatch(r"node(\d+)", name)
+        if match:
+            for cpu in _cpu_set(os.path.join(base, name), "cpulist", "cpumap"):
+                found[cpu] = int(match.group(1))
+    return found
+
+
+def _caches(cpu_path: str) -> dict[int, set[int]]:
+    """Level -> the CPUs sharing this CPU's data (or unified) cache of that level."""
+    base = os.path.join(cpu_path, "cache")
+    found: dict[int, set[int]] = {}
+    try:
+        names = sorted(os.listdir(base))
+    except OSError:
+        return found
+    for name in names:
+        if not name.startswith("index"):
+            continue
+        folder = os.path.join(base, name)
+        if (_read(os.path.join(folder, "type")) or "").strip() == "Instruction":
+            continue
+        level = _int(os.path.join(folder, "level"), 0)
+        shared = _cpu_set(folder, "shared_cpu_list", "shared_cpu_map")
+        if level and shared:
+            found[level] = shared
+    return found
+
+
+def _cgroup_cpus(root: str) -> set[int] | None:
+    """The CPUs a captured process's cpuset cgroup allows (None: no cpuset found)."""
+    path = (_read(os.path.join(root, "proc/self/cpuset")) or "").strip()
+    if not path:
+        for line in (_read(os.path.join(root, "proc/self/cgroup")) or "").splitlines():
+            if line.startswith("0::"):
+                path = line[3:].strip()
+    mounts = _read(os.path.join(root, "proc/mounts")) or ""
+    candidates = []
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) < 4:
+            continue
+        if fields[2] == "cgroup2" or (fields[2] == "cgroup" and "cpuset" in fields[3]):
+            candidates.append(fields[1])
+    candidates.append("/sys/fs/cgroup/cpuset")  # where v1 mounts it, listed or not
+    for mount in candidates:
+        folder = os.path.join(root, mount.lstrip("/"), (path or "/").lstrip("/"))
+        for name in ("cpuset.cpus.effective", "cpuset.cpus"):
+            text = _read(os.path.join(folder, name))
+            if text is not None and text.strip():
+                return parse_cpu_list(text)
+    return None

@@ -1,0 +1,56 @@
+"""``--compare``: A/B runs interleaved, the ratio with its bootstrap interval, and the
+verdict, through the real CLI and on fixed numbers."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from helpers import run_cli
+from pipepool.run._compare import compare
+
+
+def comparison(*args: str) -> dict:
+    proc = run_cli("run", "--json", "--compare", *args, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "compare (B/A of median wall time" in proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])["comparison"]
+
+
+def test_identical_cpu_bound_commands_make_no_difference() -> None:
+    burn = f"{sys.executable} -c 'sum(range(2 * 10**6))' {{}}"  # the value is not used
+    result = comparison("-j", "2", "--repeat", "10", burn, ":::", "A", "B")
+    assert result["verdict"] == "no difference", result
+    assert result["low"] <= 1 <= result["high"]
+
+
+def test_sleep_twice_as_long_is_about_twice_as_slow() -> None:
+    result = comparison("-j", "2", "--repeat", "5", ":::", "sleep 0.1", "sleep 0.2")
+    assert 1.5 < result["ratio"] < 2.1, result  # each run also starts a shell and sleep
+    assert result["verdict"] == f"B is {result['ratio']:.2f}x slower than A", result
+    assert result["low"] > 1
+
+
+def test_the_interval_is_reproducible_and_honest() -> None:
+    a = [1.0, 1.1, 0.9, 1.05, 0.95]
+    assert compare(a, [2 * x for x in a]) == compare(a, [2 * x for x in a])  # fixed seed
+    doubled = compare(a, [2 * x for x in a])
+    assert (
+        doubled["ratio"] == 2
+        and doubled["low"] > 1
+        and doubled["verdict"].startswith("B is 2.00x slower")
+    )
+    faster = compare(a, [x / 2 for x in a])
+    assert faster["verdict"] == "B is 2.00x faster than A"
+    same = compare(a, list(reversed(a)))
+    assert same["verdict"] == "no difference" and same["ratio"] == 1
+
+
+def test_compare_needs_two_jobs_and_repeat() -> None:
+    proc = run_cli("run", "--compare", "--repeat", "3", ":::", "true", "true", "true")
+    assert proc.returncode == 255
+    assert "--compare needs exactly two jobs (A and B) and --repeat N of at least 2" in proc.stderr
+    with pytest.raises(ValueError):
+        compare([], [1.0])
