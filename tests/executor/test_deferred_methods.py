@@ -78,9 +78,11 @@ def every_line(setup, call, check, limit: int = 400, step: int = 1) -> int:
 
 
 def timed_ok(ex: LocalExecutor) -> None:
-    """Every started task with a timeout has a deadline and is watched for it."""
+    """Every task whose start mark was read is started, and every started task with a
+    timeout has a deadline and is watched for it."""
     for w in ex._workers.values():
         for t in w.in_flight.values():
+            assert t.started or t.seq > w.mark, f"{t.key}: its mark was read, not started"
             if t.started and t.timeout is not None:
                 assert t.deadline is not None and ex._timed.get(t.tid) is t, t.key
 
@@ -89,7 +91,9 @@ def timed_ok(ex: LocalExecutor) -> None:
 def test_kill_interrupted_anywhere_leaves_deadlines_whole(alarm, impl, tmp_path):
     """kill() reads the start marks (a started task gets its deadline): a signal inside
     it must not leave a started task whose timeout never fires."""
-    with LocalExecutor(1, start_method="fork", prefetch=1, _loop_impl=impl) as ex:
+    ex = LocalExecutor(1, start_method="fork", prefetch=1, _loop_impl=impl)
+    ex.start()
+    try:
         keys = iter(range(10**6))
 
         def setup() -> None:
@@ -114,6 +118,7 @@ def test_kill_interrupted_anywhere_leaves_deadlines_whole(alarm, impl, tmp_path)
 
         tried = every_line(setup, lambda: ex.kill("nobody"), lambda: timed_ok(ex))
         assert tried > 5
+    finally:
         ex.terminate()
 
 
