@@ -416,22 +416,23 @@ class SchedulerAPI:
         settled = self._settled
         if settled is None:
             events, unhold, outstanding = self._events, self._held.pop, self._outstanding
+            add = events.setdefault  # one look-up for a key with no unread event: most
             success = _SUCCESS
             for t, result in zip(tasks, results, strict=True):
                 t.phase = DONE
                 t.fn = t.args = t.kwargs = None  # (no Dask future: LocalExecutor's path)
                 key = t.key
-                dispatch = t.dispatch
                 if outstanding and key in outstanding:
                     self._release(key)
                 else:
                     unhold(key, None)  # its last dispatch: its unread events hold the key
-                event = _new(Event, (key, success, result, None, pid, dispatch))
-                old = events.get(key)
-                if old is None or old[5] == dispatch:
-                    events[key] = event
-                else:
-                    self._wait_turn(event)
+                event = _new(Event, (key, success, result, None, pid, t.dispatch))
+                old = add(key, event)
+                if old is not event:  # an unread event of the key: its dispatch's, or not
+                    if old[5] == event[5]:
+                        events[key] = event
+                    else:
+                        self._wait_turn(event)
         else:
             for t, result in zip(tasks, results, strict=True):
                 t.phase = DONE
