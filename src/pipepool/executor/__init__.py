@@ -24,7 +24,9 @@ Bookkeeping is exact because every step that mutates it runs with Python's signa
 handlers deferred (``_signals``): a KeyboardInterrupt lands between steps, never inside
 one, so each task is at every return to user code in exactly one place: ``_queue``
 (queued), a worker's ``in_flight`` (running), or reported (its terminal event is in
-``_events``). Nothing is counted separately, so no count can drift or go negative.
+``_events``, or in ``_later`` behind another dispatch's of its key). Nothing is counted
+separately but a key's dispatches (``pipepool._api``, changed under deferral), so no
+count can drift or go negative.
 """
 
 from __future__ import annotations
