@@ -131,25 +131,36 @@ class Executors:
 
 class Recorder:
     """Pops an executor's event buffer after every round, so no terminal event can be
-    overwritten unseen, and checks that no key is ever reported terminal twice."""
+    overwritten unseen, and checks that no dispatch of a key is ever reported terminal
+    twice (a key queued again while outstanding is one more dispatch: ``Event.dispatch``)."""
 
     def __init__(self, ex) -> None:
         self.ex = ex
-        self.terminal: dict[Hashable, Event] = {}
+        self.terminal: dict[Hashable, Event] = {}  # key -> its newest terminal event
+        self.outcomes: dict[Hashable, list[Event]] = defaultdict(list)  # key -> every
+        # terminal event of it, in the order they were handed out
         self.running_seen: dict[Hashable, list[int | None]] = {}  # key -> its RUNNING
         # events' pids, in order (a key retried elsewhere has several)
-        self.duplicates: list[Hashable] = []
+        self.duplicates: list[tuple[Hashable, int]] = []  # (key, dispatch) ended twice
         self.history: dict[Hashable, list[str]] = defaultdict(list)
+        self._ended: dict[Hashable, set[int]] = defaultdict(set)  # key -> the dispatches
+        # seen ended while the key stayed outstanding (numbering restarts once it is free)
 
     def take(self) -> None:
-        for key, event in self.ex.get_event_buffer().items():
+        events = self.ex.get_event_buffer()
+        for key, event in events.items():
             self.history[key].append(event.state.value)
             if event.state.terminal:
-                if key in self.terminal:
-                    self.duplicates.append(key)
+                if event.dispatch in self._ended[key]:
+                    self.duplicates.append((key, event.dispatch))
+                self._ended[key].add(event.dispatch)
                 self.terminal[key] = event
+                self.outcomes[key].append(event)
             else:
                 self.running_seen.setdefault(key, []).append(event.pid)
+        for key in events:
+            if key not in self.ex._held and key not in self.ex._events:
+                self._ended.pop(key, None)  # free: its next dispatch is number 1 again
 
     def round(self, timeout: float = 0.01) -> None:
         self.ex.sync(timeout=timeout)

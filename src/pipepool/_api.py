@@ -7,18 +7,31 @@ successes at once), and reaches its reader in one of two ways, chosen when the e
 is built:
 
 * the event buffer (the scheduler API, the default): ``get_event_buffer()`` hands out the
-  newest ``Event`` per key;
+  newest ``Event`` per key, one dispatch of a key per call ("A key's dispatches" below);
 * the records (``records=True``, for a face that keeps the task records themselves: a
   ProcessPoolExecutor's futures *are* its tasks): the face queues records it built
   (``_queue_tasks``), and ``_take_records()`` hands back, per round and in bulk, the ones
   that ended (their outcome in ``failed`` and ``value``) and the ones seen started. No
   ``Event``, no key look-up and no held key per task: one object per task, end to end.
+
+A key's dispatches. A scheduler may queue a key again while an earlier dispatch of it is
+outstanding (queued, running, or ended with its terminal event unread), as it does for a
+retry; each such ``queue()`` is one more dispatch of the key, numbered (``Task.dispatch``,
+``Event.dispatch``: 1 for a key that had nothing outstanding, then 2, 3, ...). The count is
+kept in three places, all changed under signal deferral but one: ``_held`` names each
+key's newest dispatch (the hot path's one store: a key queued with nothing outstanding),
+``_outstanding`` counts the not yet ended dispatches of a key that has more than one, and
+``_later`` keeps the events that wait for a ``get_event_buffer()`` call because an event
+of another dispatch of their key is unread (``_events`` holds one event per key, so two
+dispatches' outcomes never share a call and neither replaces the other).
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import math
+import numbers
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Sequence
@@ -26,7 +39,7 @@ from concurrent.futures import CancelledError
 from typing import Any, Self
 
 from . import _signals
-from ._task import DONE, RUNNING, Task
+from ._task import DONE, QUEUED, RUNNING, Task
 from .errors import DuplicateKeyError
 from .events import _TERMINAL, Event, State
 
@@ -50,11 +63,14 @@ class SchedulerAPI:
         self._queue: deque[Task] = deque()  # queued tasks, in dispatch order
         self._timed: dict[int, Task] = {}  # tid -> started task with a deadline
         self._events: dict[Hashable, Event] = {}  # key -> newest event, until read
+        self._later: dict[Hashable, list[Event]] = {}  # key -> events of its later
+        # dispatches, in order, waiting until _events has none of the key unread
         self._published = 0  # events published so far: did a round produce any?
         self._tids = itertools.count(1)  # task ids, unique per executor
-        self._held: dict[Hashable, Task] = {}  # key -> its task, from queue() until it
-        # ends; then its unread terminal event in _events holds the key (a key takes one
-        # task at a time). A hint: see _holding()
+        self._held: dict[Hashable, Task] = {}  # key -> its newest dispatch, from queue()
+        # until the key's last dispatch ends (may name one a Ctrl-C cut short: _count)
+        self._outstanding: dict[Hashable, int] = {}  # key -> its dispatches not yet ended,
+        # for a key with more than one (a key with one has no entry: the hot path's case)
         self._stats = dict.fromkeys(counters, 0)  # counters stats() reports
         self._last_progress = time.monotonic()  # when a task last ended (stats())
         # The records way out (module docstring), or None for the event buffer:
@@ -101,30 +117,78 @@ class SchedulerAPI:
         kwargs: dict | None = None,
         *,
         timeout: float | None = None,
+        exclusive: bool = False,
     ) -> None:
-        """Like ``queue`` with the call spelled out, plus a per-task ``timeout`` in seconds,
-        counted from the moment a worker starts the task; past it the task fails with
-        ``TaskTimeoutError`` (what happens to its worker: see the executor's class doc)."""
+        """Like ``queue`` with the call spelled out, plus options.
+
+        ``timeout``: seconds (a positive, finite real, or None for none), counted from the
+        moment a worker starts the task; past it the task fails with ``TaskTimeoutError``
+        (what happens to its worker: see the executor's class doc).
+
+        ``exclusive``: refuse the key while it has a dispatch outstanding (queued,
+        running, or ended with its terminal event unread) with ``DuplicateKeyError``,
+        leaving that dispatch untouched. By default such a key is accepted as one more
+        dispatch of it (``Event.dispatch`` tells them apart)."""
         if self._state == "ended":
             raise RuntimeError(f"cannot queue on an ended {type(self).__name__}")
         if self._settled is not None:
             raise RuntimeError("this executor takes task records (_queue_tasks), not calls")
         if not callable(fn):
             raise TypeError(f"{fn!r} is not callable")
-        held = self._held
-        if (key in held or key in self._events) and (where := self._holding(key)):
-            raise DuplicateKeyError(
-                f"key {key!r} is already {_WHERE[where]}: a key takes one task at a time, "
-                "from queue() until get_event_buffer() hands out its terminal event "
-                "(the task under it is untouched)",
-                key=key,
-                where=where,
-            )
+        if timeout is not None:
+            timeout = positive_real(timeout, "timeout")
         args = args if type(args) is tuple else tuple(args)
         task = Task(next(self._tids), key, fn, args, {} if kwargs is None else kwargs, timeout)
-        held[key] = task  # first: interrupted before the append, the key is held by
-        # nothing that exists, and _holding() says so the next time it is queued
-        self._queue.append(task)  # one atomic append: queued, or (if interrupted) not at all
+        if key not in self._held and key not in self._events:
+            # Nothing outstanding: dispatch 1, the hot path's two stores (see ``queue``).
+            self._held[key] = task
+            self._queue.append(task)
+            return
+        deferred = None
+        try:
+            deferred = _signals.defer()
+            if exclusive and (where := self._holding(key)):
+                raise DuplicateKeyError(
+                    f"key {key!r} is already {_WHERE[where]}: queued with exclusive=True, "
+                    "a key takes one dispatch at a time, from queue() until "
+                    "get_event_buffer() hands out its terminal event (the dispatch under it "
+                    "is untouched)",
+                    key=key,
+                    where=where,
+                )
+            self._count(task)
+        finally:
+            _signals.undefer(deferred)
+
+    def _count(self, task: Task) -> None:
+        """Queue ``task`` as the next dispatch of its key, which has one outstanding or an
+        event unread (signals deferred by the caller: four pieces of bookkeeping)."""
+        key = task.key
+        held = self._held
+        newest = held.get(key)
+        if newest is not None and newest.phase == QUEUED and newest not in self._queue:
+            # The hot path's queue() cut short between its two stores: never queued.
+            del held[key]
+            newest = None
+        if newest is not None:  # the key has a dispatch not yet ended: one more
+            task.dispatch = newest.dispatch + 1
+            self._outstanding[key] = self._outstanding.get(key, 1) + 1
+        else:  # all ended: numbering goes on after the newest unread event, if any
+            events = self._events
+            unread = self._later.get(key) or ([events[key]] if key in events else [])
+            task.dispatch = unread[-1].dispatch + 1 if unread else 1
+        held[key] = task
+        self._queue.append(task)
+
+    def _release(self, key: Hashable) -> None:
+        """One dispatch of ``key`` ended (signals deferred by the caller)."""
+        left = self._outstanding.get(key)
+        if left is None:  # its last: the key's unread events hold it from now on
+            self._held.pop(key, None)
+        elif left > 2:
+            self._outstanding[key] = left - 1
+        else:
+            del self._outstanding[key]  # one left; _held keeps naming the newest
 
     def _queue_tasks(self, tasks: Sequence[Task]) -> None:
         """Queue task records a face built (records way out; each ``tid`` unique here: the
@@ -144,10 +208,10 @@ class SchedulerAPI:
     def queue(self, key: Hashable, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> None:
         """Queue ``fn(*args, **kwargs)`` under ``key``; pickled when it is dispatched.
 
-        A key takes one task at a time: from here until ``get_event_buffer()`` hands out
-        its terminal event, queueing it again raises ``DuplicateKeyError`` (a
-        ``ValueError``) and leaves the first task untouched. Once that event is read, the
-        key is free again (a scheduler's retry under the same key, say)."""
+        Every keyword argument goes to ``fn``: options (a ``timeout``, refusing a key
+        already outstanding) are ``queue_call``'s. A key queued again while an earlier
+        dispatch of it is outstanding is one more dispatch of it: each ends with its own
+        terminal event, marked with its number (``Event.dispatch``)."""
         held = self._held
         if (
             key in held
@@ -159,6 +223,7 @@ class SchedulerAPI:
             self.queue_call(key, fn, args, kwargs)  # the checks, their errors, a held key
             return
         # The last lines of queue_call, inlined: a scheduler's hot path, one call less.
+        # Two stores, no deferral: cut short between them, ``_count`` notices.
         task = Task(next(self._tids), key, fn, args, kwargs, None)
         held[key] = task
         self._queue.append(task)
@@ -168,48 +233,78 @@ class SchedulerAPI:
         self.sync(timeout)
 
     def get_event_buffer(self, keys: Iterable[Hashable] | None = None) -> dict[Hashable, Event]:
-        """Pop and return ``{key: newest event}``, for all keys or only ``keys``."""
+        """Pop and return ``{key: event}``, for all keys or only ``keys``.
+
+        The newest event of one dispatch per key: a key's events of a later dispatch
+        (``Event.dispatch``), RUNNING ones included, wait for the next calls, one
+        dispatch per call, in order; none is replaced by another dispatch's or dropped."""
+        if self._later:
+            deferred = None
+            try:
+                deferred = _signals.defer()  # two pieces of bookkeeping: _events, _later
+                return self._pop_events(keys)
+            finally:
+                _signals.undefer(deferred)
+        return self._pop_events(keys)
+
+    def _pop_events(self, keys: Iterable[Hashable] | None) -> dict[Hashable, Event]:
         if keys is None:
             events, self._events = self._events, {}
         else:
             events = {k: self._events.pop(k) for k in list(keys) if k in self._events}
-        return events  # (a terminal one read: its key is free for a new task)
+        later = self._later
+        if later:  # each key handed out moves on to its next dispatch's event
+            for key in [k for k in later if k in events]:
+                waiting = later[key]
+                self._events[key] = waiting.pop(0)
+                if not waiting:
+                    del later[key]
+        return events
 
     @property
     def queued(self) -> set[Hashable]:
-        """Keys with a task not yet dispatched (to a worker, or to the cluster)."""
+        """Keys with a dispatch not yet handed over (to a worker, or to the cluster)."""
         return {t.key for t in self._queue}
 
     @property
     def running(self) -> set[Hashable]:
-        """Keys with at least one task dispatched and not reported (started or not)."""
-        return {t.key for t in self._dispatched()}
+        """Keys with a dispatch handed over and not ended (started or not), and keys
+        queued again (dispatch 2 on) until that dispatch ends: a key stays here until
+        its last dispatch ends."""
+        keys = {t.key for t in self._dispatched()}
+        keys.update(t.key for t in self._queue if t.dispatch > 1)
+        return keys
 
     def running_counts(self) -> dict[Hashable, int]:
-        """``{key: tasks dispatched and not reported}``: 1 for each key in ``running``
-        (a key takes one task at a time); kept for callers written when it could be more."""
+        """``{key: dispatches not yet ended}`` for each key in ``running`` (queued ones
+        included)."""
         counts: dict[Hashable, int] = {}
         for t in self._dispatched():
             counts[t.key] = counts.get(t.key, 0) + 1
+        queued = [t.key for t in self._queue]
+        for key in {t.key for t in self._queue if t.dispatch > 1}.union(counts):
+            counts[key] = counts.get(key, 0) + queued.count(key)
         return counts
 
     def _holding(self, key: Hashable) -> str:
-        """Why ``key`` is held ("queued", "running", "reported"), or "" if it is free.
+        """Why ``key`` is held ("running", "queued", "reported"), or "" if it is free:
+        a dispatch of it handed over, one queued, or an unread terminal event of it.
 
-        Computed from where tasks are, so it is the truth: ``_held`` only says which keys
-        to ask about (it may name a key whose queue() a Ctrl-C cut short)."""
-        t = self._held.get(key)
-        if t is None or t.phase == DONE:  # ended: held while its terminal event is unread
-            event = self._events.get(key)
-            return "reported" if event is not None and event.state in _TERMINAL else ""
-        if t.phase == RUNNING:
+        Computed from where tasks are, so it is the truth (``_held`` may name a
+        dispatch whose queue() a Ctrl-C cut short); for ``exclusive``, off the hot path."""
+        if any(t.key == key for t in self._dispatched()):
             return "running"
-        return "queued" if any(q is t for q in self._queue) else ""
+        if any(t.key == key for t in self._queue):
+            return "queued"
+        unread = [self._events[key]] if key in self._events else []
+        unread += self._later.get(key, [])
+        return "reported" if any(e.state in _TERMINAL for e in unread) else ""
 
     def cancel(self, key: Hashable) -> int:
-        """Cancel the queued (never dispatched) tasks of ``key``; returns how many.
+        """Cancel every queued (never handed over) dispatch of ``key``; returns how many.
 
-        Each gets a FAILED event with ``concurrent.futures.CancelledError``.
+        Each gets a FAILED event with ``concurrent.futures.CancelledError``; dispatches
+        of the key handed over already run on (``kill`` stops started ones).
         """
         deferred = None
         try:
@@ -308,8 +403,9 @@ class SchedulerAPI:
                 t.failed = True
                 t.value = exception
         if settled is None:
-            self._held.pop(t.key, None)  # its unread terminal event holds the key now
-            self._publish(_new(Event, (t.key, state, result, exception, pid)), terminal=True)
+            self._release(t.key)
+            event = _new(Event, (t.key, state, result, exception, pid, t.dispatch))
+            self._publish(event, terminal=True)
         else:
             settled.append(t)
             self._published += 1
@@ -319,14 +415,24 @@ class SchedulerAPI:
         the path of most outcomes (the caller removed each task from where it was)."""
         settled = self._settled
         if settled is None:
-            events, unhold = self._events, self._held.pop
+            events, unhold, outstanding = self._events, self._held.pop, self._outstanding
+            add = events.setdefault  # one look-up for a key with no unread event: most
             success = _SUCCESS
             for t, result in zip(tasks, results, strict=True):
                 t.phase = DONE
                 t.fn = t.args = t.kwargs = None  # (no Dask future: LocalExecutor's path)
                 key = t.key
-                unhold(key, None)  # its unread terminal event holds the key now
-                events[key] = _new(Event, (key, success, result, None, pid))
+                if outstanding and key in outstanding:
+                    self._release(key)
+                else:
+                    unhold(key, None)  # its last dispatch: its unread events hold the key
+                event = _new(Event, (key, success, result, None, pid, t.dispatch))
+                old = add(key, event)
+                if old is not event:  # an unread event of the key: its dispatch's, or not
+                    if old[5] == event[5]:
+                        events[key] = event
+                    else:
+                        self._wait_turn(event)
         else:
             for t, result in zip(tasks, results, strict=True):
                 t.phase = DONE
@@ -349,14 +455,28 @@ class SchedulerAPI:
             self._queue.popleft()
 
     def _publish(self, event: Event, *, terminal: bool) -> None:
-        # Newest event per key, except that a RUNNING event never hides an unread
-        # terminal one (a defence: a key takes one task at a time, so none should follow).
-        if not terminal:
-            old = self._events.get(event.key)
-            if old is not None and old.state in _TERMINAL:
+        # The newest event of a dispatch replaces that dispatch's unread one (a RUNNING
+        # event never hides an unread terminal one: a defence, none should follow);
+        # another dispatch's waits its turn (``_later``).
+        old = self._events.get(event.key)
+        if old is None or old.dispatch == event.dispatch:
+            if not terminal and old is not None and old.state in _TERMINAL:
                 return
-        self._events[event.key] = event
+            self._events[event.key] = event
+        else:
+            self._wait_turn(event)
         self._published += 1  # lets sync() tell whether a round produced anything
+
+    def _wait_turn(self, event: Event) -> None:
+        """Keep ``event`` until its key's unread event of another dispatch is handed out:
+        after the key's waiting events, or in place of its own dispatch's one."""
+        waiting = self._later.setdefault(event.key, [])
+        for i, other in enumerate(waiting):
+            if other.dispatch == event.dispatch:
+                if event.state in _TERMINAL or other.state not in _TERMINAL:
+                    waiting[i] = event
+                return
+        waiting.append(event)
 
     def _require_started(self) -> None:
         if self._state != "started":
@@ -366,3 +486,17 @@ class SchedulerAPI:
                 if self._state == "new"
                 else f"{name} has ended"
             )
+
+
+def positive_real(value: object, name: str) -> float:
+    """``value`` as a float if it is a positive, finite real (int, float, a numpy scalar;
+    not ``bool``), else a ``TypeError`` or ``ValueError`` that names the argument: checked
+    where it is given, not rounds later in the caller's loop."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"{name} must be a real number of seconds or None, not {type(value).__name__}"
+        )
+    number = float(value)
+    if not (math.isfinite(number) and number > 0):
+        raise ValueError(f"{name} must be a positive, finite number of seconds, not {value!r}")
+    return number

@@ -37,14 +37,13 @@ except (AttributeError, OSError):  # not Linux
 
 def runnable() -> int | None:
     """Threads runnable on the whole machine now, this one included (Linux), or None."""
+    # A file object, not os.open(): a Ctrl-C right after the open (this runs in the
+    # undeferred wait) drops it, and dropping it closes the fd, where a bare fd leaked.
     try:
-        fd = os.open("/proc/loadavg", os.O_RDONLY | os.O_CLOEXEC)
+        with open("/proc/loadavg", "rb", buffering=0) as f:
+            data = f.read(128)  # "0.52 0.58 0.59 2/345 12345": runnable/total is field 4
     except OSError:
         return None
-    try:
-        data = os.read(fd, 128)  # "0.52 0.58 0.59 2/345 12345": runnable/total is field 4
-    finally:
-        os.close(fd)
     try:
         return int(data.split()[3].split(b"/")[0])
     except (IndexError, ValueError):

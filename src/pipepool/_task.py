@@ -26,6 +26,7 @@ class Task:
         "began",
         "cancelling",
         "deadline",
+        "dispatch",
         "failed",
         "fn",
         "future",
@@ -63,6 +64,7 @@ class Task:
         self.phase = QUEUED
         self.started = False  # known to have begun (start mark, start message, outcome)
         self.deadline: float | None = None
+        self.dispatch = 1  # which dispatch of its key (``Event.dispatch``); set by queue_call
         # LocalExecutor's:
         self.seq = 0  # its number in the stream of the worker it was last sent to
         self.batch = 0  # the seq of the first call of the BATCH frame it went in (0: alone)

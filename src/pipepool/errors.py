@@ -85,13 +85,15 @@ class TaskKilledError(PipepoolError):
 
 
 class DuplicateKeyError(PipepoolError, ValueError):
-    """``queue()`` refused a key the executor still holds; the task under it is untouched.
+    """``queue_call(..., exclusive=True)`` refused a key that has a dispatch outstanding;
+    the dispatch under it is untouched.
 
-    A key is held from ``queue()`` until ``get_event_buffer()`` hands out its terminal
-    event: while it is queued, running, or reported with that event unread. Two tasks under
-    one key would report two terminal events where a scheduler expects one, and the buffer
-    (newest event per key) could lose one of them. A ``ValueError``: the argument is
-    wrong for the executor's state, not missing (``KeyError`` means the latter).
+    By default a key queued again while outstanding is one more dispatch of it, each
+    with its own terminal event (``Event.dispatch``). ``exclusive`` is for a face whose
+    policy is one run per key (the Airflow executor): it refuses the key from
+    ``queue()`` until ``get_event_buffer()`` hands out its terminal event, while it is
+    queued, running, or reported with that event unread. A ``ValueError``: the argument
+    is wrong for the executor's state, not missing (``KeyError`` means the latter).
     ``key`` is the key; ``where`` says why it is held: "queued", "running" or "reported".
     """
 

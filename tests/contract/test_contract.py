@@ -228,19 +228,20 @@ def test_running_events_name_the_worker_before_the_outcome(make):
     assert rec.terminal["slow"].result == "done" and rec.terminal["slow"].pid
 
 
-def test_a_key_takes_one_task_until_its_terminal_event_is_read(make, tmp_path):
-    """A key already queued, running, or reported with its terminal event unread is
-    refused with DuplicateKeyError (the first task untouched: it runs once, reports
-    once); once get_event_buffer() handed out that event the key is free again, as a
-    scheduler's retry under the same key needs."""
+def test_an_exclusive_key_takes_one_dispatch_until_its_terminal_event_is_read(make, tmp_path):
+    """``exclusive=True`` (a face's "one run per key", Airflow's): a key already queued,
+    running, or reported with its terminal event unread is refused with
+    DuplicateKeyError (the first dispatch untouched: it runs once, reports once); once
+    get_event_buffer() handed out that event the key is free again. Without it the same
+    key is one more dispatch (tests/contract/test_dispatches.py)."""
     release = str(tmp_path / "release")
     ex = make(2)
     ex.queue("k", tasks.wait_for, release, "first")
 
     def refused(where: str) -> None:
         for again in (
-            lambda: ex.queue("k", tasks.echo, "second"),
-            lambda: ex.queue_call("k", tasks.echo, ("second",), timeout=5),
+            lambda: ex.queue_call("k", tasks.echo, ("second",), exclusive=True),
+            lambda: ex.queue_call("k", tasks.echo, ("second",), timeout=5, exclusive=True),
         ):
             with pytest.raises(DuplicateKeyError, match="'k' is already") as info:
                 again()
@@ -261,9 +262,10 @@ def test_a_key_takes_one_task_until_its_terminal_event_is_read(make, tmp_path):
     assert events == {}
     refused("reported")
     assert ex.get_event_buffer(["k"])["k"].result == ("first", 0)
-    ex.queue("k", tasks.echo, "second")  # read: free again
+    ex.queue_call("k", tasks.echo, ("second",), exclusive=True)  # read: free again
     rec.finish()
     assert rec.terminal["k"].result == "second" and not rec.duplicates
+    assert [e.dispatch for e in rec.outcomes["k"]] == [1]
 
 
 def test_a_cancelled_key_is_free_once_its_event_is_read(make):
@@ -272,10 +274,10 @@ def test_a_cancelled_key_is_free_once_its_event_is_read(make):
     ex.queue("k", tasks.echo, "cancelled")
     assert ex.cancel("k") == 1
     with pytest.raises(DuplicateKeyError) as info:
-        ex.queue("k", tasks.echo, "again")
+        ex.queue_call("k", tasks.echo, ("again",), exclusive=True)
     assert info.value.where == "reported"
     assert isinstance(ex.get_event_buffer(["k"])["k"].exception, CancelledError)
-    ex.queue("k", tasks.echo, "again")
+    ex.queue_call("k", tasks.echo, ("again",), exclusive=True)
     rec = Recorder(ex)
     rec.finish()
     assert rec.terminal["k"].result == "again"

@@ -202,31 +202,36 @@ def test_interrupts_during_sync_leave_bookkeeping_exact(impl, start_method):
         ex.terminate()
 
 
-# 6. A key queued again while it is held: refused, the first task untouched ----------
+# 6. A key queued again while it is outstanding: one more dispatch, each counted ---------
 
 
-def test_same_key_refused_while_held_and_the_first_completes_once(make, tmp_path):
-    """Two tasks under one key would report two terminal events, and two landing in one
-    round would leave one in the buffer (newest per key): the second queue() is refused,
-    and the first runs and reports exactly once."""
+def test_same_key_queued_again_is_one_more_dispatch_and_each_completes_once(make, tmp_path):
+    """A key queued again while its dispatch runs is accepted as dispatch 2; each runs
+    and reports exactly once, marked with its number; ``exclusive=True`` refuses it
+    instead and the refused one never runs."""
     release = str(tmp_path / "release")
     log = str(tmp_path / "runs.log")
-    ex = make(2)
+    ex = make(3)  # the gate, the second and the third run at once
     ex.queue("k", tasks.record, log, "k", 0.0, "first")
     ex.queue("gate", tasks.wait_for, release)
     rec = Recorder(ex)
     rec.run_until(lambda: "k" in rec.terminal)
-    del rec.terminal["k"]
-    ex.queue("k", tasks.wait_for, release, "second")  # read: free again
+    ex.queue("k", tasks.wait_for, release, "second")  # read: free again, dispatch 1
     rec.run_until(lambda: "k" in rec.running_seen)
     with pytest.raises(DuplicateKeyError):
-        ex.queue("k", tasks.record, log, "k", 0.0, "third")
+        ex.queue_call("k", tasks.record, (log, "refused"), exclusive=True)
+    ex.queue("k", tasks.record, log, "third", 0.0, "third")  # dispatch 2, beside it
+    rec.run_until(lambda: len(rec.outcomes["k"]) == 2)
     open(release, "w").close()
     rec.finish()
-    assert rec.history["k"].count("success") == 2 and not rec.duplicates
-    assert rec.terminal["k"].result == ("second", 0)
-    assert runs(log) == Counter({"k": 1})  # the refused one never ran
-    assert ex._held == {}, "keys whose events were read are forgotten"
+    assert rec.history["k"].count("success") == 3 and not rec.duplicates
+    assert [(e.dispatch, e.result) for e in rec.outcomes["k"]] == [
+        (1, "first"),
+        (2, "third"),
+        (1, ("second", 0)),
+    ]
+    assert runs(log) == Counter({"k": 1, "third": 1})  # the refused one never ran
+    assert ex._held == {} and ex._outstanding == {}, "keys whose events were read are forgotten"
 
 
 def test_a_queue_cut_short_by_ctrl_c_does_not_hold_its_key(make):

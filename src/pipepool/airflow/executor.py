@@ -213,7 +213,10 @@ class PipepoolExecutor(BaseExecutor):
             try:
                 with self._lock:
                     pool.queue_call(
-                        key, run_workload, (workload, self._server, self._prefix, max_rss)
+                        key,
+                        run_workload,
+                        (workload, self._server, self._prefix, max_rss),
+                        exclusive=True,  # one run per key: refused while it has one
                     )
             except DuplicateKeyError:
                 # The pool still holds this key: it runs (or was revoked and its end is not

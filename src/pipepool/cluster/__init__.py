@@ -299,7 +299,7 @@ class ClusterExecutor(DaskLink):
                 # A retry on another worker (the first one died) starts a fresh clock.
                 t.deadline = time.monotonic() + t.timeout
                 self._timed[tid] = t
-            self._publish(Event(t.key, State.RUNNING, pid=pid), terminal=False)
+            self._publish(Event(t.key, State.RUNNING, pid=pid, dispatch=t.dispatch), terminal=False)
         while outcomes:
             tid, ok, value = outcomes[0]
             t = inflight.get(tid)

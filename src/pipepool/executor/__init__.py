@@ -24,7 +24,9 @@ Bookkeeping is exact because every step that mutates it runs with Python's signa
 handlers deferred (``_signals``): a KeyboardInterrupt lands between steps, never inside
 one, so each task is at every return to user code in exactly one place: ``_queue``
 (queued), a worker's ``in_flight`` (running), or reported (its terminal event is in
-``_events``). Nothing is counted separately, so no count can drift or go negative.
+``_events``, or in ``_later`` behind another dispatch's of its key). Nothing is counted
+separately but a key's dispatches (``pipepool._api``, changed under deferral), so no
+count can drift or go negative.
 """
 
 from __future__ import annotations
@@ -185,20 +187,28 @@ class LocalExecutor(Reaper, Dispatcher):
         return bool(self._queue) or any(w.in_flight for w in self._workers.values())
 
     def kill(self, key: Hashable) -> int:
-        """Kill the workers running started tasks of ``key`` (they are replaced); those
-        tasks fail with ``TaskKilledError``. Returns how many were killed."""
-        self._read_marks(time.monotonic())  # a task that began since the last round counts
-        killed = 0
-        for w in list(self._workers.values()):
-            for t in w.in_flight.values():
-                if t.key == key and t.started and not w.killed:
-                    self._kill_worker(w, TaskKilledError(f"task {key!r} was killed on request"))
-                    killed += 1
-        return killed
+        """Kill the workers running started dispatches of ``key`` (every one started; the
+        workers are replaced); those fail with ``TaskKilledError``. Dispatches of the key
+        not started go on (``cancel`` those). Returns how many were killed."""
+        self._require_started()
+        deferred = None
+        try:
+            deferred = _signals.defer()  # start marks, deadlines and kills change together
+            self._read_marks(time.monotonic())  # one that began since the last round counts
+            killed = 0
+            for w in list(self._workers.values()):
+                for t in w.in_flight.values():
+                    if t.key == key and t.started and not w.killed:
+                        self._kill_worker(w, TaskKilledError(f"task {key!r} was killed on request"))
+                        killed += 1
+            return killed
+        finally:
+            _signals.undefer(deferred)
 
     def cancel(self, key: Hashable) -> int:
-        """Cancel ``key``'s task unless it has started; 1 if it is cancelled or being
-        cancelled, 0 if it started, ended or is unknown.
+        """Cancel every dispatch of ``key`` that has not started; returns how many are
+        cancelled or being cancelled (0: all started, ended, or the key is unknown).
+        Started dispatches of the key run on (``kill`` stops them).
 
         Queued: it fails with ``concurrent.futures.CancelledError`` now. Sent to a worker
         and not started (the adaptive depth sends tasks ahead): the worker is told to
@@ -215,12 +225,13 @@ class LocalExecutor(Reaper, Dispatcher):
         finally:
             _signals.undefer(deferred)
 
-    def _cancel(self, keys: Iterable[Hashable], *, spare_next: bool = False) -> set[Hashable]:
-        """``cancel`` for many keys in one pass (signals deferred by the caller); the keys
-        cancelled now or being cancelled (``_cancel_tasks``)."""
-        held = self._held
-        tasks = [t for k in keys if (t := held.get(k)) is not None]
-        return {t.key for t in self._cancel_tasks(tasks, spare_next=spare_next)}
+    def _cancel(self, keys: Iterable[Hashable], *, spare_next: bool = False) -> list[_Task]:
+        """``cancel`` for many keys in one pass, every dispatch of each (signals deferred
+        by the caller); the dispatches cancelled now or being cancelled (``_cancel_tasks``)."""
+        keys = set(keys)
+        tasks = [t for t in self._queue if t.key in keys]
+        tasks += [t for t in self._dispatched() if t.key in keys]
+        return self._cancel_tasks(tasks, spare_next=spare_next)
 
     def _cancel_tasks(self, tasks: Iterable[_Task], *, spare_next: bool = False) -> list[_Task]:
         """Cancel these tasks (records way out: the face's own records; signals deferred

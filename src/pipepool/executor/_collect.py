@@ -57,7 +57,10 @@ class Collector(WorkerLifecycle):
             # (newest per key), so building it is skipped: most tiny tasks.
             for t, pid in starting:
                 if t.phase == _RUNNING:
-                    self._publish(_new(Event, (t.key, _STARTED, None, None, pid)), terminal=False)
+                    self._publish(
+                        _new(Event, (t.key, _STARTED, None, None, pid, t.dispatch)),
+                        terminal=False,
+                    )
             starting.clear()
         for channel, error in closed:
             w = self._workers.get(channel)
