@@ -22,9 +22,11 @@ if TYPE_CHECKING:
 __all__ = ["PipepoolExecutor"]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "PipepoolExecutor":
-        from .executor import PipepoolExecutor
+if not TYPE_CHECKING:  # the checker sees the import above, never an Any-typed hook
 
-        return PipepoolExecutor
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    def __getattr__(name: str) -> Any:
+        if name == "PipepoolExecutor":
+            from .executor import PipepoolExecutor
+
+            return PipepoolExecutor
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
