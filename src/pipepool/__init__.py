@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from .events import Event, State
 
 __version__ = "0.1.0"
-"""pipepool's version (as in ``pyproject.toml``)."""
+"""pipepool's version: its one source (pyproject.toml reads it from here)."""
 
 # The executors, and the events they report, load on first use. Every worker process
 # imports this package (for pipepool.worker): keeping them out of that import saves
