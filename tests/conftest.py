@@ -159,6 +159,9 @@ def pytest_collection_modifyitems(items) -> None:
     (tests/test_hardening.py recycles one per task). Marks the smoke subset."""
     for item in items:
         in_smoke = item.path.name in SMOKE_FILES or item.path.parent.name in SMOKE_ROOMS
-        if in_smoke and "stdlib" not in item.name:  # the stdlib's rows: the peer's, not ours
+        params = item.callspec.params if hasattr(item, "callspec") else {}
+        # Not the stdlib's rows (the peer's behaviour, not ours), and one start method:
+        # fork, these Pythons' default on Linux (the whole suite runs every one).
+        if in_smoke and "stdlib" not in item.name and params.get("start_method", "fork") == "fork":
             item.add_marker(pytest.mark.smoke)
     items.sort(key=lambda item: str(item.fspath).startswith(_AIRFLOW_TESTS))  # stable
