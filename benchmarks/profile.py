@@ -79,7 +79,7 @@ class DriverProfile:
     """Profile pipepool's ProcessPoolExecutor driver thread from the inside."""
 
     def __init__(self) -> None:
-        self.profile = cProfile.Profile()
+        self.profile: cProfile.Profile | _NoProfile = cProfile.Profile()
         self.tid: int | None = None
         self._original: Any = None
 
@@ -104,6 +104,13 @@ class DriverProfile:
             from pipepool import futures
 
             futures._Driver.run = self._original  # type: ignore[method-assign]
+
+
+# From 3.12 cProfile is built on sys.monitoring, whose profiler slot holds one profiler
+# per interpreter: a second enable() raises "Another profiling tool is already active".
+ONE_PROFILER = (
+    "cProfile runs one profiler at a time (sys.monitoring)" if sys.version_info >= (3, 12) else None
+)
 
 
 class _NoProfile:
@@ -136,12 +143,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=25, help="functions to list")
     parser.add_argument("--sort", default="tottime", help="pstats sort key")
     parser.add_argument(
+        "--thread",
+        choices=("both", "calling", "driver"),
+        default="both" if ONE_PROFILER is None else "calling",
+        help="which parent thread(s) cProfile profiles (default: both; from Python 3.12 "
+        "one profiler at a time, so the calling thread)",
+    )
+    parser.add_argument(
         "--cpu-only",
         action="store_true",
         help="no cProfile: CPU per task of each thread and the workers, "
         "undistorted by the profiler",
     )
     args = parser.parse_args(argv)
+    if args.thread == "both" and ONE_PROFILER is not None:
+        parser.error(f"--thread both: {ONE_PROFILER}; choose calling or driver")
     spec = find_spec(args.contender)
     fn, make_args, default_n = MEASURES[args.measure]
     calls = make_args(args.tasks or default_n)
@@ -149,9 +165,13 @@ def main(argv: list[str] | None = None) -> int:
 
     driver = DriverProfile()
     driver.install()
-    main_profile = cProfile.Profile()
-    if args.cpu_only:  # keep the wrapper (it records the driver's thread id), not the cost
-        driver.profile = main_profile = _NoProfile()  # type: ignore[assignment]
+    main_profile: cProfile.Profile | _NoProfile = cProfile.Profile()
+    # A profile not asked for is a stand-in: the driver's wrapper still records its
+    # thread id, for the CPU lines.
+    if args.cpu_only or args.thread == "driver":
+        main_profile = _NoProfile()
+    if args.cpu_only or args.thread == "calling":
+        driver.profile = _NoProfile()
     try:
         if args.measure == "startup":
             pids: list[int] = []
@@ -217,9 +237,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.cpu_only:
         return 0
-    print(f"\n== parent, calling thread: top {args.top} by {args.sort} ==")
-    print(_stats_text(main_profile, args.sort, args.top))
-    if driver.tid is not None:
+    if ONE_PROFILER is not None:
+        print(f"\n(Python 3.12+: {ONE_PROFILER}; it may list other threads' calls too)")
+    if isinstance(main_profile, cProfile.Profile):
+        print(f"\n== parent, calling thread: top {args.top} by {args.sort} ==")
+        print(_stats_text(main_profile, args.sort, args.top))
+    if driver.tid is not None and isinstance(driver.profile, cProfile.Profile):
         print(f"== parent, driver thread: top {args.top} by {args.sort} ==")
         print(_stats_text(driver.profile, args.sort, args.top))
     return 0

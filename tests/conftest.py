@@ -147,8 +147,42 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+# The smoke subset (`pytest -m smoke`, issue 35): what .ci/run runs on the other Pythons
+# this machine has (3.12, 3.13; the whole suite runs on the default one): the core
+# modules (tests/core/), the loop twins, the futures face, pipepool run, the portable
+# pass' core and the executor's basics, about a minute. Keyed by file basename (unique
+# across the tree), so a file keeps its mark when it moves to another room.
+SMOKE_FILES = frozenset(
+    {
+        "test_impl.py",
+        "test_frames.py",
+        "test_loop.py",
+        "test_loop_differential.py",
+        "test_loop_twins.py",
+        "test_futures.py",
+        "test_futures_driver.py",
+        "test_executor.py",
+        "test_cli.py",
+        "test_cli_io.py",
+        "test_portable.py",
+        "test_platform.py",
+        "test_profile_command.py",
+        "test_no_dev_shm.py",
+    }
+)
+SMOKE_ROOMS = frozenset({"core"})  # every file in these folders
+
+
 def pytest_collection_modifyitems(items) -> None:
     """tests/airflow_face/ runs last: importing Airflow makes each later fork of this
     process copy a much bigger address space, and the core suite forks workers by the
-    thousand (tests/contract/test_stress.py recycles one per task)."""
+    thousand (tests/contract/test_stress.py recycles one per task). Marks the smoke subset:
+    the files in SMOKE_FILES beside the tests marked in place."""
+    for item in items:
+        in_smoke = item.path.name in SMOKE_FILES or item.path.parent.name in SMOKE_ROOMS
+        params = item.callspec.params if hasattr(item, "callspec") else {}
+        # Not the stdlib's rows (the peer's behaviour, not ours), and one start method:
+        # fork, these Pythons' default on Linux (the whole suite runs every one).
+        if in_smoke and "stdlib" not in item.name and params.get("start_method", "fork") == "fork":
+            item.add_marker(pytest.mark.smoke)
     items.sort(key=lambda item: str(item.fspath).startswith(_AIRFLOW_TESTS))  # stable

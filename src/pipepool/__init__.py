@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # what __getattr__ loads at run time, as the type checker see
     from .futures import ProcessPoolExecutor
 
 __version__ = "0.1.0"
-"""pipepool's version (as in ``pyproject.toml``)."""
+"""pipepool's version: its one source (pyproject.toml reads it from here)."""
 
 # The executors, and the events they report, load on first use. Every worker process
 # imports this package (for pipepool.worker): keeping them out of that import saves

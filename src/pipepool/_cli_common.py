@@ -8,8 +8,9 @@ and it imports nothing of pipepool, so no arrow points back up to the entry poin
 from __future__ import annotations
 
 import argparse
-import os
 from typing import NoReturn
+
+from ._cpus import available_cpus
 
 EXIT_ERROR = 255  # the command could not start (as GNU parallel); 1-101 count failed jobs
 
@@ -37,11 +38,8 @@ class Parser(argparse.ArgumentParser):
 
 
 def default_jobs() -> int:
-    """Jobs at a time by default: the cores this process may use."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+    """Jobs at a time by default: the CPUs this process may use (``pipepool._cpus``)."""
+    return available_cpus().workers
 
 
 def positive_int(text: str) -> int:

@@ -12,7 +12,8 @@ from ._cli_common import Parser, positive_int
 
 DESCRIPTION = """\
 pipepool run runs a batch of shell commands in parallel, the way GNU parallel does;
-pipepool bench races pipepool against the standard library's process pools.
+pipepool bench races pipepool against the standard library's process pools;
+pipepool info says what this machine gives pipepool (how many workers by default, and why).
 """
 
 BENCH_DESCRIPTION = """\
@@ -33,7 +34,7 @@ def build_parser() -> Parser:
         prog="pipepool",
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        short_usage="pipepool {run,bench} ...",
+        short_usage="pipepool {run,bench,info} ...",
     )
     loop = "compiled" if IMPLEMENTATION == "cython" else "pure-Python"
     parser.add_argument(
@@ -70,8 +71,36 @@ def build_parser() -> Parser:
         help="interleaved rounds; each contender's median is shown (default: %(default)s)",
     )
     bench.add_argument("--full", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    parser.commands.update(run=run, bench=bench)
+    info = sub.add_parser(
+        "info",
+        help="how many workers by default and why, the loop, the Python",
+        description="Print what pipepool sees here: its version and loop, the Python, "
+        "the default start method, and how many workers every face starts by default "
+        "with the limit that decided it (affinity mask or cgroup CPU quota).",
+    )
+    parser.commands.update(run=run, bench=bench, info=info)
     return parser
+
+
+def info_text() -> str:
+    """``pipepool info``: one ``name: value`` line per fact."""
+    import multiprocessing
+    import platform
+
+    from . import IMPLEMENTATION, __version__
+    from ._cpus import available_cpus
+
+    workers, reason = available_cpus()
+    return "\n".join(
+        [
+            f"pipepool: {__version__}",
+            f"loop: {'compiled' if IMPLEMENTATION == 'cython' else 'pure-Python'}",
+            f"python: {platform.python_implementation()} {platform.python_version()}",
+            f"start method: {multiprocessing.get_start_method(allow_none=False)}",
+            f"default workers: {workers}",
+            f"because: {reason}",
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,6 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     command = parser.commands[args.command]
     if unknown:  # the subcommand's usage, not the top-level one argparse would print
         command.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.command == "info":
+        if groups:
+            command.error("info takes no ::: arguments")
+        print(info_text())
+        return 0
     if args.command == "bench":
         if args.full is not None:
             command.error(

@@ -44,12 +44,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 from collections.abc import Hashable, Iterable
 from typing import Any
 
 from .. import _signals
+from .._cpus import available_cpus
 from .._outcome import load_exception, load_result
 from .._task import RUNNING as _RUNNING
 from .._task import Task as _Task
@@ -130,7 +130,7 @@ class ClusterExecutor(DaskLink):
         try:
             if self.address is None:
                 options = {
-                    "n_workers": os.cpu_count() or 1,
+                    "n_workers": available_cpus().workers,  # pipepool._cpus: quota-aware
                     "threads_per_worker": 1,
                     "processes": True,
                     "host": "127.0.0.1",

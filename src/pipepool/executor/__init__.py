@@ -34,13 +34,13 @@ from __future__ import annotations
 import itertools
 import logging
 import multiprocessing
-import os
 import signal
 import time
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from .. import _oom, _signals
+from .._cpus import available_cpus
 from .._task import DONE as _DONE
 from .._task import QUEUED as _QUEUED
 from .._task import RUNNING as _RUNNING
@@ -91,8 +91,9 @@ class LocalExecutor(Reaper, Dispatcher):
         _oom_counters: tuple[_oom.Counter, ...] | None = None,
         _records: bool = False,
     ) -> None:
+        self._parallelism_reason = f"{parallelism} given"  # stats(): why this many
         if parallelism is None:
-            parallelism = os.cpu_count() or 1
+            parallelism, self._parallelism_reason = available_cpus()  # see pipepool._cpus
         if parallelism < 1:
             raise ValueError("parallelism must be at least 1")
         if prefetch is not None and prefetch < 1:
@@ -329,6 +330,7 @@ class LocalExecutor(Reaper, Dispatcher):
             "tasks_revoked": self._stats["revoked"],
             "dispatch_depth": self.dispatch_depth,
             "last_progress": self._last_progress,
+            "parallelism_reason": self._parallelism_reason,
         }
 
     def worker_pids(self) -> list[int]:

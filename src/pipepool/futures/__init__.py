@@ -114,10 +114,7 @@ class ProcessPoolExecutor(Executor):
         *,
         max_tasks_per_child: int | None = None,
     ) -> None:
-        if max_workers is None:
-            cpu_count = getattr(os, "process_cpu_count", os.cpu_count)
-            max_workers = cpu_count() or 1
-        elif max_workers <= 0:
+        if max_workers is not None and max_workers <= 0:
             raise ValueError("max_workers must be greater than 0")
         if mp_context is None:
             # As the stdlib: spawn when workers are recycled, the platform default else.
@@ -131,14 +128,13 @@ class ProcessPoolExecutor(Executor):
                 raise TypeError("max_tasks_per_child must be an integer")
             if max_tasks_per_child <= 0:
                 raise ValueError("max_tasks_per_child must be >= 1")
-        self._max_workers = max_workers
         self._mp_context = mp_context
         self._initializer = initializer
         self._initargs = tuple(initargs)
         self._max_tasks_per_child = max_tasks_per_child
         start_method = mp_context.get_start_method(allow_none=False)
         executor = LocalExecutor(
-            max_workers,
+            max_workers,  # None: the CPUs this process may use (pipepool._cpus), not the stdlib's
             start_method=start_method,
             max_tasks_per_child=max_tasks_per_child,
             initializer=initializer,
@@ -149,6 +145,7 @@ class ProcessPoolExecutor(Executor):
             prefetch=None,
             _records=True,  # its futures are the task records (pipepool._api, "Two ways out")
         )
+        max_workers = self._max_workers = executor.parallelism
         extra = max_workers if EXTRA_QUEUED is None else EXTRA_QUEUED
         self._driver = Driver(executor, max_workers + extra)
         # Collected without shutdown(): finish the submitted work, then stop (stdlib too).

@@ -47,7 +47,8 @@ def add_run_parser(sub) -> argparse.ArgumentParser:
         default=None,
         metavar="N",
         help="jobs at a time: N, +N or -N (cores plus or minus N), N%% of the cores "
-        "(default: the number of cores)",
+        "(default: the cores this process may use, the affinity mask capped by a cgroup "
+        "CPU quota; pipepool info says which decided)",
     )
     run.add_argument(
         "-a",
