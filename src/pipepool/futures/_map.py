@@ -92,7 +92,7 @@ def map_calls(
     if chunksize == 1:
         return _results(items, submit, task, refill, end_time)
     chunks = _chunk_results(items, submit, task, refill, end_time)
-    return MapResults.over(chunks)
+    return MapResults.over(chunks, items)
 
 
 def _chunks(it: Iterator[Any], size: int) -> Iterator[list[Any]]:
@@ -171,18 +171,23 @@ class MapResults(itertools.chain[Any]):
     results, plus ``close()`` (as the stdlib's generator has) that stops reading, cancels
     the chunks not started and drops the results not handed out."""
 
-    __slots__ = ("_chunks",)
+    __slots__ = ("_chunks", "_items")
     _chunks: Generator[Iterator[Any], None, None]
+    _items: deque[MapItem]
 
     @classmethod
-    def over(cls, chunks: Generator[Iterator[Any], None, None]) -> MapResults:
+    def over(
+        cls, chunks: Generator[Iterator[Any], None, None], items: deque[MapItem]
+    ) -> MapResults:
         it = cast(MapResults, cls.from_iterable(chunks))
         it._chunks = chunks
+        it._items = items
         return it
 
     def close(self) -> None:
-        self._chunks.close()
-        # What is left of the chunk being handed out goes too: next() then stops.
+        self._chunks.close()  # its finally cancels what is left, once it has started
+        for item in self._items:  # closed before the first next(): no finally ran
+            item.cancel()
         collections.deque(self, maxlen=0)
 
 
