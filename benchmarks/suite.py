@@ -59,6 +59,7 @@ import pipepool
 from . import _cpu, _noise, readme, report
 from ._calls import CallCounter
 from .contenders import (
+    MAP_CHUNK,
     NO_ADAPTIVE,
     SPECS,
     Adapter,
@@ -82,6 +83,8 @@ MEASURES = (
     "calls",
     "sweep",
     "hol",
+    "map",
+    "timeouts",
     "joblib-tiny",
     "joblib-mib",
     "joblib-arrays",
@@ -112,6 +115,12 @@ class Config:
     array_mb: int = 100  # joblib-arrays: the size of each array, MB (10^6 bytes)
     array_calls: int = 8  # joblib-arrays: calls per Parallel, each way
     sample_timeout: float = 300.0  # s; a sample that takes longer dumps stacks and exits
+    map_items: int = 1_000_000  # map: tiny calls of one chunked map
+    map_rounds: int = 3
+    map_parent_cpu_us: float = 0.06  # map: the parent CPU target per item (issue 32)
+    timeout_tasks: int = 16  # timeouts: a burst of tasks that all overrun their limit
+    timeout_limit: float = 0.2  # s each may run
+    timeout_sleep: float = 30.0  # s each would run
 
 
 PRESETS = {
@@ -131,6 +140,9 @@ PRESETS = {
         hol_count=200,
         hol_rounds=1,
         array_calls=4,
+        map_items=100_000,
+        map_rounds=1,
+        timeout_tasks=8,
     ),
     # The test suite's configuration: a few seconds, checks the outputs, not the numbers.
     "smoke": Config(
@@ -152,6 +164,10 @@ PRESETS = {
         sample_timeout=60.0,
         array_mb=2,
         array_calls=2,
+        map_items=2_000,
+        map_rounds=1,
+        timeout_tasks=4,
+        timeout_limit=0.1,
     ),
 }
 
@@ -218,6 +234,20 @@ MEASURE_INFO: dict[str, dict[str, Any]] = {
         "unit": "MB/s",
         "field": "mb_s",
         "better": "higher",
+    },
+    "map": {
+        "title": "Chunked map: {n:,} no-op calls from a list in one map, {chunk:,} per chunk "
+        "or the pool's own default chunking (chunks2: two iterables, a pair per call)",
+        "unit": "items/s",
+        "field": "rate",
+        "better": "higher",
+    },
+    "timeouts": {
+        "title": "Per-task timeouts: a burst of {n} tasks of {sleep:g} s, each limited to "
+        "{limit:g} s: seconds until all have failed with their timeout",
+        "unit": "s",
+        "field": "seconds",
+        "better": "lower",
     },
     "hol": {
         "title": "Long tasks: one {long:g} s task, then {n:,} of {short:g} s, on {w} "
@@ -396,6 +426,18 @@ def startup_sample(spec: Spec, parallelism: int, method: str) -> dict[str, float
     return {"ms": elapsed * 1e3, "close_ms": (time.perf_counter() - closing) * 1e3}
 
 
+def timeouts_sample(spec: Spec, parallelism: int, cfg: Config) -> dict[str, float]:
+    """A burst of tasks that all overrun their per-task timeout, on a warm pool."""
+    adapter = _open(spec, parallelism)
+    try:
+        seconds = adapter.timeouts(cfg.timeout_tasks, cfg.timeout_limit, cfg.timeout_sleep)
+    except BaseException:
+        adapter.abort()
+        raise
+    adapter.abort()  # killed workers may still be replaced: do not wait on them
+    return {"seconds": seconds}
+
+
 def hol_sample(spec: Spec, cfg: Config, warm: bool) -> dict[str, float]:
     """Warm: the pool ran no-ops first (so an adaptive depth has seen tiny tasks, as in a
     pool that has been in use); cold: the long task is the pool's first."""
@@ -506,8 +548,13 @@ class Suite:
             "std-map1",
             "std-map-auto",
             "mp-imap1",
+            "mp-map1",
             "mp-apply",
             "loky-submit",
+            "mpire-map1",
+            "mpire-apply",
+            "pebble-map1",
+            "pebble-schedule",
             "airflow",
         ]
         specs = [s for s in self.local_specs if s.key not in self.skipped] + self.specs(*keys)
@@ -552,6 +599,8 @@ class Suite:
         "mp-apply",
         "mp-imap1",
         "loky-submit",
+        "mpire-apply",
+        "pebble-schedule",
         "airflow",
     )
 
@@ -620,8 +669,11 @@ class Suite:
             lambda s, p: arrays_sample(s, p, self.cfg.array_mb * 10**6, self.cfg.array_calls),
         )
 
+    PEERS_ONE = ("mpire-apply", "pebble-schedule")  # mpire's and pebble's one-call idiom
+
     def run_latency(self) -> None:
-        keys = ["local", "ppe-submit", "std-submit", "mp-apply", "loky-submit", "airflow"]
+        keys = ["local", "ppe-submit", "std-submit", "mp-apply", "loky-submit", *self.PEERS_ONE]
+        keys.append("airflow")
         self.interleave(
             "latency",
             self.cfg.parallelism,
@@ -631,7 +683,8 @@ class Suite:
         )
 
     def run_startup(self) -> None:
-        keys = ["local", "ppe-submit", "std-submit", "mp-apply", "loky-submit", "airflow"]
+        keys = ["local", "ppe-submit", "std-submit", "mp-apply", "loky-submit", *self.PEERS_ONE]
+        keys.append("airflow")
         params = [(m, p) for m in self.cfg.methods for p in self.cfg.parallelism]
         self.interleave(
             "startup",
@@ -670,6 +723,34 @@ class Suite:
             self.specs(*keys),
             self.cfg.sweep_rounds,
             lambda s, p: throughput_sample(s, p, noop, args, lambda r: sorted(r) == args),
+        )
+
+    MAP_FAMILIES = ("ppe", "mp", "mpire", "loky", "std", "pebble")
+
+    def run_map(self) -> None:
+        """One chunked map of many tiny calls at p=2: 10,000 per chunk for every pool,
+        the automatic default of those that have one, and two iterables."""
+        args = list(range(self.cfg.map_items))
+        keys = [f"{f}-chunks" for f in self.MAP_FAMILIES]
+        keys += ["mp-map-default", "mpire-map-default"]
+        keys += [f"{f}-chunks2" for f in self.MAP_FAMILIES]
+        self.interleave(
+            "map",
+            [2],
+            self.specs(*keys),
+            self.cfg.map_rounds,
+            lambda s, p: throughput_sample(s, p, noop, args, lambda r: r == args),
+        )
+
+    def run_timeouts(self) -> None:
+        """pipepool's with_options(timeout=) against pebble's and mpire's per-task
+        timeouts, under a burst of tasks that all time out."""
+        self.interleave(
+            "timeouts",
+            [2],
+            self.specs("ppe-submit", "pebble-schedule", "mpire-apply"),
+            self.cfg.rounds,
+            lambda s, p: timeouts_sample(s, p, self.cfg),
         )
 
     def run_hol(self) -> None:
@@ -717,9 +798,18 @@ def summarize(suite: Suite, cfg: Config) -> None:
             "joblib-tiny": cfg.tiny_tasks,
             "joblib-mib": cfg.mib_tasks,
             "joblib-arrays": cfg.array_calls,
+            "map": cfg.map_items,
+            "timeouts": cfg.timeout_tasks,
         }[measure]
         data["title"] = info["title"].format(
-            n=n, long=cfg.hol_long, short=cfg.hol_short, w=cfg.hol_workers, mb=cfg.array_mb
+            n=n,
+            long=cfg.hol_long,
+            short=cfg.hol_short,
+            w=cfg.hol_workers,
+            mb=cfg.array_mb,
+            chunk=MAP_CHUNK,
+            sleep=cfg.timeout_sleep,
+            limit=cfg.timeout_limit,
         )
         for by_key in data["params"].values():
             for key, samples in list(by_key.items()):
@@ -816,6 +906,38 @@ TARGETS: tuple[tuple[str, tuple[Target, ...]], ...] = (
             Target(
                 "ProcessPoolExecutor.map chunksize 1, p={p}",
                 "tiny", "{p}", "ppe-map1", "mp-imap1", ">=", 2,
+            ),
+        ),
+    ),
+    (
+        "each p",  # issue 32: one item at a time, against every peer's chunksize-1 map
+        (
+            Target(
+                "ProcessPoolExecutor.map chunksize 1 vs the best peer's, p={p}",
+                "tiny", "{p}", "ppe-map1", "mp-map1,mp-imap1,mpire-map1,pebble-map1,std-map1",
+                ">=", 5,
+            ),
+        ),
+    ),
+    (
+        "p=2",  # issue 32: the chunked map, where most users start
+        (
+            Target(
+                "chunked map of {map_items:,} tiny calls vs the best peer",
+                "map", "2", "ppe-chunks",
+                "mp-chunks,mp-map-default,mpire-chunks,mpire-map-default,loky-chunks,"
+                "pebble-chunks,std-chunks",
+                ">=", 1.5, if_measured=True,
+            ),
+            Target(
+                "chunked map, parent CPU per item (µs) vs {map_parent_cpu_us:g} µs",
+                "map", "2", "ppe-chunks", "{map_parent_cpu_us:g} µs", "<=", 1,
+                "parent_cpu_us", absolute="map_parent_cpu_us", if_measured=True,
+            ),
+            Target(
+                "per-task timeouts, a burst of {timeout_tasks}: with_options(timeout=) vs "
+                "pebble's schedule(timeout=)",
+                "timeouts", "2", "ppe-submit", "pebble-schedule", "<=", 1, if_measured=True,
             ),
         ),
     ),
@@ -936,6 +1058,18 @@ def target_params(group: str, cfg: Config, local: str) -> list[dict[str, Any]]:
     raise ValueError(f"unknown group of targets {group!r}")
 
 
+def best_peer(
+    data: dict[str, Any], t: Target, param: str, keys: list[str]
+) -> tuple[str, float | None]:
+    """``(key, median)`` of the best of ``keys`` measured in this run: the highest for a
+    ``>=`` goal (the peer hardest to beat), the lowest for ``<=``."""
+    found = [(m, k) for k in keys if (m := median_of(data, t.measure, param, k, t.field))]
+    if not found:
+        return keys[0], None
+    value, key = (max if t.goal == ">=" else min)(found)
+    return key, value
+
+
 def evaluate_targets(data: dict[str, Any], cfg: Config) -> list[dict[str, Any]]:
     """The rows of ``TARGETS``, each a ratio of two medians measured in this run."""
     local = data["local_choice"]["key"]
@@ -949,11 +1083,14 @@ def evaluate_targets(data: dict[str, Any], cfg: Config) -> list[dict[str, Any]]:
                 if t.if_measured and ours not in measured:
                     continue
                 a = median_of(data, t.measure, param, ours, t.field)
-                b = (
-                    env[t.absolute]
-                    if t.absolute
-                    else median_of(data, t.measure, param, peer, t.field)
-                )
+                if "," in peer and not t.absolute:  # the best of several peers
+                    peer, b = best_peer(data, t, param, peer.split(","))
+                else:
+                    b = (
+                        env[t.absolute]
+                        if t.absolute
+                        else median_of(data, t.measure, param, peer, t.field)
+                    )
                 base = median_of(data, t.measure, param, t.over, t.field) if t.over else None
                 if t.over and (base is None or a is None or b is None):
                     a = b = None  # an overhead needs all three medians
@@ -1203,6 +1340,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m benchmarks") -> i
         "calls": suite.run_calls,
         "sweep": suite.run_sweep,
         "hol": suite.run_hol,
+        "map": suite.run_map,
+        "timeouts": suite.run_timeouts,
         "joblib-tiny": suite.run_joblib,  # runs every joblib measure
     }
     if {"joblib-mib", "joblib-arrays"} & set(measures) and "joblib-tiny" not in measures:
