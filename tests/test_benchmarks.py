@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(
     reason="no benchmarks/ beside tests/ (not a source checkout)",
 )
 
-MEASURES = {"tiny", "mib", "kib64", "latency", "startup", "calls", "sweep", "hol"}
+MEASURES = {"tiny", "mib", "kib64", "latency", "startup", "calls", "sweep", "hol", "map", "timeouts"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
