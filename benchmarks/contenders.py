@@ -212,7 +212,7 @@ class FuturesAdapter(Adapter):
     ) -> None:
         self.pool = pool
         self.parallelism = parallelism
-        self.mode = mode  # "submit", "map1", "map-auto", "chunks" or "chunks2"
+        self.mode = mode  # "submit", "submit-wait", "map1", "map-auto", "chunks", "chunks2"
         # map-auto: the chunksize to pass for a run of n calls (default: Pool.map's rule)
         self.auto = auto or (lambda n: auto_chunksize(n, parallelism))
 
@@ -220,6 +220,10 @@ class FuturesAdapter(Adapter):
         pool = self.pool
         if self.mode == "submit":
             futures = [pool.submit(fn, a) for a in args]
+            return [f.result() for f in futures]
+        if self.mode == "submit-wait":  # submit all, then concurrent.futures.wait(fs)
+            futures = [pool.submit(fn, a) for a in args]
+            concurrent.futures.wait(futures)
             return [f.result() for f in futures]
         if self.mode == "map1":
             return list(pool.map(fn, args, chunksize=1))
@@ -619,6 +623,12 @@ SPECS: dict[str, Spec] = {
     for s in [
         # LocalExecutor rows are added by the suite: one per prefetch it tries.
         Spec("ppe-submit", "pipepool ProcessPoolExecutor submit+result", PIPEPOOL, _ppe("submit")),
+        Spec(
+            "ppe-submit-wait",
+            "pipepool ProcessPoolExecutor submit, then wait(fs)",
+            PIPEPOOL,
+            _ppe("submit-wait"),
+        ),
         Spec("ppe-map1", "pipepool ProcessPoolExecutor map(chunksize=1)", PIPEPOOL, _ppe("map1")),
         Spec(
             "ppe-map-auto",
@@ -631,6 +641,12 @@ SPECS: dict[str, Spec] = {
             "stdlib ProcessPoolExecutor submit+result",
             "stdlib",
             lambda p, m: StdlibAdapter(p, m, "submit"),
+        ),
+        Spec(
+            "std-submit-wait",
+            "stdlib ProcessPoolExecutor submit, then wait(fs)",
+            "stdlib",
+            lambda p, m: StdlibAdapter(p, m, "submit-wait"),
         ),
         Spec(
             "std-map1",

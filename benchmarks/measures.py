@@ -310,9 +310,11 @@ class Suite:
         args = list(range(cfg.tiny_tasks))
         keys = [
             "ppe-submit",
+            "ppe-submit-wait",
             "ppe-map1",
             "ppe-map-auto",
             "std-submit",
+            "std-submit-wait",
             "std-map1",
             "std-map-auto",
             "mp-imap1",

@@ -69,6 +69,11 @@ TARGETS: tuple[tuple[str, tuple[Target, ...]], ...] = (
                 "ProcessPoolExecutor submit+result, p={p}",
                 "tiny", "{p}", "ppe-submit", "std-submit", ">=", 10,
             ),
+            Target(
+                "ProcessPoolExecutor submit, then wait(fs), p={p}",
+                "tiny", "{p}", "ppe-submit-wait", "std-submit-wait", ">=", 10,
+                if_measured=True,
+            ),
         ),
     ),
     (
