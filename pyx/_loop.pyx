@@ -15,6 +15,8 @@ the same (registration) order, so both twins visit ready pipes in the same order
 import math
 import os
 
+cimport cython
+
 from cpython.bytearray cimport (
     PyByteArray_AS_STRING,
     PyByteArray_FromStringAndSize,
@@ -558,6 +560,39 @@ cdef class PipeLoop:
         os.close(wake_r)
         os.close(wake_w)
 
+
+
+cdef class ChunkResults:
+    """The twin of ``_pyloop.chunk_results``: a chunked map's results in order, each
+    dropped from the chunk (its slot set to None) as it is handed out."""
+
+    cdef list items
+    cdef Py_ssize_t next_index
+
+    def __cinit__(self, list items):
+        self.items = items
+        self.next_index = 0
+
+    def __iter__(self):
+        return self
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    def __next__(self):
+        cdef list items = self.items
+        cdef Py_ssize_t i = self.next_index
+        if items is None or i >= len(items):
+            self.items = None  # the chunk's list goes as soon as it is done with
+            raise StopIteration
+        item = items[i]
+        items[i] = None
+        self.next_index = i + 1
+        return item
+
+
+def chunk_results(list items):
+    """The twin of ``_pyloop.chunk_results`` (see there)."""
+    return ChunkResults(items)
 
 def _share_docstrings():
     """Give each public method of the twins the pure loop's docstring, kept there once.

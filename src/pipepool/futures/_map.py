@@ -20,6 +20,7 @@ from concurrent.futures import CancelledError
 from concurrent.futures._base import CANCELLED, FINISHED, PENDING
 from typing import Any, cast
 
+from .. import loop as _impl
 from .._outcome import encode_failure, load_exception
 from ._item import Record
 
@@ -215,9 +216,6 @@ def _results(
             item.cancel()
 
 
-_pop = list.pop
-
-
 def _chunk_results(
     items: deque[MapItem],
     submit: Callable[..., MapItem],
@@ -225,10 +223,12 @@ def _chunk_results(
     calls: Iterator[Any] | None,
     end_time: float | None,
 ) -> Generator[Iterator[Any], None, None]:
-    """``_results`` for chunks: yields, per chunk, a C iterator that pops its results in
-    order (each one freed from the chunk as it is handed out, as the stdlib's
-    ``_chain_from_iterable_of_lists``); after a stopped chunk's results, raises its
-    failure. Resumed once per chunk by ``MapResults``."""
+    """``_results`` for chunks: yields, per chunk, a C iterator over its results in order,
+    each one dropped from the chunk as it is handed out (as the stdlib's
+    ``_chain_from_iterable_of_lists``): the loop's ``chunk_results``, compiled or its
+    pure twin. After a stopped chunk's results, raises its failure. Resumed once per
+    chunk by ``MapResults``."""
+    handout = _impl.load()[1].chunk_results  # the loop this process runs (PIPEPOOL_IMPL)
     try:
         while items:
             if calls is not None:
@@ -242,12 +242,9 @@ def _chunk_results(
             del item
             if type(out) is ChunkStopped:
                 error = load_exception(key, out.tb, out.exc_bytes, "in the parent")
-                out = out.results
-                out.reverse()
-                yield map(_pop, itertools.repeat(out, len(out)))
+                yield handout(out.results)
                 raise error
-            out.reverse()
-            yield map(_pop, itertools.repeat(out, len(out)))
+            yield handout(out)
             del out
     finally:
         for item in items:
