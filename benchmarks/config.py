@@ -50,6 +50,7 @@ class Config:
     map_items: int = 1_000_000  # map: tiny calls of one chunked map
     map_rounds: int = 3
     map_parent_cpu_us: float = 0.06  # map: the parent CPU target per item (issue 32)
+    wait_cpu_us: float = 1.0  # tiny: what wait(fs) may add per future (issue 32)
     timeout_tasks: int = 16  # timeouts: a burst of tasks that all overrun their limit
     timeout_limit: float = 0.2  # s each may run
     timeout_sleep: float = 30.0  # s each would run

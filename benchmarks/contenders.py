@@ -471,6 +471,45 @@ class PebbleAdapter(Adapter):
         self.pool.join()
 
 
+class BareFuturesAdapter(Adapter):
+    """No pool: ``concurrent.futures.Future`` objects a second thread completes, waited
+    for by ``wait(fs)`` or by ``result()`` one by one. The CPU per future of the two,
+    beside a pool's submit+wait and submit+result, tells what the stdlib's own ``wait()``
+    costs per future, apart from any pool."""
+
+    def __init__(self, parallelism: int, start_method: str | None, mode: str) -> None:
+        self.mode = mode  # "wait" or "result"
+
+    def run(self, fn, args):
+        import threading
+
+        futures = [concurrent.futures.Future() for _ in args]
+        go = threading.Event()
+
+        def complete() -> None:
+            go.wait()
+            for f, a in zip(futures, args, strict=True):
+                f.set_result(fn(a))
+
+        setter = threading.Thread(target=complete)
+        setter.start()
+        go.set()
+        if self.mode == "wait":
+            concurrent.futures.wait(futures)
+        results = [f.result() for f in futures]
+        setter.join()
+        return results
+
+    def call(self, fn, arg):
+        return self.run(fn, [arg])[0]
+
+    def pids(self):
+        return []
+
+    def close(self):
+        pass
+
+
 class AirflowAdapter(Adapter):
     def __init__(self, parallelism: int, start_method: str | None) -> None:
         self.pool = AirflowStylePool(parallelism, start_method)
@@ -647,6 +686,18 @@ SPECS: dict[str, Spec] = {
             "stdlib ProcessPoolExecutor submit, then wait(fs)",
             "stdlib",
             lambda p, m: StdlibAdapter(p, m, "submit-wait"),
+        ),
+        Spec(
+            "bare-wait",
+            "stdlib wait(fs) on bare Futures a thread completes (no pool)",
+            "stdlib",
+            lambda p, m: BareFuturesAdapter(p, m, "wait"),
+        ),
+        Spec(
+            "bare-result",
+            "stdlib result() on bare Futures a thread completes (no pool)",
+            "stdlib",
+            lambda p, m: BareFuturesAdapter(p, m, "result"),
         ),
         Spec(
             "std-map1",

@@ -315,6 +315,8 @@ class Suite:
             "ppe-map-auto",
             "std-submit",
             "std-submit-wait",
+            "bare-wait",
+            "bare-result",
             "std-map1",
             "std-map-auto",
             "mp-imap1",

@@ -106,3 +106,22 @@ def test_best_peer_is_the_hardest_to_beat() -> None:
     sooner = Target("t", "m", "2", "x", "a,b,c", "<=", 1)
     assert best_peer(data, sooner, "2", ["a", "b", "c"]) == ("a", 3)
     assert best_peer(data, faster, "2", ["c"]) == ("c", None)
+
+
+def test_the_wait_row_subtracts_result_and_the_stdlibs_own_wait_cost() -> None:
+    """wait(fs)'s own cost per future: (submit+wait - submit+result) of pipepool, minus
+    (wait - result) of the stdlib on bare Futures, against 1 µs."""
+    from benchmarks.config import Config
+    from benchmarks.targets import evaluate_targets
+
+    cpu = {"ppe-submit-wait": 5.0, "ppe-submit": 3.5, "bare-wait": 2.0, "bare-result": 1.2}
+    by_key = {k: {"median": {"parent_cpu_us": v, "rate": 1.0}} for k, v in cpu.items()}
+    data = {
+        "local_choice": {"key": "local-adaptive"},
+        "contenders": {},
+        "measures": {"tiny": {"field": "rate", "params": {"2": by_key}}},
+    }
+    rows = evaluate_targets(data, Config(parallelism=[2]))
+    (row,) = [r for r in rows if r["target"].startswith("CPU wait(fs) adds per future")]
+    assert row["ours_value"] == (5.0 - 3.5) - (2.0 - 1.2)
+    assert row["peer_value"] == 1.0 and row["met"] is True
