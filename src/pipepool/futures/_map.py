@@ -83,12 +83,11 @@ def map_calls(
     else:
         calls = _chunks(zip(*iterables, strict=False), chunksize)
         task = StarmapChunk(fn)
-    # A chunk is one argument, a list: wrapped in the tuple submit's *args wants.
-    wrap = (lambda args: args) if chunksize == 1 else (lambda chunk: (chunk,))
-    if buffersize:
-        items = deque(submit(task, *wrap(args)) for args in itertools.islice(calls, buffersize))
+    first = itertools.islice(calls, buffersize) if buffersize else calls
+    if chunksize == 1:
+        items = deque(submit(task, *args) for args in first)
     else:
-        items = deque(submit(task, *wrap(args)) for args in calls)
+        items = deque(submit(task, chunk) for chunk in first)  # a chunk is one argument
     refill = calls if buffersize else None
     if chunksize == 1:
         return _results(items, submit, task, refill, end_time)
