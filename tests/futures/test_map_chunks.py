@@ -150,3 +150,14 @@ def test_close_cancels_the_chunks_not_started(make_pool, tmp_path, started):
     ran = [os.path.exists(m) for m in marks]
     assert ran == sorted(ran, reverse=True)  # a prefix of the items ran
     assert not ran[-1], "the last chunk ran after close()"
+
+
+def test_max_tasks_per_child_counts_chunks(impl, monkeypatch):
+    """One worker recycled after every task: the items of a chunk share a worker, and
+    the next chunk runs in its replacement."""
+    monkeypatch.setenv("PIPEPOOL_IMPL", impl)
+    ctx = multiprocessing.get_context("fork")
+    with pipepool.ProcessPoolExecutor(1, mp_context=ctx, max_tasks_per_child=1) as pool:
+        pids = list(pool.map(mt.pid, range(6), chunksize=3, timeout=WAIT))
+    assert len(set(pids[:3])) == 1 and len(set(pids[3:])) == 1
+    assert pids[0] != pids[3]
