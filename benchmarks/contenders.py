@@ -31,9 +31,10 @@ import pipepool
 
 from .peers.airflow_style import AirflowStylePool
 from .peers.raw_pipe import RawPipe
-from .tasks import sleep_s
+from .tasks import first, sleep_s
 
 PIPEPOOL = "pipepool"
+MAP_CHUNK = 10_000  # items per chunk of the chunked-map rows (the issue's "10,000")
 
 
 def auto_chunksize(tasks: int, parallelism: int) -> int:
@@ -84,6 +85,15 @@ def _wait_futures(futures: list[concurrent.futures.Future]) -> None:
         f.result()  # raise a task's error here, not silently
 
 
+def _expect_timeouts(futures: list[Any]) -> None:
+    """Every future failed with a timeout (pebble raises the builtin TimeoutError,
+    pipepool its subclass TaskTimeoutError, mpire its TimeoutError)."""
+    for f in futures:
+        exc = f.exception()
+        if not isinstance(exc, TimeoutError):
+            raise AssertionError(f"expected a timeout, got {exc!r}")
+
+
 class Adapter:
     def run(self, fn: Callable[[Any], Any], args: list[Any]) -> list[Any]:
         raise NotImplementedError
@@ -95,6 +105,11 @@ class Adapter:
         raise NotImplementedError
 
     def pids(self) -> list[int]:
+        raise NotImplementedError
+
+    def timeouts(self, count: int, limit: float, sleep: float) -> float:
+        """Seconds until a burst of ``count`` tasks of ``sleep`` s, each limited to
+        ``limit`` s, have all failed with their timeout (pools with per-task timeouts)."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -198,7 +213,7 @@ class FuturesAdapter(Adapter):
     ) -> None:
         self.pool = pool
         self.parallelism = parallelism
-        self.mode = mode  # "submit", "map1" or "map-auto"
+        self.mode = mode  # "submit", "submit-wait", "map1", "map-auto", "chunks", "chunks2"
         # map-auto: the chunksize to pass for a run of n calls (default: Pool.map's rule)
         self.auto = auto or (lambda n: auto_chunksize(n, parallelism))
 
@@ -207,9 +222,26 @@ class FuturesAdapter(Adapter):
         if self.mode == "submit":
             futures = [pool.submit(fn, a) for a in args]
             return [f.result() for f in futures]
+        if self.mode == "submit-wait":  # submit all, then concurrent.futures.wait(fs)
+            futures = [pool.submit(fn, a) for a in args]
+            concurrent.futures.wait(futures)
+            return [f.result() for f in futures]
         if self.mode == "map1":
             return list(pool.map(fn, args, chunksize=1))
+        if self.mode == "chunks":
+            return list(pool.map(fn, args, chunksize=MAP_CHUNK))
+        if self.mode == "chunks2":  # several iterables: fn(x, y), zip semantics
+            return list(pool.map(first, args, args, chunksize=MAP_CHUNK))
         return list(pool.map(fn, args, chunksize=self.auto(len(args))))
+
+    def timeouts(self, count: int, limit: float, sleep: float) -> float:
+        """Seconds until ``count`` tasks of ``sleep`` s, each limited to ``limit`` s,
+        have all failed with their timeout (pipepool's ``with_options(timeout=)``)."""
+        view = self.pool.with_options(timeout=limit)
+        started = time.perf_counter()
+        futures = [view.submit(sleep_s, sleep) for _ in range(count)]
+        _expect_timeouts(futures)
+        return time.perf_counter() - started
 
     def call(self, fn, arg):
         return self.pool.submit(fn, arg).result()
@@ -291,12 +323,20 @@ class MpPoolAdapter(Adapter):
 
     def __init__(self, parallelism: int, start_method: str | None, mode: str) -> None:
         self.pool = multiprocessing.get_context(start_method).Pool(parallelism)
-        self.mode = mode  # "imap1" or "apply"
+        self.mode = mode  # "imap1", "apply", "map1", "chunks", "chunks2" or "map-default"
 
     def run(self, fn, args):
         pool = self.pool
         if self.mode == "imap1":
             return list(pool.imap_unordered(fn, args, chunksize=1))
+        if self.mode == "map1":
+            return pool.map(fn, args, chunksize=1)
+        if self.mode == "chunks":
+            return pool.map(fn, args, chunksize=MAP_CHUNK)
+        if self.mode == "chunks2":
+            return pool.starmap(first, zip(args, args, strict=False), chunksize=MAP_CHUNK)
+        if self.mode == "map-default":
+            return pool.map(fn, args)
         results = [pool.apply_async(fn, (a,)) for a in args]
         return [r.get() for r in results]
 
@@ -329,6 +369,146 @@ class MpPoolAdapter(Adapter):
     def abort(self):
         self.pool.terminate()
         self.pool.join()
+
+
+class MpireAdapter(Adapter):
+    """mpire's WorkerPool, workers kept alive between calls: ``map`` (chunk size 1,
+    10,000 or its default) or ``apply_async`` + ``get``."""
+
+    def __init__(self, parallelism: int, start_method: str | None, mode: str) -> None:
+        from mpire import WorkerPool
+
+        self.pool = WorkerPool(parallelism, start_method=start_method or "fork", keep_alive=True)
+        self.mode = mode  # "apply", "map1", "chunks", "chunks2" or "map-default"
+
+    def run(self, fn, args):
+        pool = self.pool
+        if self.mode == "apply":
+            results = [pool.apply_async(fn, (a,)) for a in args]
+            return [r.get() for r in results]
+        if self.mode == "chunks2":
+            pairs = list(zip(args, args, strict=False))  # mpire unpacks a tuple's items
+            return pool.map(first, pairs, chunk_size=MAP_CHUNK)
+        chunk = {"map1": 1, "chunks": MAP_CHUNK}.get(self.mode)
+        return pool.map(fn, args, chunk_size=chunk)
+
+    def call(self, fn, arg):
+        return self.pool.apply(fn, (arg,))
+
+    def shorts_done(self, long_s, short_s, count):
+        started = time.perf_counter()
+        self.pool.apply_async(sleep_s, (long_s,))
+        for r in [self.pool.apply_async(sleep_s, (short_s,)) for _ in range(count)]:
+            r.get()
+        return time.perf_counter() - started
+
+    def timeouts(self, count: int, limit: float, sleep: float) -> float:
+        started = time.perf_counter()
+        results = [
+            self.pool.apply_async(sleep_s, (sleep,), task_timeout=limit) for _ in range(count)
+        ]
+        for r in results:
+            r.wait()
+            if r.successful():
+                raise AssertionError("expected a timeout")
+        return time.perf_counter() - started
+
+    def pids(self):
+        return [w.pid for w in self.pool._workers if w is not None and w.pid is not None]
+
+    def close(self):
+        self.pool.stop_and_join()
+
+    def abort(self):
+        self.pool.terminate()
+
+
+class PebbleAdapter(Adapter):
+    """pebble's ProcessPool: ``schedule`` + ``result``, or ``map`` (its chunksize 1 or
+    10,000), whose futures' ``timeout`` kills the worker of a task that overruns."""
+
+    def __init__(self, parallelism: int, start_method: str | None, mode: str) -> None:
+        from pebble import ProcessPool
+
+        ctx = multiprocessing.get_context(start_method) if start_method else multiprocessing
+        self.pool = ProcessPool(parallelism, context=ctx)
+        self.mode = mode  # "schedule", "map1", "chunks" or "chunks2"
+
+    def run(self, fn, args):
+        pool = self.pool
+        if self.mode == "schedule":
+            futures = [pool.schedule(fn, (a,)) for a in args]
+            return [f.result() for f in futures]
+        if self.mode == "chunks2":
+            return list(pool.map(first, args, args, chunksize=MAP_CHUNK).result())
+        chunk = MAP_CHUNK if self.mode == "chunks" else 1
+        return list(pool.map(fn, args, chunksize=chunk).result())
+
+    def call(self, fn, arg):
+        return self.pool.schedule(fn, (arg,)).result()
+
+    def shorts_done(self, long_s, short_s, count):
+        started = time.perf_counter()
+        self.pool.schedule(sleep_s, (long_s,))
+        _wait_futures([self.pool.schedule(sleep_s, (short_s,)) for _ in range(count)])
+        return time.perf_counter() - started
+
+    def timeouts(self, count: int, limit: float, sleep: float) -> float:
+        started = time.perf_counter()
+        _expect_timeouts(
+            [self.pool.schedule(sleep_s, (sleep,), timeout=limit) for _ in range(count)]
+        )
+        return time.perf_counter() - started
+
+    def pids(self):
+        return list(self.pool._pool_manager.worker_manager.workers)
+
+    def close(self):
+        self.pool.close()
+        self.pool.join()
+
+    def abort(self):
+        self.pool.stop()
+        self.pool.join()
+
+
+class BareFuturesAdapter(Adapter):
+    """No pool: ``concurrent.futures.Future`` objects a second thread completes, waited
+    for by ``wait(fs)`` or by ``result()`` one by one. The CPU per future of the two,
+    beside a pool's submit+wait and submit+result, tells what the stdlib's own ``wait()``
+    costs per future, apart from any pool."""
+
+    def __init__(self, parallelism: int, start_method: str | None, mode: str) -> None:
+        self.mode = mode  # "wait" or "result"
+
+    def run(self, fn, args):
+        import threading
+
+        futures = [concurrent.futures.Future() for _ in args]
+        go = threading.Event()
+
+        def complete() -> None:
+            go.wait()
+            for f, a in zip(futures, args, strict=True):
+                f.set_result(fn(a))
+
+        setter = threading.Thread(target=complete)
+        setter.start()
+        go.set()
+        if self.mode == "wait":
+            concurrent.futures.wait(futures)
+        results = [f.result() for f in futures]
+        setter.join()
+        return results
+
+    def call(self, fn, arg):
+        return self.run(fn, [arg])[0]
+
+    def pids(self):
+        return []
+
+    def close(self):
+        pass
 
 
 class AirflowAdapter(Adapter):
@@ -407,11 +587,88 @@ def _ppe(mode: str) -> Callable[[int, str | None], Adapter]:
     return lambda p, m: PipepoolFuturesAdapter(p, m, mode)
 
 
+def _chunk_specs() -> list[Spec]:
+    """``<family>-chunks`` (10,000 per chunk), ``<family>-chunks2`` (two iterables) and
+    ``<family>-map-default`` (the pool's own chunking) of every pool with a map."""
+    makers: dict[
+        str, tuple[str, str, Callable[[str], Callable[[int, str | None], Adapter]], str | None]
+    ] = {
+        "ppe": ("pipepool ProcessPoolExecutor", PIPEPOOL, _ppe, None),
+        "std": (
+            "stdlib ProcessPoolExecutor",
+            "stdlib",
+            lambda mode: lambda p, m: StdlibAdapter(p, m, mode),
+            None,
+        ),
+        "mp": (
+            "multiprocessing.Pool",
+            "multiprocessing",
+            lambda mode: lambda p, m: MpPoolAdapter(p, m, mode),
+            None,
+        ),
+        "loky": (
+            "loky ProcessPoolExecutor",
+            "loky",
+            lambda mode: lambda p, m: LokyAdapter(p, m, mode),
+            "loky",
+        ),
+        "mpire": (
+            "mpire WorkerPool",
+            "mpire",
+            lambda mode: lambda p, m: MpireAdapter(p, m, mode),
+            "mpire",
+        ),
+        "pebble": (
+            "pebble ProcessPool",
+            "pebble",
+            lambda mode: lambda p, m: PebbleAdapter(p, m, mode),
+            "pebble",
+        ),
+    }
+    out = []
+    for key, (label, family, make, requires) in makers.items():
+        out.append(
+            Spec(
+                f"{key}-chunks",
+                f"{label} map, {MAP_CHUNK:,} per chunk",
+                family,
+                make("chunks"),
+                requires,
+            )
+        )
+        out.append(
+            Spec(
+                f"{key}-chunks2",
+                f"{label} map of 2 iterables, {MAP_CHUNK:,} per chunk",
+                family,
+                make("chunks2"),
+                requires,
+            )
+        )
+        if key in ("mp", "mpire"):
+            out.append(
+                Spec(
+                    f"{key}-map-default",
+                    f"{label} map, its default chunking",
+                    family,
+                    make("map-default"),
+                    requires,
+                )
+            )
+    return out
+
+
 SPECS: dict[str, Spec] = {
     s.key: s
     for s in [
         # LocalExecutor rows are added by the suite: one per prefetch it tries.
         Spec("ppe-submit", "pipepool ProcessPoolExecutor submit+result", PIPEPOOL, _ppe("submit")),
+        Spec(
+            "ppe-submit-wait",
+            "pipepool ProcessPoolExecutor submit, then wait(fs)",
+            PIPEPOOL,
+            _ppe("submit-wait"),
+        ),
         Spec("ppe-map1", "pipepool ProcessPoolExecutor map(chunksize=1)", PIPEPOOL, _ppe("map1")),
         Spec(
             "ppe-map-auto",
@@ -424,6 +681,24 @@ SPECS: dict[str, Spec] = {
             "stdlib ProcessPoolExecutor submit+result",
             "stdlib",
             lambda p, m: StdlibAdapter(p, m, "submit"),
+        ),
+        Spec(
+            "std-submit-wait",
+            "stdlib ProcessPoolExecutor submit, then wait(fs)",
+            "stdlib",
+            lambda p, m: StdlibAdapter(p, m, "submit-wait"),
+        ),
+        Spec(
+            "bare-wait",
+            "stdlib wait(fs) on bare Futures a thread completes (no pool)",
+            "stdlib",
+            lambda p, m: BareFuturesAdapter(p, m, "wait"),
+        ),
+        Spec(
+            "bare-result",
+            "stdlib result() on bare Futures a thread completes (no pool)",
+            "stdlib",
+            lambda p, m: BareFuturesAdapter(p, m, "result"),
         ),
         Spec(
             "std-map1",
@@ -449,6 +724,43 @@ SPECS: dict[str, Spec] = {
             "multiprocessing",
             lambda p, m: MpPoolAdapter(p, m, "apply"),
         ),
+        Spec(
+            "mp-map1",
+            "multiprocessing.Pool map(chunksize=1)",
+            "multiprocessing",
+            lambda p, m: MpPoolAdapter(p, m, "map1"),
+        ),
+        Spec(
+            "mpire-apply",
+            "mpire WorkerPool apply_async+get",
+            "mpire",
+            lambda p, m: MpireAdapter(p, m, "apply"),
+            requires="mpire",
+        ),
+        Spec(
+            "mpire-map1",
+            "mpire WorkerPool map(chunk_size=1)",
+            "mpire",
+            lambda p, m: MpireAdapter(p, m, "map1"),
+            requires="mpire",
+        ),
+        Spec(
+            "pebble-schedule",
+            "pebble ProcessPool schedule+result",
+            "pebble",
+            lambda p, m: PebbleAdapter(p, m, "schedule"),
+            requires="pebble",
+        ),
+        Spec(
+            "pebble-map1",
+            "pebble ProcessPool map(chunksize=1)",
+            "pebble",
+            lambda p, m: PebbleAdapter(p, m, "map1"),
+            requires="pebble",
+        ),
+        # The chunked map of many tiny calls: 10,000 per chunk, or the pool's default
+        # where it has an automatic one (multiprocessing.Pool, mpire).
+        *_chunk_specs(),
         Spec(
             "loky-submit",
             "loky ProcessPoolExecutor submit+result",
@@ -477,6 +789,8 @@ PEER_COLUMNS = {
     "std-submit": "stdlib PPE",
     "mp-imap1": "mp.Pool imap",
     "loky-submit": "loky",
+    "mpire-apply": "mpire",
+    "pebble-schedule": "pebble",
     "airflow": "Airflow-style",
     "raw-pipe": "raw pipe",
     "joblib-loky": "joblib loky",  # only in the joblib tables (benchmarks/joblib_adapters.py)

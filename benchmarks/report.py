@@ -48,10 +48,10 @@ def write_all(data: dict[str, Any], out_dir: str, *, plots: bool = True) -> list
 def _fmt(value: float | None, unit: str) -> str:
     if value is None:
         return "n/a"
-    if unit in ("tasks/s",):
+    if unit in ("tasks/s", "items/s"):
         return f"{value:,.0f}"
     if unit == "µs/task":
-        return f"{value:,.1f}"
+        return f"{value:,.1f}" if value >= 1 else f"{value:.3f}"
     if unit.startswith("µs"):
         return f"{value:,.0f}"
     if unit == "MB/s":
@@ -404,3 +404,7 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# The formatting the README writer shares (benchmarks/readme.py), so both say it alike.
+fmt, ratio, table, label, unit_of = _fmt, _ratio, _table, _label, _unit_of

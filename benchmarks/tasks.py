@@ -14,6 +14,11 @@ def noop(x: int) -> int:
     return x
 
 
+def first(x: int, _y: int) -> int:
+    """Two arguments, return the first: a map over several iterables (zip semantics)."""
+    return x
+
+
 def make_mib(_x: int) -> bytes:
     """Return 1 MiB (a fresh buffer each call; calloc'd, so making it costs ~nothing)."""
     return bytes(MIB)

@@ -15,6 +15,8 @@ the same (registration) order, so both twins visit ready pipes in the same order
 import math
 import os
 
+cimport cython
+
 from cpython.bytearray cimport (
     PyByteArray_AS_STRING,
     PyByteArray_FromStringAndSize,
@@ -45,7 +47,7 @@ from posix.unistd cimport write as c_write
 from pipepool import frames as _frames
 from pipepool.errors import FrameError
 
-__all__ = ["FrameReader", "PipeLoop"]  # the twins export exactly these
+__all__ = ["FrameReader", "PipeLoop", "chunk_results"]  # the twins export exactly these
 
 MAX_PAYLOAD = _frames.MAX_PAYLOAD
 if _frames.HEADER_SIZE != HEADER_SIZE or _frames.MAGIC != MAGIC:
@@ -559,6 +561,39 @@ cdef class PipeLoop:
         os.close(wake_w)
 
 
+
+cdef class ChunkResults:
+    """The twin of ``_pyloop.chunk_results``: a chunked map's results in order, each
+    dropped from the chunk (its slot set to None) as it is handed out."""
+
+    cdef list items
+    cdef Py_ssize_t next_index
+
+    def __cinit__(self, list items):
+        self.items = items
+        self.next_index = 0
+
+    def __iter__(self):
+        return self
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    def __next__(self):
+        cdef list items = self.items
+        cdef Py_ssize_t i = self.next_index
+        if items is None or i >= len(items):
+            self.items = None  # the chunk's list goes as soon as it is done with
+            raise StopIteration
+        item = items[i]
+        items[i] = None
+        self.next_index = i + 1
+        return item
+
+
+def chunk_results(list items):
+    """The twin of ``_pyloop.chunk_results`` (see there)."""
+    return ChunkResults(items)
+
 def _share_docstrings():
     """Give each public method of the twins the pure loop's docstring, kept there once.
 
@@ -567,7 +602,8 @@ def _share_docstrings():
     """
     from pipepool.loop import _pyloop
 
-    for name in __all__:
+    chunk_results.__doc__ = _pyloop.chunk_results.__doc__
+    for name in ("FrameReader", "PipeLoop"):
         spec, twin = getattr(_pyloop, name), globals()[name]
         for attr, method in vars(twin).items():
             documented = getattr(spec, attr, None)

@@ -57,10 +57,11 @@ def reader(loop_module):
 
 def test_the_module_has_the_declared_classes(loop_module):
     declared = declared_methods(_interface.LoopModule)
-    assert set(declared) == {"PipeLoop", "FrameReader"}
+    assert set(declared) == {"PipeLoop", "FrameReader", "chunk_results"}
     assert sorted(loop_module.__all__) == sorted(declared)
-    for name in declared:
+    for name in ("PipeLoop", "FrameReader"):
         assert inspect.isclass(getattr(loop_module, name)), name
+    assert callable(loop_module.chunk_results)
 
 
 def test_the_constructors_take_the_declared_arguments(loop_module):

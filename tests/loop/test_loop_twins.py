@@ -15,6 +15,7 @@ from helpers import twins
 from pipepool.frames import MAX_PAYLOAD, encode_header
 
 pytestmark = pytest.mark.timeout(120)
+CLASSES = ("FrameReader", "PipeLoop")  # the twins' classes; chunk_results is a function
 
 
 # -- the surface ------------------------------------------------------------------------------
@@ -22,8 +23,16 @@ pytestmark = pytest.mark.timeout(120)
 
 def test_same_public_names_and_signatures():
     pure, compiled = twins()
-    assert sorted(compiled.__all__) == sorted(pure.__all__) == ["FrameReader", "PipeLoop"]
-    for name in pure.__all__:
+    assert (
+        sorted(compiled.__all__)
+        == sorted(pure.__all__)
+        == [
+            "FrameReader",
+            "PipeLoop",
+            "chunk_results",
+        ]
+    )
+    for name in CLASSES:
         spec, twin = getattr(pure, name), getattr(compiled, name)
         methods = [m for m, v in vars(spec).items() if not m.startswith("_") and callable(v)]
         for method in methods:
@@ -43,7 +52,8 @@ def test_compiled_twin_carries_the_specification_docstrings():
     """help() on the compiled classes says what the pure loop says (docstrings are kept
     once, in the pure loop, and shared at import)."""
     pure, compiled = twins()
-    for name in pure.__all__:
+    assert compiled.chunk_results.__doc__ == pure.chunk_results.__doc__
+    for name in CLASSES:
         spec, twin = getattr(pure, name), getattr(compiled, name)
         assert twin.__doc__ and twin.__doc__.splitlines()[0] == spec.__doc__.splitlines()[0]
         documented = [

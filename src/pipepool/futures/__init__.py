@@ -173,10 +173,13 @@ class ProcessPoolExecutor(Executor):
         """Like the builtin ``map(fn, *iterables)``, run in the pool, results in order.
 
         ``timeout`` (seconds, from this call) bounds the wait for each next result and
-        raises ``TimeoutError``; ``chunksize`` sends that many calls per task;
-        ``buffersize`` (as in Python 3.14, here on every version) reads the iterables
-        lazily and keeps at most that many chunks in flight, so an endless iterable
-        works and memory stays flat. Without it the iterables are read at once.
+        raises ``TimeoutError``; ``chunksize`` sends that many calls per task (raise it
+        for many tiny calls: a chunk runs in C on both sides, and an item that raises
+        ends its chunk after the results before it are yielded); ``buffersize`` (as in
+        Python 3.14, here on every version) reads the iterables lazily and keeps at
+        most that many chunks in flight, so an endless iterable works and memory stays
+        flat. Without it the iterables are read at once. A chunk is one task for
+        ``with_options(timeout=)``, ``max_tasks_per_child`` and cancellation.
         """
         return map_calls(self._map_submitter(None), fn, iterables, timeout, chunksize, buffersize)
 

@@ -1,16 +1,27 @@
 """``ProcessPoolExecutor.map``: the stdlib's algorithm (3.14, with ``buffersize``) over
-items lighter than Futures, each result freed as soon as it is handed out."""
+items lighter than Futures, each result freed as soon as it is handed out.
+
+With ``chunksize`` > 1 (docs/design.md, "Chunked map") nothing of pipepool runs in Python
+per item: a chunk of one iterable travels as one list (several iterables: a list of
+``zip`` tuples), the worker runs it with ``map`` (``starmap``) in C, and the parent hands
+the results out through ``itertools.chain``, resuming Python once per chunk. A chunk stops
+at its first failing item; the results before it come back with the failure, and are
+handed out before it is raised (the stdlib loses them).
+"""
 
 from __future__ import annotations
 
+import collections
 import itertools
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from concurrent.futures import CancelledError
 from concurrent.futures._base import CANCELLED, FINISHED, PENDING
-from typing import Any
+from typing import Any, cast
 
+from .. import loop as _impl
+from .._outcome import encode_failure, load_exception
 from ._item import Record
 
 
@@ -57,53 +68,136 @@ def map_calls(
     if buffersize is not None and buffersize < 1:
         raise ValueError("buffersize must be None or > 0")
     end_time = None if timeout is None else timeout + time.monotonic()
+    calls: Iterator[Any]
+    task: Callable[..., Any]
     if chunksize == 1:
-        calls: Iterator[tuple] = zip(*iterables, strict=False)  # shortest, as map()
+        calls = zip(*iterables, strict=False)  # shortest, as map()
         task = fn
+    elif len(iterables) == 1:
+        source = iterables[0]
+        if type(source) is list or type(source) is tuple:
+            calls = _slices(source, chunksize)  # a slice is a copy in C: no item iterated
+        else:
+            calls = _chunks(iter(source), chunksize)
+        task = MapChunk(fn)
     else:
-        calls = ((chunk,) for chunk in _chunks(zip(*iterables, strict=False), chunksize))
-        task = ChunkRunner(fn)
-    if buffersize:
-        items = deque(submit(task, *args) for args in itertools.islice(calls, buffersize))
+        calls = _chunks(zip(*iterables, strict=False), chunksize)
+        task = StarmapChunk(fn)
+    first = itertools.islice(calls, buffersize) if buffersize else calls
+    if chunksize == 1:
+        items = deque(submit(task, *args) for args in first)
     else:
-        items = deque(submit(task, *args) for args in calls)
-    results = _results(items, submit, task, calls if buffersize else None, end_time)
-    return _flatten(results) if chunksize > 1 else results
+        items = deque(submit(task, chunk) for chunk in first)  # a chunk is one argument
+    refill = calls if buffersize else None
+    if chunksize == 1:
+        return _results(items, submit, task, refill, end_time)
+    chunks = _chunk_results(items, submit, task, refill, end_time)
+    return MapResults.over(chunks, items)
 
 
-def _chunks(iterable: Iterable[Any], size: int) -> Iterator[tuple]:
-    it = iter(iterable)
-    while chunk := tuple(itertools.islice(it, size)):
+def _chunks(it: Iterator[Any], size: int) -> Iterator[list[Any]]:
+    """Lists of ``size`` items from ``it`` (the last one shorter), built in C."""
+    take = itertools.islice
+    while chunk := list(take(it, size)):
         yield chunk
 
 
-class ChunkRunner:
-    """Runs one chunk of ``map`` in a worker; module level so it pickles by name, with a
-    repr that reads well in error messages."""
+def _slices(seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    """``_chunks`` of a list or tuple, by slicing (a tuple's chunks are tuples)."""
+    for start in range(0, len(seq), size):
+        yield seq[start : start + size]
+
+
+class MapChunk:
+    """Runs one chunk of ``map`` over one iterable in a worker: ``map(fn, chunk)`` in C.
+
+    Returns the results as a list, or a ``ChunkStopped`` with the results before the first
+    failing item and that item's failure. Module level, so it pickles by name; its repr
+    reads well in error messages."""
 
     __slots__ = ("fn",)
 
     def __init__(self, fn: Callable[..., Any]) -> None:
         self.fn = fn
 
-    def __call__(self, chunk: tuple[tuple, ...]) -> list[Any]:
-        fn = self.fn
-        return [fn(*args) for args in chunk]
+    def __call__(self, chunk: Sequence[Any]) -> list[Any] | ChunkStopped:
+        out: list[Any] = []
+        try:
+            # extend() keeps what it appended before the iterator raised: the results
+            # before the failing item.
+            out.extend(map(self.fn, chunk))
+        except BaseException as exc:  # any exception of an item is its outcome (as _serve)
+            return ChunkStopped(out, *encode_failure(exc))
+        return out
 
     def __reduce__(self) -> tuple[type, tuple[Callable[..., Any]]]:
-        return (ChunkRunner, (self.fn,))
+        return (type(self), (self.fn,))
 
     def __repr__(self) -> str:
         return f"<map chunk of {self.fn!r}>"
+
+
+class StarmapChunk(MapChunk):
+    """``MapChunk`` over several iterables: the chunk is a list of ``zip`` tuples."""
+
+    __slots__ = ()
+
+    def __call__(self, chunk: Sequence[Any]) -> list[Any] | ChunkStopped:
+        out: list[Any] = []
+        try:
+            out.extend(itertools.starmap(self.fn, chunk))
+        except BaseException as exc:
+            return ChunkStopped(out, *encode_failure(exc))
+        return out
+
+
+class ChunkStopped:
+    """A chunk that stopped at a failing item: the results before it, then the failure
+    as the worker encodes a task's (traceback text, pickled exception)."""
+
+    __slots__ = ("exc_bytes", "results", "tb")
+
+    def __init__(self, results: list[Any], tb: str, exc_bytes: bytes) -> None:
+        self.results = results
+        self.tb = tb
+        self.exc_bytes = exc_bytes
+
+    def __reduce__(self) -> tuple[type, tuple[list[Any], str, bytes]]:
+        return (ChunkStopped, (self.results, self.tb, self.exc_bytes))
+
+
+class MapResults(itertools.chain[Any]):
+    """The iterator a chunked ``map`` returns: ``chain``'s C iteration over each chunk's
+    results, plus ``close()`` (as the stdlib's generator has) that stops reading, cancels
+    the chunks not started and drops the results not handed out."""
+
+    __slots__ = ("_chunks", "_items")
+    _chunks: Generator[Iterator[Any], None, None]
+    _items: deque[MapItem]
+
+    @classmethod
+    def over(
+        cls, chunks: Generator[Iterator[Any], None, None], items: deque[MapItem]
+    ) -> MapResults:
+        it = cast(MapResults, cls.from_iterable(chunks))
+        it._chunks = chunks
+        it._items = items
+        return it
+
+    def close(self) -> None:
+        self._chunks.close()  # its finally cancels what is left, once it has started
+        for item in self._items:  # closed before the first next(): no finally ran
+            item.cancel()
+        collections.deque(self, maxlen=0)
 
 
 def _results(
     items: deque[MapItem],
     submit: Callable[..., MapItem],
     task: Callable[..., Any],
-    calls: Iterator[tuple] | None,
+    calls: Iterator[Any] | None,
     end_time: float | None,
-) -> Iterator[Any]:
+) -> Generator[Any, None, None]:
     # A generator, so nothing waits until the first next(); the finally cancels what is
     # left when the consumer stops early, raises, or drops the iterator.
     try:
@@ -121,15 +215,43 @@ def _results(
             item.cancel()
 
 
+def _chunk_results(
+    items: deque[MapItem],
+    submit: Callable[..., MapItem],
+    task: Callable[..., Any],
+    calls: Iterator[Any] | None,
+    end_time: float | None,
+) -> Generator[Iterator[Any], None, None]:
+    """``_results`` for chunks: yields, per chunk, a C iterator over its results in order,
+    each one dropped from the chunk as it is handed out (as the stdlib's
+    ``_chain_from_iterable_of_lists``): the loop's ``chunk_results``, compiled or its
+    pure twin. After a stopped chunk's results, raises its failure. Resumed once per
+    chunk by ``MapResults``."""
+    handout = _impl.load()[1].chunk_results  # the loop this process runs (PIPEPOOL_IMPL)
+    try:
+        while items:
+            if calls is not None:
+                chunk = next(calls, None)
+                if chunk is not None:
+                    items.append(submit(task, chunk))  # refill before waiting: stay full
+                del chunk
+            item = items.popleft()
+            key = item.key
+            out = _result_or_cancel(item, end_time)
+            del item
+            if type(out) is ChunkStopped:
+                error = load_exception(key, out.tb, out.exc_bytes, "in the parent")
+                yield handout(out.results)
+                raise error
+            yield handout(out)
+            del out
+    finally:
+        for item in items:
+            item.cancel()
+
+
 def _result_or_cancel(item: MapItem, end_time: float | None) -> Any:
     try:
         return item.result(None if end_time is None else end_time - time.monotonic())
     finally:
         item.cancel()
-
-
-def _flatten(chunks: Iterator[list[Any]]) -> Iterator[Any]:
-    for chunk in chunks:
-        chunk.reverse()
-        while chunk:
-            yield chunk.pop()

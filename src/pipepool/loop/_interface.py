@@ -10,7 +10,8 @@ checking and that test import this module: a worker never pays for it.
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Iterator
+from typing import Any, Protocol
 
 from ..frames import MAX_PAYLOAD
 
@@ -51,7 +52,9 @@ class FrameReaderAPI(Protocol):
 
 
 class LoopModule(Protocol):
-    """A twin's module as ``load()`` returns it: its two classes, by their constructors."""
+    """A twin's module as ``load()`` returns it: its two classes, by their constructors, and
+    ``chunk_results`` (a chunked map's results handed out in C)."""
 
     def PipeLoop(self, max_payload: int = MAX_PAYLOAD) -> PipeLoopAPI: ...
     def FrameReader(self, fd: int, max_payload: int = MAX_PAYLOAD) -> FrameReaderAPI: ...
+    def chunk_results(self, items: list[Any]) -> Iterator[Any]: ...

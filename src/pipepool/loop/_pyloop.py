@@ -30,11 +30,13 @@ end with a buffer of incoming bytes. Nothing here ever blocks except ``wait``:
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import os
 import select
 from collections import deque
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from ..errors import FrameError
 from ..frames import (
@@ -50,7 +52,7 @@ from ..frames import (
 if TYPE_CHECKING:  # what pump() returns, declared with the twins' interface
     from ._interface import Closed, Frame
 
-__all__ = ["FrameReader", "PipeLoop"]  # the twins export exactly these
+__all__ = ["FrameReader", "PipeLoop", "chunk_results"]  # the twins export exactly these
 
 READ_SIZE = 1 << 18  # bytes per read(): big enough for large results, one page is wasteful
 READ_BUDGET = 1 << 24  # bytes per channel per pump: one chatty worker cannot starve the rest
@@ -449,3 +451,15 @@ class PipeLoop:
             self.remove(channel)
         os.close(self._wake_r)
         os.close(self._wake_w)
+
+
+def chunk_results(items: list[Any]) -> Iterator[Any]:
+    """A chunked ``map``'s results in order, each dropped from ``items`` as it is handed
+    out (a result the consumer lets go of is freed at once, as the stdlib's map does).
+
+    Not a loop's job, but the compiled module is where C iteration lives: the twin
+    (``pyx/_loop.pyx``) is an iterator type, with no Python frame per item; this one is
+    ``map`` over ``list.pop``, in C as well. Declared with the classes
+    (``loop/_interface.py``); both are tested against each other (tests/loop)."""
+    items.reverse()
+    return map(list.pop, itertools.repeat(items, len(items)))
