@@ -312,7 +312,8 @@ class LocalExecutor(Reaper, Dispatcher):
         self._close()
 
     def stats(self) -> dict[str, Any]:
-        """Counters from the parent's own state (no IPC): workers and tasks."""
+        """Counters from the parent's own state (no IPC): workers and tasks; beside them
+        ``parallelism_reason``, a string saying why this many workers (``pipepool._cpus``)."""
         busy = sum(1 for w in self._workers.values() if w.in_flight and not w.closing)
         alive = sum(1 for w in self._workers.values() if not w.closing)
         return {
