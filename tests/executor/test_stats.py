@@ -26,12 +26,7 @@ def test_stats_after_a_known_scenario(pool, tmp_path):
     ex = pool(2, "fork")
     created = time.monotonic()
     stats = ex.stats()
-    assert stats["parallelism_reason"] == "2 given"  # the one field that is not a count
-    assert {
-        k: v
-        for k, v in stats.items()
-        if k not in ("last_progress", "dispatch_depth", "parallelism_reason")
-    } == {
+    assert {k: v for k, v in stats.items() if k not in ("last_progress", "dispatch_depth")} == {
         "workers_alive": 0,
         "workers_busy": 0,
         "workers_idle": 0,
@@ -75,11 +70,7 @@ def test_stats_after_a_known_scenario(pool, tmp_path):
     exactly_one_each(rec1, ["raises", "crash", "timeout", "unpicklable", "cancelled", "ok"])
     assert isinstance(rec1.terminal["cancelled"].exception, CancelledError)
     stats = ex1.stats()
-    assert {
-        k: v
-        for k, v in stats.items()
-        if k not in ("last_progress", "dispatch_depth", "parallelism_reason")
-    } == {
+    assert {k: v for k, v in stats.items() if k not in ("last_progress", "dispatch_depth")} == {
         "workers_alive": 1,
         "workers_busy": 0,
         "workers_idle": 1,

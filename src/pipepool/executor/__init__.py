@@ -312,8 +312,7 @@ class LocalExecutor(Reaper, Dispatcher):
         self._close()
 
     def stats(self) -> dict[str, Any]:
-        """Counters from the parent's own state (no IPC): workers and tasks; beside them
-        ``parallelism_reason``, a string saying why this many workers (``pipepool._cpus``)."""
+        """Counters from the parent's own state (no IPC): workers and tasks."""
         busy = sum(1 for w in self._workers.values() if w.in_flight and not w.closing)
         alive = sum(1 for w in self._workers.values() if not w.closing)
         return {
