@@ -200,12 +200,10 @@ with LocalExecutor() as ex:
     while ex.has_work():
         ex.sync(timeout=0.1)
     ex.get_event_buffer()
-    stats = ex.stats()
-    out["LocalExecutor"] = [stats["workers_started"], stats["parallelism_reason"]]
+    out["LocalExecutor"] = [ex.stats()["workers_started"], ex.parallelism_reason]
 with ProcessPoolExecutor() as pool:
     pids = {f.result() for f in [pool.submit(os.getpid) for _ in range(4)]}
-    stats = pool._driver.executor.stats()
-    out["ProcessPoolExecutor"] = [len(pids), stats["parallelism_reason"]]
+    out["ProcessPoolExecutor"] = [len(pids), pool.max_workers_reason]
 run = subprocess.run(
     [sys.executable, "-m", "pipepool", "run", "echo", "{%}", ":::", "a", "b", "c", "d"],
     capture_output=True, text=True, check=True, stdin=subprocess.DEVNULL,
@@ -331,4 +329,4 @@ def test_given_parallelism_says_so() -> None:
     from pipepool import LocalExecutor
 
     ex = LocalExecutor(3)
-    assert ex.parallelism == 3 and ex.stats()["parallelism_reason"] == "3 given"
+    assert ex.parallelism == 3 and ex.parallelism_reason == "3 given"

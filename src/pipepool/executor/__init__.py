@@ -75,6 +75,10 @@ class LocalExecutor(Reaper, Dispatcher):
     ``queue`` work under a key, call ``sync`` (or ``heartbeat``) regularly, read outcomes
     from ``get_event_buffer``. Every queued task ends with exactly one terminal event.
     A task past its ``timeout`` (``queue_call``) has its worker killed and replaced.
+
+    ``parallelism`` is how many workers it runs; ``parallelism_reason`` says why that many
+    ("4 given", or for ``parallelism=None`` the limit that decided: the affinity mask or a
+    cgroup CPU quota, ``pipepool._cpus``).
     """
 
     def __init__(
@@ -91,9 +95,9 @@ class LocalExecutor(Reaper, Dispatcher):
         _oom_counters: tuple[_oom.Counter, ...] | None = None,
         _records: bool = False,
     ) -> None:
-        self._parallelism_reason = f"{parallelism} given"  # stats(): why this many
+        self.parallelism_reason = f"{parallelism} given"
         if parallelism is None:
-            parallelism, self._parallelism_reason = available_cpus()  # see pipepool._cpus
+            parallelism, self.parallelism_reason = available_cpus()  # see pipepool._cpus
         if parallelism < 1:
             raise ValueError("parallelism must be at least 1")
         if prefetch is not None and prefetch < 1:
@@ -330,7 +334,6 @@ class LocalExecutor(Reaper, Dispatcher):
             "tasks_revoked": self._stats["revoked"],
             "dispatch_depth": self.dispatch_depth,
             "last_progress": self._last_progress,
-            "parallelism_reason": self._parallelism_reason,
         }
 
     def worker_pids(self) -> list[int]:

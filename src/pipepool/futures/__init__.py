@@ -146,6 +146,8 @@ class ProcessPoolExecutor(Executor):
             _records=True,  # its futures are the task records (pipepool._api, "Two ways out")
         )
         max_workers = self._max_workers = executor.parallelism
+        # Why max_workers workers: "4 given", or the limit that decided (pipepool._cpus).
+        self.max_workers_reason: str = executor.parallelism_reason
         extra = max_workers if EXTRA_QUEUED is None else EXTRA_QUEUED
         self._driver = Driver(executor, max_workers + extra)
         # Collected without shutdown(): finish the submitted work, then stop (stdlib too).
