@@ -197,9 +197,10 @@ class SchedulerAPI:
             raise RuntimeError(f"cannot queue on an ended {type(self).__name__}")
         self._queue.extend(tasks)  # one atomic extend: all queued, or (interrupted) none
 
-    def _take_records(self) -> tuple[list[Task], list[Task]]:
+    def _take_records(self) -> tuple[list[Any], list[Any]]:
         """The records way out: the tasks that ended and those seen started since the
-        last call, each list in the order it happened."""
+        last call, each list in the order it happened. ``Any``: they are the face's own
+        records (a subclass of ``Task`` the executor does not know), as it queued them."""
         settled, began = self._settled, self._began
         assert settled is not None, "an executor of the event buffer keeps no records"
         self._settled, self._began = [], []

@@ -335,7 +335,7 @@ PARENT = textwrap.dedent("""
     from pipepool import LocalExecutor
 
     if __name__ == "__main__":
-        ex = LocalExecutor(2, start_method={method!r}, _loop_impl={impl!r})
+        ex = LocalExecutor(2, start_method={method!r}, loop_impl={impl!r})
         ex.start()
         ex.queue("survivor", tasks.fork_survivor, {survivor!r})
         for i in range(1000):  # payloads in flight both ways whenever the kill lands

@@ -75,6 +75,8 @@ class LocalExecutor(Reaper, Dispatcher):
     ``queue`` work under a key, call ``sync`` (or ``heartbeat``) regularly, read outcomes
     from ``get_event_buffer``. Every queued task ends with exactly one terminal event.
     A task past its ``timeout`` (``queue_call``) has its worker killed and replaced.
+    ``loop_impl`` picks the parent's loop: "cython", "python" (its pure-Python twin), or
+    None for the compiled one if it was built (tests and benchmarks compare the two).
     """
 
     def __init__(
@@ -87,7 +89,7 @@ class LocalExecutor(Reaper, Dispatcher):
         max_tasks_per_child: int | None = None,
         initializer: Callable[..., object] | None = None,
         initargs: Iterable[Any] = (),
-        _loop_impl: str | None = None,
+        loop_impl: str | None = None,
         _oom_counters: tuple[_oom.Counter, ...] | None = None,
         _records: bool = False,
     ) -> None:
@@ -107,7 +109,7 @@ class LocalExecutor(Reaper, Dispatcher):
             max_tasks_per_child=max_tasks_per_child,
             initializer=initializer,
             initargs=initargs,
-            loop_impl=_loop_impl,
+            loop_impl=loop_impl,
             oom_counters=_oom_counters,
             records=_records,
         )
@@ -432,3 +434,7 @@ def _standard_start_method(name: str | None) -> str | None:
         "pipepool: start method %r is not a standard one; forking instead", name
     )
     return "fork"
+
+
+# The executor of a face that keeps its own task records (its verbs are the seam):
+from ._records import RecordExecutor as RecordExecutor  # noqa: E402  (it subclasses LocalExecutor)

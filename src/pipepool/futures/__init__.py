@@ -2,7 +2,7 @@
 
 Data flow (one token holder at a time touches the LocalExecutor)::
 
-    submit() ─► pending (deque) ─► feed ─► LocalExecutor._queue_tasks ─► workers
+    submit() ─► pending (deque) ─► feed ─► RecordExecutor.hand_over ─► workers
                                     │  token holder: a caller blocked in result(),
                                     ▼  map, wait(), as_completed(); else the driver thread
     Future ◄── settle (one lock per round) ◄── deliver ◄── _take_records ◄── the round
@@ -79,7 +79,7 @@ from concurrent.futures._base import FINISHED
 from typing import Any, Literal
 
 from .. import _signals
-from ..executor import LocalExecutor
+from ..executor import RecordExecutor
 from ._driver import Driver
 from ._item import PoolFuture, Record
 from ._map import MapItem, map_calls
@@ -137,7 +137,7 @@ class ProcessPoolExecutor(Executor):
         self._initargs = tuple(initargs)
         self._max_tasks_per_child = max_tasks_per_child
         start_method = mp_context.get_start_method(allow_none=False)
-        executor = LocalExecutor(
+        executor = RecordExecutor(
             max_workers,
             start_method=start_method,
             max_tasks_per_child=max_tasks_per_child,
@@ -147,7 +147,6 @@ class ProcessPoolExecutor(Executor):
             # wake-ups), long ones go one per worker, and tasks sent behind a surprise
             # long one are revoked and run elsewhere (no head-of-line blocking).
             prefetch=None,
-            _records=True,  # its futures are the task records (pipepool._api, "Two ways out")
         )
         extra = max_workers if EXTRA_QUEUED is None else EXTRA_QUEUED
         self._driver = Driver(executor, max_workers + extra)
