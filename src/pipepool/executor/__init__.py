@@ -91,7 +91,6 @@ class LocalExecutor(Reaper, Dispatcher):
         initargs: Iterable[Any] = (),
         loop_impl: str | None = None,
         _oom_counters: tuple[_oom.Counter, ...] | None = None,
-        _records: bool = False,
     ) -> None:
         if parallelism is None:
             parallelism = os.cpu_count() or 1
@@ -111,7 +110,6 @@ class LocalExecutor(Reaper, Dispatcher):
             initargs=initargs,
             loop_impl=loop_impl,
             oom_counters=_oom_counters,
-            records=_records,
         )
 
     # -- public API -------------------------------------------------------------------
