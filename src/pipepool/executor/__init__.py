@@ -5,6 +5,8 @@ bookkeeping, its state declared once in ``_state.py``): ``_collect.py`` (collect
 ``_reap.py`` (reap and retire workers), ``_lifecycle.py`` (start, kill and stop them),
 ``_dispatch.py`` (dispatch and revoke), ``pipepool._api`` (expire, and what
 ClusterExecutor shares); the adaptive depth and revocation policy is ``_depth.py``.
+``_records.py`` is RecordExecutor, the LocalExecutor of a face that keeps its own task
+records (ProcessPoolExecutor): its public verbs are that face's seam.
 
 Data flow (one pipe pair per worker, whose parent ends only the PipeLoop touches; plus a
 control pipe per worker that carries nothing but REVOKE, written by the dispatch step)::
