@@ -13,7 +13,7 @@ is full, frames queue and leave in batched ``writev`` calls, so the loop's own w
 what is left. Rounds are interleaved (python, cython, python, ...) so noise from other
 work on the machine hits both alike; the table shows medians and their ratio.
 
-A second table runs no-op tasks through ``LocalExecutor`` with each loop (``_loop_impl``)
+A second table runs no-op tasks through ``LocalExecutor`` with each loop (``loop_impl``)
 at a few ``prefetch`` depths: the whole stack, pickling and bookkeeping included, where
 the loop is one cost among several.
 

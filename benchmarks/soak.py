@@ -153,7 +153,7 @@ class Soak:
             args.parallelism,
             start_method=args.start_method,
             prefetch=args.prefetch,
-            _loop_impl=args.impl,
+            loop_impl=args.impl,
         )
         # Only outstanding keys are kept, and one byte per key ever queued: the soak's own
         # memory must stay flat too, or it would hide the pool's.

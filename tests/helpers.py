@@ -110,7 +110,7 @@ class Executors:
         ex = LocalExecutor(
             parallelism,
             start_method=start_method or self.start_method,
-            _loop_impl=self.impl,
+            loop_impl=self.impl,
             **kwargs,
         )
         self.made.append(ex)

@@ -3,16 +3,18 @@ builds on ``sync`` and ``has_work``, and the bookkeeping of queued, timed and fi
 tasks (``_task.Task``), so both keep one contract.
 
 Two ways out. A task's outcome leaves through one door, ``_finish`` (``_succeed`` for many
-successes at once), and reaches its reader in one of two ways, chosen when the executor
-is built:
+successes at once), and reaches its reader in one of two ways, chosen by the executor's
+class:
 
 * the event buffer (the scheduler API, the default): ``get_event_buffer()`` hands out the
   newest ``Event`` per key, one dispatch of a key per call ("A key's dispatches" below);
-* the records (``records=True``, for a face that keeps the task records themselves: a
-  ProcessPoolExecutor's futures *are* its tasks): the face queues records it built
-  (``_queue_tasks``), and ``_take_records()`` hands back, per round and in bulk, the ones
-  that ended (their outcome in ``failed`` and ``value``) and the ones seen started. No
-  ``Event``, no key look-up and no held key per task: one object per task, end to end.
+* the records (``executor.RecordExecutor``, for a face that keeps the task records
+  themselves: a ProcessPoolExecutor's futures *are* its tasks): the face queues records
+  it built (``_queue_tasks``, its ``hand_over``), and ``take_records()`` hands back, per
+  round and in bulk, the ones that ended (their outcome in ``failed`` and ``value``) and
+  the ones seen started. No ``Event``, no key look-up and no held key per task: one
+  object per task, end to end. That class overrides this one's ``_finish`` and
+  ``_succeed``: the choice is the class, not a flag tested on the hot path.
 
 A key's dispatches. A scheduler may queue a key again while an earlier dispatch of it is
 outstanding (queued, running, or ended with its terminal event unread), as it does for a
@@ -58,7 +60,7 @@ class SchedulerAPI:
     built on the steps each one provides (``start``, ``sync``, ``has_work``,
     ``terminate``, ``_shut_down``, ``_dispatched``, ``_time_out``)."""
 
-    def __init__(self, counters: Iterable[str], *, records: bool = False) -> None:
+    def __init__(self, counters: Iterable[str]) -> None:
         self._state = "new"  # new -> started -> ended
         self._queue: deque[Task] = deque()  # queued tasks, in dispatch order
         self._timed: dict[int, Task] = {}  # tid -> started task with a deadline
@@ -73,9 +75,6 @@ class SchedulerAPI:
         # for a key with more than one (a key with one has no entry: the hot path's case)
         self._stats = dict.fromkeys(counters, 0)  # counters stats() reports
         self._last_progress = time.monotonic()  # when a task last ended (stats())
-        # The records way out (module docstring), or None for the event buffer:
-        self._settled: list[Task] | None = [] if records else None  # ended, not yet taken
-        self._began: list[Task] = []  # records: seen started since the last _take_records()
 
     # -- the steps each executor provides -------------------------------------------------
 
@@ -131,8 +130,6 @@ class SchedulerAPI:
         dispatch of it (``Event.dispatch`` tells them apart)."""
         if self._state == "ended":
             raise RuntimeError(f"cannot queue on an ended {type(self).__name__}")
-        if self._settled is not None:
-            raise RuntimeError("this executor takes task records (_queue_tasks), not calls")
         if not callable(fn):
             raise TypeError(f"{fn!r} is not callable")
         if timeout is not None:
@@ -191,19 +188,12 @@ class SchedulerAPI:
             del self._outstanding[key]  # one left; _held keeps naming the newest
 
     def _queue_tasks(self, tasks: Sequence[Task]) -> None:
-        """Queue task records a face built (records way out; each ``tid`` unique here: the
-        face numbers them, and nothing else queues on this executor), in order."""
+        """Queue task records a face built (the records way out: ``RecordExecutor``, whose
+        ``hand_over`` this is; each ``tid`` unique here: the face numbers them, and nothing
+        else queues on that executor), in order."""
         if self._state == "ended":
             raise RuntimeError(f"cannot queue on an ended {type(self).__name__}")
         self._queue.extend(tasks)  # one atomic extend: all queued, or (interrupted) none
-
-    def _take_records(self) -> tuple[list[Task], list[Task]]:
-        """The records way out: the tasks that ended and those seen started since the
-        last call, each list in the order it happened."""
-        settled, began = self._settled, self._began
-        assert settled is not None, "an executor of the event buffer keeps no records"
-        self._settled, self._began = [], []
-        return settled, began
 
     def queue(self, key: Hashable, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> None:
         """Queue ``fn(*args, **kwargs)`` under ``key``; pickled when it is dispatched.
@@ -213,13 +203,7 @@ class SchedulerAPI:
         dispatch of it is outstanding is one more dispatch of it: each ends with its own
         terminal event, marked with its number (``Event.dispatch``)."""
         held = self._held
-        if (
-            key in held
-            or key in self._events
-            or self._state != "started"
-            or self._settled is not None
-            or not callable(fn)
-        ):
+        if key in held or key in self._events or self._state != "started" or not callable(fn):
             self.queue_call(key, fn, args, kwargs)  # the checks, their errors, a held key
             return
         # The last lines of queue_call, inlined: a scheduler's hot path, one call less.
@@ -391,55 +375,35 @@ class SchedulerAPI:
         # Free memory early; a ClusterExecutor task's Dask future is the last reference to
         # it, so Dask forgets the key and its result.
         t.fn = t.args = t.kwargs = t.future = None
-        settled = self._settled
         if state is _SUCCESS:
             self._stats["done"] += 1
-            if settled is not None:
-                t.failed = False
-                t.value = result
         else:
             self._stats["failed"] += 1
-            if settled is not None:
-                t.failed = True
-                t.value = exception
-        if settled is None:
-            self._release(t.key)
-            event = _new(Event, (t.key, state, result, exception, pid, t.dispatch))
-            self._publish(event, terminal=True)
-        else:
-            settled.append(t)
-            self._published += 1
+        self._release(t.key)
+        event = _new(Event, (t.key, state, result, exception, pid, t.dispatch))
+        self._publish(event, terminal=True)
 
     def _succeed(self, tasks: list[Task], results: list[Any], pid: int | None) -> None:
         """``_finish`` of many successes on one worker (``pid``), in order, in one pass:
         the path of most outcomes (the caller removed each task from where it was)."""
-        settled = self._settled
-        if settled is None:
-            events, unhold, outstanding = self._events, self._held.pop, self._outstanding
-            add = events.setdefault  # one look-up for a key with no unread event: most
-            success = _SUCCESS
-            for t, result in zip(tasks, results, strict=True):
-                t.phase = DONE
-                t.fn = t.args = t.kwargs = None  # (no Dask future: LocalExecutor's path)
-                key = t.key
-                if outstanding and key in outstanding:
-                    self._release(key)
+        events, unhold, outstanding = self._events, self._held.pop, self._outstanding
+        add = events.setdefault  # one look-up for a key with no unread event: most
+        success = _SUCCESS
+        for t, result in zip(tasks, results, strict=True):
+            t.phase = DONE
+            t.fn = t.args = t.kwargs = None  # (no Dask future: LocalExecutor's path)
+            key = t.key
+            if outstanding and key in outstanding:
+                self._release(key)
+            else:
+                unhold(key, None)  # its last dispatch: its unread events hold the key
+            event = _new(Event, (key, success, result, None, pid, t.dispatch))
+            old = add(key, event)
+            if old is not event:  # an unread event of the key: its dispatch's, or not
+                if old[5] == event[5]:
+                    events[key] = event
                 else:
-                    unhold(key, None)  # its last dispatch: its unread events hold the key
-                event = _new(Event, (key, success, result, None, pid, t.dispatch))
-                old = add(key, event)
-                if old is not event:  # an unread event of the key: its dispatch's, or not
-                    if old[5] == event[5]:
-                        events[key] = event
-                    else:
-                        self._wait_turn(event)
-        else:
-            for t, result in zip(tasks, results, strict=True):
-                t.phase = DONE
-                t.fn = t.args = t.kwargs = None
-                t.failed = False
-                t.value = result
-            settled += tasks
+                    self._wait_turn(event)
         self._stats["done"] += len(tasks)
         self._published += len(tasks)
 

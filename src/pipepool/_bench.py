@@ -29,7 +29,7 @@ def noop(x: int) -> int:
 
 def run_local(tasks: int, workers: int, prefetch: int | None, impl: str | None = None) -> float:
     """Tasks/s of ``tasks`` no-ops through a warm LocalExecutor (``impl``: which loop)."""
-    with LocalExecutor(workers, prefetch=prefetch, _loop_impl=impl) as ex:
+    with LocalExecutor(workers, prefetch=prefetch, loop_impl=impl) as ex:
         ex.queue(-1, noop, -1)
         ex.wait_until_done()  # warm: workers are up before the clock starts
         ex.get_event_buffer()

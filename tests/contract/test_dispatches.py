@@ -194,7 +194,7 @@ def test_a_dead_worker_sends_its_unstarted_dispatch_again(impl, tmp_path):
     """Dispatch 1 kills its worker; dispatch 2, sent behind it to the same worker and not
     started, is sent again and runs: each ends once, dispatch 1 lost, dispatch 2 done."""
     log = str(tmp_path / "runs.log")
-    with LocalExecutor(1, prefetch=2, _loop_impl=impl) as ex:
+    with LocalExecutor(1, prefetch=2, loop_impl=impl) as ex:
         ex.queue("k", tasks.exit_process, 3)
         ex.queue("k", tasks.record, log, "k", 0.0, "second")
         rec = Recorder(ex)
@@ -213,7 +213,7 @@ def test_interrupts_in_queue_and_sync_leave_every_dispatch_counted(impl, start_m
     """Keys queued three times each while a timer interrupts queue() and sync() at random
     points: every dispatch that was queued ends exactly once, numbered 1, 2, 3 in the
     order its queue() returned, and nothing stays counted at the end."""
-    ex = LocalExecutor(3, start_method=start_method, prefetch=4, _loop_impl=impl)
+    ex = LocalExecutor(3, start_method=start_method, prefetch=4, loop_impl=impl)
     ex.start()
     previous = signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(Interrupt()))
     rng = random.Random(30)

@@ -57,7 +57,7 @@ def test_seed_deadlock_one_page_pipes(make, payloads, request):
 
 
 def test_batch_larger_than_pipe_before_any_worker(impl):
-    ex = LocalExecutor(2, start_method="spawn", pipe_size=PAGE, prefetch=64, _loop_impl=impl)
+    ex = LocalExecutor(2, start_method="spawn", pipe_size=PAGE, prefetch=64, loop_impl=impl)
     ex.start()
     try:
         assert ex.worker_pids() == []  # nothing alive yet: spawn starts them from the loop
@@ -157,7 +157,7 @@ def test_interrupts_during_sync_leave_bookkeeping_exact(impl, start_method):
     invariants checked after every round; batches go on until at least 20 interrupts
     landed (a faster pool finishes a batch in fewer rounds)."""
     n = 3000
-    ex = LocalExecutor(3, start_method=start_method, prefetch=8, pipe_size=PAGE, _loop_impl=impl)
+    ex = LocalExecutor(3, start_method=start_method, prefetch=8, pipe_size=PAGE, loop_impl=impl)
     ex.start()
     previous = signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(Interrupt()))
     try:
@@ -296,14 +296,14 @@ START_END_CYCLES = 10
 
 def test_start_end_cycles_leave_nothing_behind(impl, start_method, no_leaks):
     for cycle in range(START_END_CYCLES):
-        with LocalExecutor(2, start_method=start_method, _loop_impl=impl) as ex:
+        with LocalExecutor(2, start_method=start_method, loop_impl=impl) as ex:
             ex.queue(cycle, tasks.echo, cycle)
             ex.queue(-cycle - 1, tasks.echo, cycle)
         assert ex.get_event_buffer()[cycle].result == cycle
 
 
 def test_terminate_leaves_nothing_behind(impl, start_method, no_leaks):
-    ex = LocalExecutor(2, start_method=start_method, _loop_impl=impl)
+    ex = LocalExecutor(2, start_method=start_method, loop_impl=impl)
     ex.start()
     for i in range(10):
         ex.queue(i, tasks.sleep, 30)

@@ -66,7 +66,7 @@ class ExecutorMachine(RuleBasedStateMachine):
             prefetch=3,
             pipe_size=4096,
             max_tasks_per_child=self.max_tasks_per_child,
-            _loop_impl=self.impl,
+            loop_impl=self.impl,
         )
         self.ex.start()
         self.rec = Recorder(self.ex)

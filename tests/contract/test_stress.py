@@ -257,7 +257,7 @@ BIG = textwrap.dedent("""
 
     if __name__ == "__main__":
         size = {size}
-        ex = LocalExecutor(1, start_method={method!r}, _loop_impl={impl!r})
+        ex = LocalExecutor(1, start_method={method!r}, loop_impl={impl!r})
         ex.start()
         ex.queue("warm", tasks.echo, 1)
         ex.wait_until_done()

@@ -146,7 +146,7 @@ def drain(ex: LocalExecutor, key: object) -> object:
 
 @pytest.mark.timeout(120)
 def test_the_parent_spins_only_while_a_short_task_is_out(impl, tmp_path):
-    ex = LocalExecutor(1, start_method="fork", _loop_impl=impl)
+    ex = LocalExecutor(1, start_method="fork", loop_impl=impl)
     ex.start()
     try:
         for i in range(20):  # tiny tasks: the observed task time drops below a spin

@@ -15,7 +15,7 @@ from pipepool import Event, LocalExecutor, State
 
 @pytest.fixture
 def ex():
-    ex = LocalExecutor(1, start_method="fork", _loop_impl="python")
+    ex = LocalExecutor(1, start_method="fork", loop_impl="python")
     ex.start()
     yield ex
     ex.terminate()

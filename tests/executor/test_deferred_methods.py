@@ -91,7 +91,7 @@ def timed_ok(ex: LocalExecutor) -> None:
 def test_kill_interrupted_anywhere_leaves_deadlines_whole(alarm, impl, tmp_path):
     """kill() reads the start marks (a started task gets its deadline): a signal inside
     it must not leave a started task whose timeout never fires."""
-    ex = LocalExecutor(1, start_method="fork", prefetch=1, _loop_impl=impl)
+    ex = LocalExecutor(1, start_method="fork", prefetch=1, loop_impl=impl)
     ex.start()
     try:
         keys = iter(range(10**6))
@@ -127,7 +127,7 @@ def test_cancel_and_kill_interrupted_anywhere_keep_every_dispatch_counted(alarm,
     """cancel() of a key with dispatches queued and sent ahead, kill() of one running:
     interrupted at every line, each dispatch still ends exactly once."""
     release = str(tmp_path / "release")
-    ex = LocalExecutor(1, start_method="fork", prefetch=3, _loop_impl=impl)
+    ex = LocalExecutor(1, start_method="fork", prefetch=3, loop_impl=impl)
     ex.start()
     try:
         rec = Recorder(ex)
@@ -169,7 +169,7 @@ def test_cancel_and_kill_interrupted_anywhere_keep_every_dispatch_counted(alarm,
 def test_get_event_buffer_interrupted_anywhere_drops_no_event(alarm):
     """Events of three dispatches of a key waiting their turn: however the handing out
     is interrupted, the ones left are handed out once each, in order."""
-    with LocalExecutor(2, start_method="fork", _loop_impl="python") as ex:
+    with LocalExecutor(2, start_method="fork", loop_impl="python") as ex:
         run = iter(range(10**6))
         handed: list[tuple[int, int]] = []
         state: dict[str, int] = {}
@@ -205,7 +205,7 @@ def test_get_event_buffer_interrupted_anywhere_drops_no_event(alarm):
 def test_queue_call_of_an_outstanding_key_interrupted_anywhere_counts_once(alarm):
     """queue_call() of a key with a dispatch outstanding changes the count, the newest
     dispatch and the queue: interrupted anywhere, it queued the dispatch whole or not."""
-    with LocalExecutor(2, start_method="fork", _loop_impl="python") as ex:
+    with LocalExecutor(2, start_method="fork", loop_impl="python") as ex:
         rec = Recorder(ex)
         run = iter(range(10**6))
         state: dict[str, int] = {}

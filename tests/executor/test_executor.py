@@ -53,14 +53,14 @@ def test_pickle_of_errors_round_trips():
 
 
 def test_implementation_is_reported(impl):
-    ex = LocalExecutor(1, _loop_impl=impl)
+    ex = LocalExecutor(1, loop_impl=impl)
     assert ex.implementation == impl
     ex.end()
 
 
 def test_worker_holds_only_its_own_pipe_ends(impl):
     """With fork, a worker must not keep another worker's pipe ends open."""
-    ex = LocalExecutor(3, start_method="fork", _loop_impl=impl)
+    ex = LocalExecutor(3, start_method="fork", loop_impl=impl)
     ex.start()
     try:
         for i in range(3):
@@ -74,7 +74,7 @@ def test_worker_holds_only_its_own_pipe_ends(impl):
 
 def test_adaptive_depth_never_queues_long_tasks_behind_each_other(impl):
     """prefetch=None: tasks that take longer than the backlog go one per worker."""
-    ex = LocalExecutor(3, start_method="fork", prefetch=None, _loop_impl=impl)
+    ex = LocalExecutor(3, start_method="fork", prefetch=None, loop_impl=impl)
     ex.start()
     try:
         for i in range(9):
@@ -93,7 +93,7 @@ def test_adaptive_depth_never_queues_long_tasks_behind_each_other(impl):
 
 
 def test_adaptive_depth_runs_tiny_tasks(impl):
-    with LocalExecutor(2, start_method="fork", prefetch=None, _loop_impl=impl) as ex:
+    with LocalExecutor(2, start_method="fork", prefetch=None, loop_impl=impl) as ex:
         for i in range(3000):
             ex.queue(i, tasks.echo, i)
     events = ex.get_event_buffer()
@@ -110,7 +110,7 @@ def test_exceptions_keep_their_attributes_when_tblib_reducers_are_installed(impl
     before = dict(copyreg.dispatch_table)
     tblib.pickling_support.install()
     try:
-        with LocalExecutor(1, start_method="fork", _loop_impl=impl) as ex:
+        with LocalExecutor(1, start_method="fork", loop_impl=impl) as ex:
             ex.queue("exit", tasks.exit_via_sys, 3)
             ex.queue("custom", tasks.raise_custom, 5)
         events = ex.get_event_buffer()
@@ -124,7 +124,7 @@ def test_exceptions_keep_their_attributes_when_tblib_reducers_are_installed(impl
 def test_sync_with_timeout_dispatches_before_it_waits(impl):
     """Work queued just before sync(timeout) is sent at once: the round that follows a
     queue() must not sleep the whole timeout first (it used to: 10 ms per task)."""
-    with LocalExecutor(1, start_method="fork", _loop_impl=impl) as ex:
+    with LocalExecutor(1, start_method="fork", loop_impl=impl) as ex:
         ex.queue("warm", tasks.echo, 0)
         ex.wait_until_done()
         ex.get_event_buffer()

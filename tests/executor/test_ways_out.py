@@ -18,6 +18,7 @@ from pipepool import LocalExecutor
 from pipepool._outcome import encode_failure
 from pipepool._task import Task
 from pipepool.events import State
+from pipepool.executor import RecordExecutor
 from pipepool.executor._state import _Worker
 from pipepool.frames import ELAPSED, PICKLE_PROTOCOL, Kind
 from pipepool.futures._driver import Driver
@@ -49,7 +50,7 @@ def outcome(failed: bool, value: object) -> tuple:
 
 
 def run_with_events(impl: str) -> dict[str, tuple]:
-    ex = LocalExecutor(1, start_method="fork", _loop_impl=impl)
+    ex = LocalExecutor(1, start_method="fork", loop_impl=impl)
     ex.start()
     try:
         ex.queue("blocker", ft.sleep_return, 0.2, "blocker")
@@ -70,19 +71,19 @@ def run_with_events(impl: str) -> dict[str, tuple]:
 
 
 def run_with_records(impl: str) -> dict[str, tuple]:
-    ex = LocalExecutor(1, start_method="fork", _loop_impl=impl, _records=True)
+    ex = RecordExecutor(1, start_method="fork", loop_impl=impl)
     ex.start()
     try:
         records = {"blocker": Task(1, "blocker", ft.sleep_return, (0.2, "blocker"), {}, None)}
         for tid, (key, (fn, args)) in enumerate(WORKLOAD.items(), start=2):
             records[key] = Task(tid, key, fn, args, {}, None)
-        ex._queue_tasks(list(records.values()))
-        ex._cancel_tasks([records["cancelled"]])
+        ex.hand_over(list(records.values()))
+        ex.cancel_tasks([records["cancelled"]])
         got: dict[str, tuple] = {}
         deadline = time.monotonic() + WAIT
         while len(got) < len(records) and time.monotonic() < deadline:
             ex.sync(timeout=0.1)
-            settled, _began = ex._take_records()
+            settled, _began = ex.take_records()
             for t in settled:
                 got[t.key] = outcome(t.failed, t.value)
         return got
@@ -109,7 +110,7 @@ class FakeProcess:
 
 def executor_with_workers(records: bool, count: int = 2) -> LocalExecutor:
     """A LocalExecutor never started, with ``count`` worker records to apply frames to."""
-    ex = LocalExecutor(count, _records=records)
+    ex = RecordExecutor(count) if records else LocalExecutor(count)
     for wid in range(1, count + 1):
         ex._workers[wid] = _Worker(wid, FakeProcess(), (-1, -1), -1, -1, wid, 0)  # type: ignore[arg-type]
     return ex
@@ -146,7 +147,7 @@ def test_outcomes_are_recorded_in_the_order_their_frames_came(records):
     frames.append(done(2, 5, 5))
     ex._apply(frames, time.monotonic())
     if records:
-        settled, _ = ex._take_records()
+        settled, _ = ex.take_records()
         order = [(t.key, t.failed) for t in settled]
     else:
         order = [(key, e.state is State.FAILED) for key, e in ex.get_event_buffer().items()]
@@ -186,7 +187,7 @@ def test_the_depth_learns_every_run_time_in_order():
 
 def test_a_record_that_begins_and_ends_in_one_round_ends_finished():
     # (Starts are applied first, and only to a PENDING record: either keeps it finished.)
-    d = Driver(LocalExecutor(1, _records=True), 2)
+    d = Driver(RecordExecutor(1), 2)
     f = PoolFuture(d, 1, abs, (-1,), {}, None)
     d.running.add(f)
     f.failed, f.value = False, 1
@@ -196,7 +197,7 @@ def test_a_record_that_begins_and_ends_in_one_round_ends_finished():
 
 
 def test_a_record_the_executor_cancelled_turns_cancelled():
-    d = Driver(LocalExecutor(1, _records=True), 2)
+    d = Driver(RecordExecutor(1), 2)
     f = PoolFuture(d, 1, abs, (-1,), {}, None)
     d.running.add(f)
     f.failed, f.value = True, CancelledError("task 1 cancelled")
@@ -207,9 +208,9 @@ def test_a_record_the_executor_cancelled_turns_cancelled():
 
 
 def test_an_executor_of_records_takes_no_calls_and_an_ended_one_no_records():
-    ex = LocalExecutor(1, _records=True)
+    ex = RecordExecutor(1)
     with pytest.raises(RuntimeError, match="records"):
         ex.queue("k", abs, 1)
     ex.end()  # never started: ended at once
     with pytest.raises(RuntimeError, match="ended"):
-        ex._queue_tasks([Task(1, 1, abs, (1,), {}, None)])
+        ex.hand_over([Task(1, 1, abs, (1,), {}, None)])

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 import futures_tasks as ft
-from pipepool import LocalExecutor
+from pipepool.executor import RecordExecutor
 from pipepool.futures._driver import BURST, Driver
 from pipepool.futures._item import PoolFuture
 from pipepool.futures._state import TERMINATING
@@ -22,7 +22,7 @@ def test_the_driver_yields_the_token_to_a_caller_that_asked(tmp_path):
     future was settled by the driver's own turn and it stopped waiting: the driver still
     gives the token up at the end of that turn, instead of settling every later future
     for it one by one while it wakes up for each (callers drive, the driver lingers)."""
-    ex = LocalExecutor(1, start_method="fork", _records=True)
+    ex = RecordExecutor(1, start_method="fork")
     ex.start()
     d = Driver(ex, 2)
     gate = tmp_path / "gate"
@@ -52,7 +52,7 @@ def test_a_burst_of_submits_feeds_the_workers_from_the_submitting_thread():
     """Once BURST records wait with the token free, the submit that made it so runs one
     turn with the token: the records reach the workers while the burst goes on (no
     driver thread here), then the token is free again. Fewer waiting: no turn."""
-    ex = LocalExecutor(1, start_method="fork", _records=True)
+    ex = RecordExecutor(1, start_method="fork")
     ex.start()
     d = Driver(ex, 2)
     try:

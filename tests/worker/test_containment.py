@@ -252,7 +252,7 @@ import proc_table
 from pipepool import LocalExecutor
 
 if __name__ == "__main__":
-    ex = LocalExecutor(1, start_method={method!r}, _loop_impl={impl!r})
+    ex = LocalExecutor(1, start_method={method!r}, loop_impl={impl!r})
     ex.start()
     ex.queue("tree", fault_tasks.spawn_tree, {marker!r})
     deadline = time.monotonic() + 60
@@ -298,7 +298,7 @@ import fault_tasks
 from pipepool import LocalExecutor
 
 if __name__ == "__main__":
-    ex = LocalExecutor(1, start_method={method!r}, _loop_impl={impl!r})
+    ex = LocalExecutor(1, start_method={method!r}, loop_impl={impl!r})
     ex.start()
     ex.queue("tty", fault_tasks.stdin_is_a_tty)
     ex.end()

@@ -21,7 +21,7 @@ import tasks
 from pipepool import LocalExecutor
 
 if __name__ == "__main__":
-    ex = LocalExecutor(8, start_method={method!r}, _loop_impl={impl!r})
+    ex = LocalExecutor(8, start_method={method!r}, loop_impl={impl!r})
     ex.start()
     for i in range(8):
         ex.queue(i, {task})
@@ -66,7 +66,7 @@ def test_workers_exit_when_parent_is_killed_right_after_creation(impl):
     script = (
         f"import sys, time; sys.path[:0] = {[here, *sys.path]!r}\n"
         "import tasks\nfrom pipepool import LocalExecutor\n"
-        f"ex = LocalExecutor(8, start_method='fork', _loop_impl={impl!r}); ex.start()\n"
+        f"ex = LocalExecutor(8, start_method='fork', loop_impl={impl!r}); ex.start()\n"
         "for i in range(8): ex.queue(i, tasks.sleep, 60)\n"
         "print('go', flush=True)\n"
         "while True: ex.sync(timeout=0.01)\n"

@@ -537,7 +537,7 @@ PARENT_SOON = textwrap.dedent("""
     from pipepool import LocalExecutor
 
     if __name__ == "__main__":
-        ex = LocalExecutor(8, start_method={method!r}, _loop_impl={impl!r})
+        ex = LocalExecutor(8, start_method={method!r}, loop_impl={impl!r})
         ex.start()
         for i in range(8):
             ex.queue(i, tasks.sleep, 60)
@@ -648,7 +648,7 @@ def test_slow_initializer_is_not_respawned(tmp_path):
             ex = LocalExecutor(
                 2,
                 start_method="fork",
-                _loop_impl=impl,
+                loop_impl=impl,
                 initializer=tasks.slow_init,
                 initargs=(log, 10.0),
             )

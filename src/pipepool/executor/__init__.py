@@ -5,6 +5,8 @@ bookkeeping, its state declared once in ``_state.py``): ``_collect.py`` (collect
 ``_reap.py`` (reap and retire workers), ``_lifecycle.py`` (start, kill and stop them),
 ``_dispatch.py`` (dispatch and revoke), ``pipepool._api`` (expire, and what
 ClusterExecutor shares); the adaptive depth and revocation policy is ``_depth.py``.
+``_records.py`` is RecordExecutor, the LocalExecutor of a face that keeps its own task
+records (ProcessPoolExecutor): its public verbs are that face's seam.
 
 Data flow (one pipe pair per worker, whose parent ends only the PipeLoop touches; plus a
 control pipe per worker that carries nothing but REVOKE, written by the dispatch step)::
@@ -79,6 +81,9 @@ class LocalExecutor(Reaper, Dispatcher):
     ``parallelism`` is how many workers it runs; ``parallelism_reason`` says why that many
     ("4 given", or for ``parallelism=None`` the limit that decided: the affinity mask or a
     cgroup CPU quota, ``pipepool._cpus``).
+
+    ``loop_impl`` picks the parent's loop: "cython", "python" (its pure-Python twin), or
+    None for the compiled one if it was built (tests and benchmarks compare the two).
     """
 
     def __init__(
@@ -91,9 +96,8 @@ class LocalExecutor(Reaper, Dispatcher):
         max_tasks_per_child: int | None = None,
         initializer: Callable[..., object] | None = None,
         initargs: Iterable[Any] = (),
-        _loop_impl: str | None = None,
+        loop_impl: str | None = None,
         _oom_counters: tuple[_oom.Counter, ...] | None = None,
-        _records: bool = False,
     ) -> None:
         self.parallelism_reason = f"{parallelism} given"
         if parallelism is None:
@@ -112,9 +116,8 @@ class LocalExecutor(Reaper, Dispatcher):
             max_tasks_per_child=max_tasks_per_child,
             initializer=initializer,
             initargs=initargs,
-            loop_impl=_loop_impl,
+            loop_impl=loop_impl,
             oom_counters=_oom_counters,
-            records=_records,
         )
 
     # -- public API -------------------------------------------------------------------
@@ -437,3 +440,7 @@ def _standard_start_method(name: str | None) -> str | None:
         "pipepool: start method %r is not a standard one; forking instead", name
     )
     return "fork"
+
+
+# The executor of a face that keeps its own task records (its verbs are the seam):
+from ._records import RecordExecutor as RecordExecutor  # noqa: E402  (it subclasses LocalExecutor)

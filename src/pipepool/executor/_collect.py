@@ -6,13 +6,12 @@ closed result pipes, and the start marks, read from shared memory without a sysc
 from __future__ import annotations
 
 import pickle
-import struct
 import time
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from concurrent.futures import CancelledError
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .._outcome import load_failure, load_result, result_error
+from .._outcome import load_failure, result_error
 from .._task import QUEUED as _QUEUED
 from .._task import RUNNING as _RUNNING
 from .._task import Task as _Task
@@ -22,19 +21,18 @@ from ..frames import ELAPSED, Kind
 from ._lifecycle import WorkerLifecycle
 from ._state import _Worker
 
-if TYPE_CHECKING:
-    from ..loop._interface import Frame
-
 # Plain names for the values the hot path compares with (events.py says why).
 _DONE, _RAISED, _REVOKED, _REFUSED, _INIT_FAILED, _SHARED = (
     int(k)
     for k in (Kind.DONE, Kind.RAISED, Kind.REVOKED, Kind.REFUSED, Kind.INIT_FAILED, Kind.SHARED)
 )
-_SUCCESS, _FAILED, _STARTED = State.SUCCESS, State.FAILED, State.RUNNING
+_FAILED, _STARTED = State.FAILED, State.RUNNING
 _ELAPSED_SIZE = ELAPSED.size
 _elapsed_of = ELAPSED.unpack_from
 _loads = pickle.loads
 _new = tuple.__new__
+# A frame as the loop reads it, or an outcome out of the shared ring (a memoryview):
+Outcome = tuple[int, int, int, "bytes | bytearray | memoryview"]
 COPY_BELOW = 4096  # bytes: a smaller result's pickle is sliced out of its frame (a copy
 # that costs less than a memoryview); a bigger one is unpickled in place
 
@@ -73,9 +71,10 @@ class Collector(WorkerLifecycle):
                 if error is not None:  # a stream we cannot trust: the worker must go
                     self._kill_worker(w, None)
 
-    def _apply(self, frames: list[Frame], now: float) -> None:
-        """Apply a batch of frames in their order. A DONE whose task is known (most
-        frames) ends it here, in bulk (``_succeed``); every other frame is ``_on_frame``'s."""
+    def _apply(self, frames: Sequence[Outcome], now: float) -> None:
+        """Apply a batch of frames in their order. A DONE frame ends its task here and
+        only here, in bulk (``_succeed``): one from the shared ring comes back here too
+        (``_on_shared``); every other frame, and a DONE too short to read, is ``_on_frame``'s."""
         workers = self._workers
         tasks: list[_Task] = []  # successes not yet recorded, all of worker ``w``
         results: list[Any] = []
@@ -170,10 +169,7 @@ class Collector(WorkerLifecycle):
                 t.deadline = now + t.timeout
                 self._timed[t.tid] = t
             if publish:
-                if self._settled is None:
-                    self._starting.append((t, w.pid))
-                else:
-                    self._began.append(t)  # the records way out (``_api``)
+                self._starting.append((t, w.pid))
 
     def _on_frame(
         self, w: _Worker, kind: int, ident: int, payload: bytes | bytearray | memoryview, now: float
@@ -187,26 +183,16 @@ class Collector(WorkerLifecycle):
             t.started = True  # too short for its start mark to have been seen, mostly
             if w.current is t:
                 w.current = None
+            if kind == _DONE:  # ``_apply`` ends the rest: this one is too short to read
+                w.close_error = FrameError(
+                    f"a DONE frame of {len(payload)} bytes from worker pid {w.pid} "
+                    "is too short to carry its run time"
+                )
+                self._kill_worker(w, None)
+                return
             # Unpickling cannot raise here: whatever it raises (SystemExit from a reducer
             # included) is this task's failure, and the other frames of the read go on.
-            if kind == _DONE:
-                try:
-                    (elapsed,) = ELAPSED.unpack_from(payload)
-                except struct.error:
-                    w.close_error = FrameError(
-                        f"a DONE frame of {len(payload)} bytes from worker pid {w.pid} "
-                        "is too short to carry its run time"
-                    )
-                    self._kill_worker(w, None)
-                    return
-                self._depth.observe(elapsed)
-                ok, value = load_result(t.key, memoryview(payload)[ELAPSED.size :], "in the parent")
-                if ok:
-                    self._finish(t, _SUCCESS, result=value, pid=w.pid)
-                else:
-                    self._finish(t, _FAILED, exception=value, pid=w.pid)
-            else:
-                self._finish(t, _FAILED, exception=_remote_exception(t.key, payload), pid=w.pid)
+            self._finish(t, _FAILED, exception=_remote_exception(t.key, payload), pid=w.pid)
             del w.in_flight[ident]
             return
         if kind == _REVOKED and w.revoking:
@@ -242,7 +228,10 @@ class Collector(WorkerLifecycle):
             self._kill_worker(w, None)
             return
         try:
-            self._on_frame(w, kind, ident, payload, now)
+            if kind == _DONE and len(payload) >= _ELAPSED_SIZE:  # ended where all DONEs are
+                self._apply([(w.wid, kind, ident, payload)], now)
+            else:
+                self._on_frame(w, kind, ident, payload, now)
         finally:
             del payload
             region.release()  # unpickled: nothing refers to the ring's bytes any more

@@ -120,11 +120,9 @@ class LocalState(SchedulerAPI):
         initargs: Iterable[Any],
         loop_impl: str | None,
         oom_counters: tuple[_oom.Counter, ...] | None,
-        records: bool = False,
     ) -> None:
         super().__init__(
-            ("done", "failed", "lost", "crashes", "recycles", "started_workers", "revoked"),
-            records=records,  # how outcomes leave: events, or the records (``_api``)
+            ("done", "failed", "lost", "crashes", "recycles", "started_workers", "revoked")
         )
         # -- configuration, as given (validated by LocalExecutor) -------------------------
         self.parallelism = parallelism  # workers at most (ProcessPoolExecutor may lower it)

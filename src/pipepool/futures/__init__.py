@@ -2,7 +2,7 @@
 
 Data flow (one token holder at a time touches the LocalExecutor)::
 
-    submit() ─► pending (deque) ─► feed ─► LocalExecutor._queue_tasks ─► workers
+    submit() ─► pending (deque) ─► feed ─► RecordExecutor.hand_over ─► workers
                                     │  token holder: a caller blocked in result(),
                                     ▼  map, wait(), as_completed(); else the driver thread
     Future ◄── settle (one lock per round) ◄── deliver ◄── _take_records ◄── the round
@@ -79,7 +79,7 @@ from concurrent.futures._base import FINISHED
 from typing import Any, Literal
 
 from .. import _signals
-from ..executor import LocalExecutor
+from ..executor import RecordExecutor
 from ._driver import Driver
 from ._item import PoolFuture, Record
 from ._map import MapItem, map_calls
@@ -133,7 +133,7 @@ class ProcessPoolExecutor(Executor):
         self._initargs = tuple(initargs)
         self._max_tasks_per_child = max_tasks_per_child
         start_method = mp_context.get_start_method(allow_none=False)
-        executor = LocalExecutor(
+        executor = RecordExecutor(
             max_workers,  # None: the CPUs this process may use (pipepool._cpus), not the stdlib's
             start_method=start_method,
             max_tasks_per_child=max_tasks_per_child,
@@ -143,7 +143,6 @@ class ProcessPoolExecutor(Executor):
             # wake-ups), long ones go one per worker, and tasks sent behind a surprise
             # long one are revoked and run elsewhere (no head-of-line blocking).
             prefetch=None,
-            _records=True,  # its futures are the task records (pipepool._api, "Two ways out")
         )
         max_workers = self._max_workers = executor.parallelism
         # Why max_workers workers: "4 given", or the limit that decided (pipepool._cpus).

@@ -73,7 +73,7 @@ class Driver(Round):
             and len(self.running) < self._room()
         ):
             self.running.add(t)
-            self.executor._queue_tasks([t])
+            self.executor.hand_over([t])
             if len(self.running) == 1 and not self.linger:
                 self._hand_off()  # the first outstanding work: someone must drive
             return False

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import CancelledError
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING, RUNNING
-from typing import Any, cast
+from typing import Any
 
 from .. import _signals
 from ..errors import RemoteTraceback, TaskKilledError
@@ -48,21 +48,21 @@ class Round(DriverState):
         ex = self.executor
         if self.pending or self.commands or self.feed is not FED:
             self._feed()
-        published = ex._published
+        published = ex.published
         try:
-            ex._steps()
+            ex.steps()
         except RuntimeError:
             # Python 3.12 refuses os.fork() once the interpreter is shutting down. The
             # exit hook still lets the pool finish its work: with the workers it has.
             alive = len(ex.worker_pids())
             if not (Shared.global_shutdown and 0 < alive < ex.parallelism):
                 raise
-            ex.parallelism = alive  # a step that cannot repeat: each time there are fewer
+            ex.make_do_with(alive)  # a step that cannot repeat: each time there are fewer
         now = time.monotonic()
         if now >= self.pids_due:  # (a waitpid per worker: not every turn)
             self.pids = tuple(ex.worker_pids())
             self.pids_due = now + PIDS_EVERY
-        return self._deliver() or ex._published != published
+        return self._deliver() or ex.published != published
 
     def _idle(self, timeout: float, *, caller: bool) -> None:
         """Wait (outside any deferral) until a worker writes, a wake-up, ``timeout`` or
@@ -71,7 +71,7 @@ class Round(DriverState):
         thread's poll would cost the submitting thread the GIL, and nobody waits on it."""
         if self.cancelling:  # wake up in time to withdraw a cancel nobody answered
             timeout = min(timeout, max(0.0, min(self.cancelling.values()) - time.monotonic()))
-        self.executor._idle(timeout, poll_first=caller)
+        self.executor.idle(timeout, poll_first=caller)
 
     def _feed(self) -> None:
         """Hand pending records to the LocalExecutor, in bulk, while it has room; run
@@ -90,7 +90,7 @@ class Round(DriverState):
                 if len(fresh) < len(taken):  # cancelled while pending: they never run
                     self._notify_cancelled([t for t in taken if t._state == CANCELLED])
                 running.update(fresh)
-                ex._queue_tasks(fresh)
+                ex.hand_over(fresh)
                 room -= len(fresh)
             self.feed = FULL if pending else FED
             commands = list(self.commands)
@@ -111,7 +111,7 @@ class Round(DriverState):
             elif command == SUBMIT_KILL and t in self.running and not ex.kill(t.key):
                 # Not started: cancel it (queued in the LocalExecutor: now; sent to a
                 # worker: once it skips it), and kill it if it starts first.
-                ex._cancel_tasks([t])
+                ex.cancel_tasks([t])
                 self.kill_on_start.add(t)
         for records, spare_next in ((cancels, False), (rest, True)):
             if not records:
@@ -119,7 +119,7 @@ class Round(DriverState):
             # Queued in the LocalExecutor: cancelled now. Sent to a worker and not
             # started: REVOKE; its CancelledError (or a start) settles it. Started or
             # ended: nothing to wait for.
-            cancelling = set(ex._cancel_tasks(records, spare_next=spare_next))
+            cancelling = set(ex.cancel_tasks(records, spare_next=spare_next))
             with self.lock:
                 for t in records:
                     if t not in cancelling:
@@ -129,7 +129,7 @@ class Round(DriverState):
     def _deliver(self) -> bool:
         """Settle the records the round handed back, in bulk; True if there were any."""
         ex = self.executor
-        settled, began = cast(tuple[list[Record], list[Record]], ex._take_records())
+        settled, began = ex.take_records()
         if not (settled or began):
             return False
         kill_on_start = self.kill_on_start
@@ -233,7 +233,7 @@ class Round(DriverState):
         with self.lock:
             late = [t for t, deadline in self.cancelling.items() if deadline <= now]
             for t in late:
-                self.executor._uncancel(t)
+                self.executor.uncancel(t)
                 del self.cancelling[t]
             if late:
                 self.cond.notify_all()

@@ -27,8 +27,8 @@ import threading
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from ..executor import LocalExecutor
 from ._item import Record
+from ._seam import Executor
 
 if TYPE_CHECKING:
     from ._driver import Driver
@@ -72,7 +72,7 @@ class DriverState:
     collected shuts down like ``shutdown(wait=False)``.
     """
 
-    def __init__(self, executor: LocalExecutor, capacity: int) -> None:
+    def __init__(self, executor: Executor, capacity: int) -> None:
         self.executor = executor  # not thread-safe: only the token holder touches it
         self.capacity = capacity  # calls handed over at most, at dispatch depth 1
         self.workers = executor.parallelism  # each gets depth - 1 more at a deeper depth

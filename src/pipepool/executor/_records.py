@@ -1,0 +1,144 @@
+"""RecordExecutor: a LocalExecutor for a face that keeps the task records itself (a
+ProcessPoolExecutor's futures *are* its tasks: ``pipepool._api``, "Two ways out").
+
+Its verbs are the declared seam between such a face and the executor: the face hands
+over records, runs a round, waits, takes the settled records back, cancels and withdraws
+cancels, through these names only (``pipepool.futures._seam`` types the face against
+them). Each verb is the executor's own method under a public name (a class attribute
+naming the same function), not a wrapper: no call is added per task (``published``, a
+property, is read twice a turn).
+
+Where an outcome goes is this class's own: it overrides the hooks the event buffer's
+steps publish from (``_finish``, ``_succeed``, ``_mark_started``), so the shared
+``SchedulerAPI`` keeps no mode flag and its hot paths no branch for records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any
+
+from .._task import DONE, Task
+from ..events import State
+from . import LocalExecutor
+from ._state import _Worker
+
+_SUCCESS = State.SUCCESS  # a plain name: events.py says why
+
+
+class RecordExecutor(LocalExecutor):
+    """A LocalExecutor whose outcomes leave as the face's own records, not as events:
+    ``hand_over`` records, run ``steps``, ``take_records`` that ended or began."""
+
+    def __init__(
+        self,
+        parallelism: int | None = None,
+        *,
+        start_method: str | None = None,
+        prefetch: int | None = None,
+        max_tasks_per_child: int | None = None,
+        initializer: Callable[..., object] | None = None,
+        initargs: Iterable[Any] = (),
+        loop_impl: str | None = None,
+    ) -> None:
+        super().__init__(
+            parallelism,
+            start_method=start_method,
+            prefetch=prefetch,
+            max_tasks_per_child=max_tasks_per_child,
+            initializer=initializer,
+            initargs=initargs,
+            loop_impl=loop_impl,
+        )
+        # The records way out (``pipepool._api``, "Two ways out"): the face's own records
+        # (a subclass of Task this room does not know, so ``Any``), as it handed them over.
+        self._settled: list[Any] = []  # ended since the last take_records()
+        self._began: list[Any] = []  # seen started since the last take_records()
+
+    # The verbs: LocalExecutor's own methods under their public names (no wrapper).
+    hand_over = LocalExecutor._queue_tasks  # queue records, in order (tids the face's)
+    steps = LocalExecutor._steps  # one round's steps; the caller defers signals around it
+    idle = LocalExecutor._idle  # wait for a worker, a wake(), a deadline or ``timeout``
+    cancel_tasks = LocalExecutor._cancel_tasks  # cancel these records unless started
+    uncancel = LocalExecutor._uncancel  # withdraw a cancel its worker did not answer
+
+    @property
+    def published(self) -> int:
+        """Outcomes (and starts) published so far: did a round produce anything?"""
+        return self._published
+
+    def make_do_with(self, workers: int) -> None:
+        """Run with ``workers`` at most from now on (no worker can be started: the
+        interpreter is shutting down, and the pool finishes with those it has)."""
+        self.parallelism = workers
+
+    def take_records(self) -> tuple[list[Any], list[Any]]:
+        """The records that ended (their outcome in ``failed`` and ``value``) and those
+        seen started since the last call, each list in the order it happened."""
+        settled, began = self._settled, self._began
+        self._settled, self._began = [], []
+        return settled, began
+
+    # -- the hooks of the records way out: where the event buffer's steps publish ----------
+
+    def queue(self, key: Hashable, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> None:
+        """Refused: the face numbers its records and hands them over (``hand_over``)."""
+        self.queue_call(key, fn, args, kwargs)
+
+    def queue_call(self, key: Hashable, fn: Callable[..., Any], *_: Any, **__: Any) -> None:
+        """Refused: the face numbers its records and hands them over (``hand_over``)."""
+        if self._state == "ended":
+            raise RuntimeError(f"cannot queue on an ended {type(self).__name__}")
+        raise RuntimeError("this executor takes task records (hand_over), not calls")
+
+    def _finish(
+        self,
+        t: Task,
+        state: State,
+        *,
+        result: Any = None,
+        exception: BaseException | None = None,
+        pid: int | None = None,
+    ) -> None:
+        """``SchedulerAPI._finish`` for a record: its outcome on it, and it is settled."""
+        t.phase = DONE
+        t.fn = t.args = t.kwargs = t.future = None
+        if state is _SUCCESS:
+            self._stats["done"] += 1
+            t.failed = False
+            t.value = result
+        else:
+            self._stats["failed"] += 1
+            t.failed = True
+            t.value = exception
+        self._settled.append(t)
+        self._published += 1
+
+    def _succeed(self, tasks: list[Task], results: list[Any], pid: int | None) -> None:
+        """``SchedulerAPI._succeed`` for records: each one's value on it, all settled."""
+        for t, result in zip(tasks, results, strict=True):
+            t.phase = DONE
+            t.fn = t.args = t.kwargs = None
+            t.failed = False
+            t.value = result
+        settled = self._settled
+        settled += tasks
+        self._stats["done"] += len(tasks)
+        self._published += len(tasks)
+
+    def _mark_started(self, w: _Worker, mark: int, now: float, *, publish: bool) -> None:
+        """``Collector._mark_started`` for records: a record seen started is handed back
+        by ``take_records``, not published as an event."""
+        for t in w.in_flight.values():  # dispatch order, so numbers only grow
+            if t.seq > mark:
+                break
+            if t.started:
+                continue
+            t.started = True
+            t.began = now
+            w.current = t
+            if t.timeout is not None:
+                t.deadline = now + t.timeout
+                self._timed[t.tid] = t
+            if publish:
+                self._began.append(t)
