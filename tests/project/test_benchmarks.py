@@ -118,7 +118,13 @@ def test_every_target_has_a_ratio_and_a_verdict(smoke_run: tuple[Path, str]) -> 
     ):
         assert any(n.startswith(expected) for n in names), expected
     for t in data["targets"]:
-        assert t["ratio"] > 0 and isinstance(t["met"], bool), t
+        # A difference of medians (an overhead, what wait() adds) can come out at or below
+        # zero in the smoke run's tiny samples: no ratio then, and no verdict either.
+        if t["ratio"] is None:
+            assert t["met"] is None, t
+        else:
+            assert t["ratio"] > 0 and isinstance(t["met"], bool), t
+    assert any(t["ratio"] is not None for t in data["targets"])
     table = (out / "results.md").read_text()
     assert "## Targets" in table and data["command"] in table
     for t in data["targets"]:
