@@ -45,11 +45,12 @@ class Sample:
     running: int | None  # procs_running
 
 
-def sample(cpus) -> Sample | None:
-    """The counters now, for ``cpus`` (None: every CPU); None where there is no /proc."""
+def sample(cpus, stat: str = "/proc/stat") -> Sample | None:
+    """The counters now, for ``cpus`` (None: every CPU); None where there is no /proc.
+    ``stat``: where /proc/stat is (tests point it at a file they control)."""
     t = time.monotonic()
     try:
-        with open("/proc/stat", "rb") as f:
+        with open(stat, "rb") as f:
             data = f.read()
     except OSError:
         return None
