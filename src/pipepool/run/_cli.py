@@ -369,7 +369,9 @@ def run_command(args: argparse.Namespace, groups: list, parser: argparse.Argumen
         return EXIT_ERROR
     try:
         if args.json:  # the last line of stdout, whatever the jobs printed before it
-            line = json.dumps(summary.as_dict()) + "\n"
+            from ._machine import machine_metadata
+
+            line = json.dumps({**summary.as_dict(), "machine": machine_metadata()}) + "\n"
             sys.stdout.write(line if runner.stdout_ends_line() else "\n" + line)
         sys.stdout.flush()
     except BrokenPipeError:  # `| head`: the reader left; the exit status still tells
