@@ -7,20 +7,16 @@ from __future__ import annotations
 
 import json
 import platform
-import tarfile
 from pathlib import Path
 
-from helpers import run_cli
+from helpers import captured_topology, run_cli
 from pipepool.run._machine import machine_metadata
 
 TREE = "20em64t-hybrid-1p6c2t+2ca4co1t"
-DATA = Path(__file__).parent / "topologies"
 
 
 def _tree(tmp_path: Path) -> Path:
-    with tarfile.open(DATA / f"{TREE}.tar.gz") as tar:
-        tar.extractall(tmp_path, filter="data")
-    return tmp_path / TREE
+    return captured_topology(tmp_path, TREE)
 
 
 def test_the_topology_of_the_tree_and_null_for_what_it_does_not_tell(tmp_path: Path) -> None:

@@ -10,21 +10,17 @@ from __future__ import annotations
 
 import json
 import os
-import tarfile
 from pathlib import Path
 
-from helpers import run_cli
+from helpers import captured_topology, run_cli
 from pipepool.run import _noise
 
 TREE = "20em64t-hybrid-1p6c2t+2ca4co1t"
-DATA = Path(__file__).parent / "topologies"
 STAT = "cpu  1 0 1 9 0 0 0 0 0 0\ncpu0 1 0 1 9 0 0 0 0 0 0\ncpu2 1 0 1 9 0 0 0 0 0 0\n"
 
 
 def _tree(tmp_path: Path) -> Path:
-    with tarfile.open(DATA / f"{TREE}.tar.gz") as tar:
-        tar.extractall(tmp_path, filter="data")
-    return tmp_path / TREE
+    return captured_topology(tmp_path, TREE)
 
 
 def _set(root: Path, khz: dict[int, int]) -> None:
