@@ -101,7 +101,11 @@ def test_a_job_waits_while_a_hog_burns_its_cpus_and_starts_after_it_is_killed(
     summary = json.loads(out.splitlines()[-1])
     assert summary["records"][1]["start"] > killed  # its record's start: after the wait
     second = summary["records"][1]["wait_quiet"]
-    assert second["looks"] > 1 and second["waited"] >= 2.0  # held while the hogs burned
+    # held while the hogs burned: its wait began before they were killed (job 2 was
+    # queued in the worker beside job 1, so the wait began as job 1 ended, before its
+    # joblog row appeared and at least 2 s before the kill)
+    assert second["looks"] > 1
+    assert summary["records"][1]["start"] - second["waited"] < killed
     # quiet came after the kill, or (a loaded machine) the 30 s bound ran out: either way
     # the record says which
     assert second["quiet"] is True or (second["quiet"] is False and second["waited"] >= 30)
