@@ -414,12 +414,13 @@ def kill_survivors(mark: str) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def joblog_rows(path: Path) -> list[list[str]]:
+def joblog_rows(path: Path, extra: list[str] | None = None) -> list[list[str]]:
     """The rows under GNU parallel's nine columns (and pipepool's own after them: CPUs
-    with --pin, Noisy with --pin or --repeat)."""
+    with --pin, Noisy with --pin or --repeat; ``extra``: exactly these)."""
     lines = path.read_text().splitlines()
     header = lines[0].split("\t")
     assert header[9:] in ([], ["CPUs"], ["Noisy"], ["CPUs", "Noisy"]), header
+    assert extra is None or header[9:] == extra, header
     assert header[:9] == [
         "Seq",
         "Host",
@@ -432,6 +433,19 @@ def joblog_rows(path: Path) -> list[list[str]]:
         "Command",
     ]
     return [line.split("\t") for line in lines[1:]]
+
+
+TOPOLOGIES = Path(__file__).parent / "run" / "topologies"  # captured sysfs trees (README)
+
+
+def captured_topology(folder: Path, name: str) -> Path:
+    """The captured machine ``name`` (``tests/run/topologies/NAME.tar.gz``) unpacked in
+    ``folder``: its root, holding ``sys/`` (and ``proc/`` where captured)."""
+    import tarfile
+
+    with tarfile.open(TOPOLOGIES / f"{name}.tar.gz") as tar:
+        tar.extractall(folder, filter="data")
+    return folder / name
 
 
 def marked():

@@ -312,19 +312,24 @@ def test_halt_now_kills_running_jobs(tmp_path: Path, mark: str) -> None:
 # -- Ctrl-C ---------------------------------------------------------------------------------
 
 
-def test_first_ctrl_c_lets_running_jobs_finish(tmp_path: Path, mark: str) -> None:
-    log = tmp_path / "log"
-    runner = start_cli(
+def _start_two_at_a_time(log: Path, commands: list[str]) -> subprocess.Popen[str]:
+    """``pipepool run -j 2 --joblog LOG ::: COMMANDS...`` with its output piped."""
+    return start_cli(
         "run",
         "-j",
         "2",
         "--joblog",
         str(log),
         ":::",
-        *[f"sleep 1.{mark}; echo done{i}" for i in range(8)],
+        *commands,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
+
+
+def test_first_ctrl_c_lets_running_jobs_finish(tmp_path: Path, mark: str) -> None:
+    log = tmp_path / "log"
+    runner = _start_two_at_a_time(log, [f"sleep 1.{mark}; echo done{i}" for i in range(8)])
     try:
         assert wait_for(lambda: len(survivors(mark, jobs_only=True)) >= 2)  # both running
         runner.send_signal(signal.SIGINT)
@@ -339,16 +344,8 @@ def test_first_ctrl_c_lets_running_jobs_finish(tmp_path: Path, mark: str) -> Non
 
 def test_second_ctrl_c_kills_running_jobs(tmp_path: Path, mark: str) -> None:
     log = tmp_path / "log"
-    runner = start_cli(
-        "run",
-        "-j",
-        "2",
-        "--joblog",
-        str(log),
-        ":::",
-        *[f"echo started{i}; sleep 1000.{mark} & sleep 1000.{mark}" for i in range(4)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+    runner = _start_two_at_a_time(
+        log, [f"echo started{i}; sleep 1000.{mark} & sleep 1000.{mark}" for i in range(4)]
     )
     try:
         assert wait_for(lambda: len(survivors(mark, jobs_only=True)) >= 4)

@@ -227,11 +227,17 @@ def _read_until(proc: subprocess.Popen, got: bytearray, wanted: bytes, timeout: 
             got += chunk
 
 
-def _gated_run(tmp_path: Path, options: tuple[str, ...], steps: list[tuple[str, bytes]]) -> bytes:
+# The order the tutorial's sleeps open the gates in: jobs 4, 2, 1 start, then 2 (sleep 2)
+# ends before 1 (started last, sleep 1), and 4 (sleep 4) ends last.
+GATES = ("a4", "a2", "b2", "a1", "b1", "b4")
+
+
+def _gated_run(tmp_path: Path, options: tuple[str, ...], wanted: list[bytes]) -> bytes:
     """The tutorial's ``parallel -j2 OPTION 'printf "%s-start\\n%s" {} {}; sleep {};
     printf "%s\\n" -middle; echo {}-end' ::: 4 2 1``, with each job's start and its
-    sleep replaced by gates (files ``a{}`` and ``b{}``) the test opens in order, after
-    reading the output that must come first."""
+    sleep replaced by gates (files ``a{}`` and ``b{}``) the test opens in ``GATES``'
+    order, each after reading the output ``wanted`` says must come first."""
+    steps = list(zip(GATES, wanted, strict=True))
     gates = tmp_path / "gates"
     gates.mkdir(parents=True)
 
@@ -270,88 +276,47 @@ def _gated_run(tmp_path: Path, options: tuple[str, ...], steps: list[tuple[str, 
     return bytes(got) + out.encode()
 
 
-def test_ungroup(tmp_path: Path) -> None:
-    # DOC tutorial: "To get the output immediately use --ungroup" -> half a line of
-    # job 4 ("4") is followed by job 2's "2-start"
-    out = _gated_run(
-        tmp_path,
-        ("--ungroup",),
-        [
-            ("a4", b"4-start\n4"),
-            ("a2", b"2-start\n2"),
-            ("b2", b"-middle\n2-end\n"),
-            ("a1", b"1-start\n1"),
-            ("b1", b"-middle\n1-end\n"),
-            ("b4", b""),
-        ],
-    )
-    assert out.decode().splitlines() == [
-        "4-start",
-        "42-start",
-        "2-middle",
-        "2-end",
-        "1-start",
-        "1-middle",
-        "1-end",
-        "-middle",
-        "4-end",
-    ]
-
-
-def test_line_buffer(tmp_path: Path) -> None:
-    # DOC tutorial: "To avoid this use --linebuffer": whole lines, as soon as complete
-    out = _gated_run(
-        tmp_path,
-        ("--linebuffer",),
-        [
-            ("a4", b"4-start\n"),
-            ("a2", b"2-start\n"),
-            ("b2", b"2-middle\n2-end\n"),
-            ("a1", b"1-start\n"),
-            ("b1", b"1-middle\n1-end\n"),
-            ("b4", b""),
-        ],
-    )
-    assert out.decode().splitlines() == [
-        "4-start",
-        "2-start",
-        "2-middle",
-        "2-end",
-        "1-start",
-        "1-middle",
-        "1-end",
-        "4-middle",
-        "4-end",
-    ]
-
-
-def test_line_buffer_keep_order(tmp_path: Path) -> None:
-    # DOC man --line-buffer: "With --keep-order --line-buffer will output lines from the
-    # first job continuously while it is running, then lines from the second job while
-    # that is running. It will buffer full lines, but jobs will not mix."
-    out = _gated_run(
-        tmp_path,
-        ("-k", "--line-buffer"),
-        [
-            ("a4", b"4-start\n"),  # the first job streams while it runs
-            ("a2", b""),
-            ("b2", b""),  # the second ends, but waits for the first
-            ("a1", b""),
-            ("b1", b""),
-            ("b4", b""),
-        ],
-    )
-    assert out.decode().splitlines() == [
-        "4-start",
-        "4-middle",
-        "4-end",
-        "2-start",
-        "2-middle",
-        "2-end",
-        "1-start",
-        "1-middle",
-        "1-end",
-    ]
+@pytest.mark.parametrize(
+    ("options", "wanted", "expected"),
+    [
+        # DOC tutorial: "To get the output immediately use --ungroup" -> half a line of
+        # job 4 ("4") is followed by job 2's "2-start"
+        pytest.param(
+            ("--ungroup",),
+            [b"4-start\n4", b"2-start\n2", b"-middle\n2-end\n", b"1-start\n1",
+             b"-middle\n1-end\n", b""],
+            ["4-start", "42-start", "2-middle", "2-end", "1-start", "1-middle", "1-end",
+             "-middle", "4-end"],
+            id="ungroup",
+        ),
+        # DOC tutorial: "To avoid this use --linebuffer": whole lines, as soon as complete
+        pytest.param(
+            ("--linebuffer",),
+            [b"4-start\n", b"2-start\n", b"2-middle\n2-end\n", b"1-start\n",
+             b"1-middle\n1-end\n", b""],
+            ["4-start", "2-start", "2-middle", "2-end", "1-start", "1-middle", "1-end",
+             "4-middle", "4-end"],
+            id="line_buffer",
+        ),
+        # DOC man --line-buffer: "With --keep-order --line-buffer will output lines from
+        # the first job continuously while it is running, then lines from the second job
+        # while that is running. It will buffer full lines, but jobs will not mix." The
+        # first job streams while it runs (a4); the second ends (b2) but waits for it.
+        pytest.param(
+            ("-k", "--line-buffer"),
+            [b"4-start\n", b"", b"", b"", b"", b""],
+            ["4-start", "4-middle", "4-end", "2-start", "2-middle", "2-end", "1-start",
+             "1-middle", "1-end"],
+            id="line_buffer_keep_order",
+        ),
+    ],
+)  # fmt: skip
+def test_gated_output_as_the_tutorial_shows(
+    tmp_path: Path, options: tuple[str, ...], wanted: list[bytes], expected: list[str]
+) -> None:
+    """Each case: what must be read before each gate of ``GATES`` opens, then all of
+    the output, line by line."""
+    assert _gated_run(tmp_path, options, wanted).decode().splitlines() == expected
 
 
 def test_delay(tmp_path: Path) -> None:

@@ -4,11 +4,13 @@ machine neither see nor disturb them."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -86,37 +88,39 @@ def test_concurrent_runs_get_disjoint_cpus_and_the_next_waits_or_fails(tmp_path,
             proc.communicate(timeout=60)
 
 
-def test_lease_ignore_pins_whatever_is_leased(tmp_path, env) -> None:
-    go = tmp_path / "go"
-    out = tmp_path / "held"
+@contextlib.contextmanager
+def every_cpu_held(tmp_path: Path, env) -> Iterator[subprocess.Popen[str]]:
+    """A run that pins every usable CPU and holds them until the block ends (or the
+    block kills it)."""
+    go, out = tmp_path / "go", tmp_path / "held"
     n = len(os.sched_getaffinity(0))
     holder = start(env, "-j", str(n), "--pin", HOLD, ":::", str(out), ":::", str(go))
     try:
-        assert wait_for(out.exists, timeout=60)
+        assert wait_for(out.exists, timeout=60), "the holder did not start its jobs"
+        yield holder
+    finally:
+        go.touch()
+        if holder.returncode is None:  # not killed and collected by the block
+            holder.communicate(timeout=60)
+
+
+def test_lease_ignore_pins_whatever_is_leased(tmp_path, env) -> None:
+    with every_cpu_held(tmp_path, env):
         ignoring = run_cli(
             "run", "-j", "1", "--pin", "--lease", "ignore", "true", ":::", "x", env=env
         )
         assert ignoring.returncode == 0, ignoring.stderr
-    finally:
-        go.touch()
-        holder.communicate(timeout=60)
 
 
 def test_a_killed_run_frees_its_cpus(tmp_path, env) -> None:
     """The kernel drops a dead holder's flock: no stale lease."""
-    go = tmp_path / "go"
-    out = tmp_path / "held"
     n = len(os.sched_getaffinity(0))
-    holder = start(env, "-j", str(n), "--pin", HOLD, ":::", str(out), ":::", str(go))
-    try:
-        assert wait_for(out.exists, timeout=60)
+    with every_cpu_held(tmp_path, env) as holder:
         holder.kill()  # SIGKILL: no clean-up of its own
         holder.communicate(timeout=60)
         # its workers die with it (the pool's design); then every CPU is free again
         args = ("run", "-j", str(n), "--pin", "--lease", "fail", "true", ":::", "x")
         assert wait_for(lambda: run_cli(*args, env=env).returncode == 0, timeout=30)
-    finally:
-        go.touch()
 
 
 def test_lease_files_are_usable_by_every_user(tmp_path, env) -> None:

@@ -6,34 +6,23 @@ from __future__ import annotations
 
 import json
 import os
-import tarfile
 from pathlib import Path
 
 import pytest
 
-from helpers import run_cli
+from helpers import captured_topology, joblog_rows, run_cli
 
 pytestmark = pytest.mark.skipif(
     not hasattr(os, "sched_getaffinity"), reason="CPU affinity is Linux's"
 )
-DATA = Path(__file__).parent / "topologies"
-
-
-def joblog_rows(path: Path) -> list[list[str]]:
-    """The rows, under a header of GNU's nine columns, then pipepool's CPUs and Noisy."""
-    lines = path.read_text().splitlines()
-    assert lines[0].endswith("\tCommand\tCPUs\tNoisy"), lines[0]
-    return [line.split("\t") for line in lines[1:]]
 
 
 AFFINITY = 'python3 -c "import os; print(sorted(os.sched_getaffinity(0)))"'
 
 
 def test_show_plan_on_a_captured_machine(tmp_path: Path) -> None:
-    name = "20em64t-hybrid-1p6c2t+2ca4co1t"
-    with tarfile.open(DATA / f"{name}.tar.gz") as tar:
-        tar.extractall(tmp_path, filter="data")
-    args = ("run", "-j", "7", "--pin", "--show-plan", "--sysfs-root", str(tmp_path / name))
+    root = captured_topology(tmp_path, "20em64t-hybrid-1p6c2t+2ca4co1t")
+    args = ("run", "-j", "7", "--pin", "--show-plan", "--sysfs-root", str(root))
     proc = run_cli(*args, "touch", ":::", str(tmp_path / "ran"))
     assert proc.returncode == 0, proc.stderr
     assert "slot 7: CPU 12 (package 0, NUMA node 0, E-core; shares nothing)" in proc.stdout
@@ -57,20 +46,7 @@ def test_each_record_and_joblog_row_names_the_cpus_the_job_ran_on(tmp_path: Path
     records = json.loads(lines[-1])["records"]
     seen = [json.loads(line) for line in lines[:-1]]  # what each job's process was given
     assert [r["cpus"] for r in records] == seen, (records, seen)
-    rows = joblog_rows(log)
-    header = log.read_text().splitlines()[0].split("\t")
-    gnu = [
-        "Seq",
-        "Host",
-        "Starttime",
-        "JobRuntime",
-        "Send",
-        "Receive",
-        "Exitval",
-        "Signal",
-        "Command",
-    ]
-    assert header[:9] == gnu and header[9:] == ["CPUs", "Noisy"]
+    rows = joblog_rows(log, extra=["CPUs", "Noisy"])  # GNU's nine columns, then these
     by_seq = {int(r[0]): r for r in rows}
     for record in records:
         row = by_seq[record["seq"]]
@@ -86,7 +62,11 @@ def test_resume_reads_a_joblog_with_the_cpus_column(tmp_path: Path) -> None:
     proc = run_cli(*args, "--resume", "echo", ":::", "a", "b", "c")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["c"]  # a and b were read back from their rows
-    assert [r[8] for r in joblog_rows(log)] == ["echo a", "echo b", "echo c"]
+    assert [r[8] for r in joblog_rows(log, extra=["CPUs", "Noisy"])] == [
+        "echo a",
+        "echo b",
+        "echo c",
+    ]
 
 
 def test_pin_reserve_leaves_a_core_to_pipepool(tmp_path: Path) -> None:

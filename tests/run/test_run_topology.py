@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import math
 import re
-import tarfile
 from pathlib import Path
 
 import pytest
 
+from helpers import TOPOLOGIES, captured_topology
 from pipepool.run._placement import RULES, PlacementError, plan
 from pipepool.run._topology import parse_cpu_list, parse_cpu_mask, read_topology
 
-DATA = Path(__file__).parent / "topologies"
+DATA = TOPOLOGIES
 WITH_ORACLE = sorted(p.stem for p in DATA.glob("*.console"))
 ALL = sorted(p.name[: -len(".tar.gz")] for p in DATA.glob("*.tar.gz"))
 
@@ -24,10 +24,7 @@ ALL = sorted(p.name[: -len(".tar.gz")] for p in DATA.glob("*.tar.gz"))
 @pytest.fixture(scope="module")
 def roots(tmp_path_factory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("topologies")
-    for name in ALL:
-        with tarfile.open(DATA / f"{name}.tar.gz") as tar:
-            tar.extractall(base, filter="data")
-    return {name: base / name for name in ALL}
+    return {name: captured_topology(base, name) for name in ALL}
 
 
 def oracle(name: str) -> dict[str, set[frozenset[int]]]:

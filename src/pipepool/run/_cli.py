@@ -181,6 +181,14 @@ def add_run_parser(sub) -> argparse.ArgumentParser:
         "(0-1) of its CPUs' time while it was not running (default 0.5)",
     )
     run.add_argument(
+        "--wait-quiet",
+        type=_timeout,
+        metavar="MAX",
+        help="before each job starts, wait until others use at most a quarter of its "
+        "CPUs' time (its --pin CPUs, else all; /proc/stat over 0.25 s), at most MAX "
+        "(seconds or 1m30s); --json's records say how long each waited",
+    )
+    run.add_argument(
         "--show-plan",
         action="store_true",
         help="print which CPUs each job slot of --pin/--cpus-per-job gets and what the "
@@ -335,6 +343,7 @@ def run_command(args: argparse.Namespace, groups: list, parser: argparse.Argumen
         pin_reserve=args.pin_reserve,
         lease=args.lease,
         noise_threshold=args.noise_threshold,
+        wait_quiet=args.wait_quiet,
         delay=args.delay or 0.0,
         load=load,
         memfree=args.memfree,
@@ -360,7 +369,9 @@ def run_command(args: argparse.Namespace, groups: list, parser: argparse.Argumen
         return EXIT_ERROR
     try:
         if args.json:  # the last line of stdout, whatever the jobs printed before it
-            line = json.dumps(summary.as_dict()) + "\n"
+            from ._machine import machine_metadata
+
+            line = json.dumps({**summary.as_dict(), "machine": machine_metadata()}) + "\n"
             sys.stdout.write(line if runner.stdout_ends_line() else "\n" + line)
         sys.stdout.flush()
     except BrokenPipeError:  # `| head`: the reader left; the exit status still tells

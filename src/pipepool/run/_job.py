@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 from .. import _oom
 from . import _noise
+from ._quiet import wait_quiet
 from ._reaper import (
     Usage,
     expect_job,
@@ -70,6 +71,9 @@ class JobSpec:
     inherit_output: bool = False  # --ungroup: write to the runner's stdout/stderr
     noise: bool = False  # sample what else ran meanwhile (_noise): --pin, --repeat
     noise_threshold: float = _noise.CONTENTION  # --noise-threshold
+    wait_quiet: float | None = None  # --wait-quiet MAX: s to wait for quiet CPUs first
+    quiet_allowance: int = 0  # CPUs the run's other jobs may be using (no --pin: -j - 1)
+    quiet_stat: str = "/proc/stat"  # where --wait-quiet looks (tests: a file they control)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +99,7 @@ class JobResult:
     maxrss: int = 0  # bytes: the largest peak resident set of a process in the tree
     oom: str = ""  # SIGKILL (or exit 137) while a count of OOM kills rose: how it rose
     noise: dict | None = None  # what else ran meanwhile (_noise.measure), if sampled
+    quiet: dict | None = None  # --wait-quiet: how long it waited, and if quiet came
 
     @property
     def ok(self) -> bool:
@@ -111,6 +116,14 @@ def run_job(spec: JobSpec) -> JobResult:
     setup_worker()
     if spec.cpus is not None:  # --pin: this worker, hence the job and all it starts
         os.sched_setaffinity(0, spec.cpus)
+    quiet = None
+    if spec.wait_quiet is not None:  # the job starts after the wait: stamped again
+        cpus = spec.cpus if spec.cpus is not None else tuple(sorted(_usable()))
+        quiet = wait_quiet(
+            cpus, spec.wait_quiet, allowance=spec.quiet_allowance, stat=spec.quiet_stat
+        )
+        start = time.time()
+        t0 = time.monotonic()
     if spec.inherit_output:  # --ungroup: straight to the runner's stdout and stderr
         out_fd, err_fd = None, None
     else:
@@ -139,8 +152,9 @@ def run_job(spec: JobSpec) -> JobResult:
         code = 127 if exc.errno == errno.ENOENT else 126
         sizes = (0, 0) if out_fd is None or err_fd is None else (_size(out_fd), _size(err_fd))
         return JobResult(
-            spec.seq, spec.attempt, start, time.monotonic() - t0, code, 0, False, *sizes, 0
-        )
+            spec.seq, spec.attempt, start, time.monotonic() - t0, code, 0, False, *sizes, 0,
+            quiet=quiet,
+        )  # fmt: skip
     finally:
         # The child holds its copies; ours would only keep the files open (and leak
         # one pair per job if Popen raised something else, a NUL in an argument say).
@@ -221,6 +235,7 @@ def run_job(spec: JobSpec) -> JobResult:
         maxrss=usage.maxrss,
         oom=oom,
         noise=noise,
+        quiet=quiet,
     )
 
 

@@ -1,5 +1,6 @@
 """What machine a run ran on, for exports and ``--json``: CPU model, topology, kernel,
-frequency governor where readable. Only what the system tells without privileges."""
+frequency governor where readable (null where not). Only what the system tells without
+privileges; ``/proc`` and ``/sys`` are read under a root tests can point elsewhere."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import sys
 import time
 
 
-def machine_metadata() -> dict[str, object]:
+def machine_metadata(root: str = "/") -> dict[str, object]:
+    """This machine's description; ``root``: where its /proc and /sys are (a captured
+    tree in tests: the names of this host, kernel and Python are still this one's)."""
     from .. import __version__
 
     found: dict[str, object] = {
@@ -23,18 +26,16 @@ def machine_metadata() -> dict[str, object]:
         "pipepool_version": __version__,
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
-    model = _cpu_model()
-    if model:
-        found["cpu_model_name"] = model
-    governor = _read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
-    if governor:
-        found["cpu_governor"] = governor
-    if hasattr(os, "sched_getaffinity"):
+    found["cpu_model_name"] = _cpu_model(root) or None
+    governor = _read(os.path.join(root, "sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"))
+    found["cpu_governor"] = governor or None
+    if hasattr(os, "sched_getaffinity") and root == "/":
         found["cpu_affinity"] = _ranges(sorted(os.sched_getaffinity(0)))
+    found["topology"] = None
     try:
         from ._topology import read_topology
 
-        top = read_topology()
+        top = read_topology(root)
         found["topology"] = (
             f"{len(top.groups('package'))} package(s), {len(top.cores())} core(s), "
             f"{len(top.cpus)} CPU(s), {len(top.groups('llc'))} last-level cache(s), "
@@ -45,12 +46,14 @@ def machine_metadata() -> dict[str, object]:
     return found
 
 
-def _cpu_model() -> str:
-    text = _read("/proc/cpuinfo", whole=True)
+def _cpu_model(root: str = "/") -> str:
+    text = _read(os.path.join(root, "proc/cpuinfo"), whole=True)
     for line in text.splitlines():
         key, _, value = line.partition(":")
         if key.strip() in ("model name", "Model", "Hardware") and value.strip():
             return value.strip()
+    if root != "/":
+        return ""
     if sys.platform == "darwin":
         try:
             out = subprocess.run(

@@ -9,7 +9,11 @@ it reaped it (Linux; elsewhere nothing is sampled and a job is never called nois
 * ``/proc/pressure/cpu`` "some": how long some task waited for a CPU, machine-wide;
 * the worker's cgroup ``cpu.stat`` ``throttled_usec`` (a CPU quota held it back);
 * ``procs_running`` of ``/proc/stat`` (runnable tasks, at the start and the end:
-  the load average lags by minutes, this does not).
+  the load average lags by minutes, this does not);
+* the current frequency of the job's CPUs (cpufreq's ``scaling_cur_freq``, under a
+  sysfs root tests can point elsewhere), where the kernel exposes it: many VMs do not,
+  and then the record says null, never a guess. A change is reported, not judged:
+  turbo and power saving move it on a quiet machine too.
 
 A job is *noisy* when it lasted at least ``JUDGED_FROM`` s and either its
 ``contention`` is above ``CONTENTION`` (``--noise-threshold``), or the cgroup throttled
@@ -43,30 +47,52 @@ class Sample:
     pressure: float | None  # s of "some" CPU pressure, machine-wide
     throttled: float | None  # s the worker's cgroup was throttled
     running: int | None  # procs_running
+    freq: float | None = None  # MHz: the mean current frequency of the CPUs, if readable
 
 
-def sample(cpus) -> Sample | None:
-    """The counters now, for ``cpus`` (None: every CPU); None where there is no /proc."""
+def sample(cpus, stat: str = "/proc/stat", sysfs: str = "/") -> Sample | None:
+    """The counters now, for ``cpus`` (None: every CPU); None where there is no /proc.
+    ``stat``: where /proc/stat is, ``sysfs``: the root of /sys (tests point them at
+    files they control)."""
     t = time.monotonic()
     try:
-        with open("/proc/stat", "rb") as f:
+        with open(stat, "rb") as f:
             data = f.read()
     except OSError:
         return None
     wanted = None if cpus is None else {f"cpu{c}".encode() for c in cpus}
     busy = steal = 0.0
     running = None
+    seen = []
     for line in data.split(b"\n"):
         if line.startswith(b"cpu") and line[3:4].isdigit():
             fields = line.split()
             if wanted is not None and fields[0] not in wanted:
                 continue
+            seen.append(int(fields[0][3:]))
             v = [int(x) for x in fields[1:9]]  # user nice system idle iowait irq softirq steal
             busy += (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / _TICK
             steal += v[7] / _TICK
         elif line.startswith(b"procs_running "):
             running = int(line.split()[1])
-    return Sample(t, busy, steal, _pressure(), _throttled(), running)
+    freq = frequency(seen, sysfs)
+    return Sample(t, busy, steal, _pressure(), _throttled(), running, freq)
+
+
+def frequency(cpus, root: str = "/") -> float | None:
+    """The mean current frequency of ``cpus`` in MHz, from each one's
+    ``cpufreq/scaling_cur_freq`` (kHz) under ``root``; None unless every one is read."""
+    if not cpus:
+        return None
+    khz = 0
+    for cpu in cpus:
+        path = os.path.join(root, f"sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_cur_freq")
+        try:
+            with open(path, "rb") as f:
+                khz += int(f.read().strip())
+        except (OSError, ValueError):
+            return None
+    return khz / len(cpus) / 1000
 
 
 def measure(
@@ -100,6 +126,16 @@ def measure(
             else None
         ),
         "procs_running": [before.running, after.running],
+        "freq_mhz": (
+            [round(before.freq, 1), round(after.freq, 1)]
+            if before.freq is not None and after.freq is not None
+            else None
+        ),
+        "freq_change": (
+            round(after.freq / before.freq - 1, 4)
+            if before.freq and after.freq is not None
+            else None
+        ),
         "wall_over_cpu": round(wall / cpu_time, 3) if cpu_time > 0 else None,
     }
     reasons = []

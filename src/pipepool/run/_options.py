@@ -27,6 +27,7 @@ class RunOptions:
     cpus_per_job: int | None = None  # --pin (1) or --cpus-per-job K
     pin_reserve: bool = False  # --pin-reserve: a core left for pipepool itself
     noise_threshold: float = 0.5  # --noise-threshold: contention above it is noisy
+    wait_quiet: float | None = None  # --wait-quiet MAX: s a job may wait for quiet CPUs
     lease: str = "wait"  # --lease: wait for CPUs other runs hold, "fail", or "ignore"
     delay: float = 0.0
     load: float | None = None
@@ -35,5 +36,5 @@ class RunOptions:
     ungroup: bool = False
     repeat: int = 1
     compare: bool = False  # --compare: the two jobs' ratio with its interval
-    proc_stat: str = "/proc/stat"  # where --load and --memfree look (tests point them
+    proc_stat: str = "/proc/stat"  # where --load, --wait-quiet, --memfree look (tests point them
     meminfo: str = "/proc/meminfo"  # at files they control)

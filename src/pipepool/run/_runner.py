@@ -285,12 +285,16 @@ class Runner:
                 inherit_output=self.options.ungroup,
                 noise=self._noise_on,
                 noise_threshold=self.options.noise_threshold,
+                wait_quiet=self.options.wait_quiet,
+                quiet_allowance=0 if cpus is not None else self.options.jobs - 1,
+                quiet_stat=self.options.proc_stat,
             )
             if self.options.line_buffer:
                 self.output.follow(job.seq, job.tag, spec.stdout_path, spec.stderr_path)
             backstop = None
             if self.options.timeout is not None:
                 backstop = self.options.timeout + KILL_GRACE + BACKSTOP_SLACK
+                backstop += self.options.wait_quiet or 0.0  # the worker waits first
             ex.queue_call(
                 job.seq,
                 run_job if self.options.cluster is None else run_job_on_cluster,
@@ -316,6 +320,7 @@ class Runner:
                 land_output(spec, result.output)
             outcome = job_outcome(job, spec, result)
             outcome.noise = result.noise
+            outcome.quiet = result.quiet
             start, receive = result.start, result.stdout_size
         else:
             exc = event.exception

@@ -47,6 +47,7 @@ class Outcome:
     logged: bool = False  # read back from the joblog (--resume): no CPU time or RSS known
     cpus: tuple[int, ...] | None = None  # --pin: the CPUs its slot was pinned to
     noise: dict | None = None  # what else ran meanwhile (_noise.measure), if measured
+    quiet: dict | None = None  # --wait-quiet: the wait before it started (_quiet)
 
     @property
     def noisy(self) -> bool | None:
@@ -93,6 +94,7 @@ class Outcome:
             "cpus": list(self.cpus) if self.cpus is not None else None,
             "noisy": self.noisy,
             "noise": self.noise or None,
+            "wait_quiet": self.quiet,
         }
 
     def usage(self) -> str:
@@ -268,6 +270,13 @@ class Summary:
             )
             if noisy:
                 lines += _listing(noisy, lambda o: str((o.noise or {}).get("why") or ""))
+        waits = self.quiet_waits()
+        if waits is not None:
+            lines.append(
+                f"wait for quiet: {waits['held']} of {waits['jobs']} jobs found their CPUs "
+                f"busy and waited; {waits['seconds']:.2f} s in all; {waits['not_quiet']} "
+                "started without quiet (--wait-quiet's bound ran out)"
+            )
         if self.repeat > 1:
             lines += self._repetition_lines()
         comparison = self.comparison()
@@ -278,6 +287,20 @@ class Summary:
             lines += describe(comparison, _short(commands[0]), _short(commands[1]))
         lines.append(f"exit status {self.exit_status()}")
         return "\n".join(lines) + "\n"
+
+    def quiet_waits(self) -> dict[str, object] | None:
+        """``--wait-quiet``: how many jobs found their CPUs busy (``held``: more than one
+        look), how long all waited, how many started only because the bound ran out
+        (None: not asked)."""
+        waits = [o.quiet for o in self.outcomes if o.quiet is not None]
+        if not waits:
+            return None
+        return {
+            "jobs": len(waits),
+            "held": sum(1 for w in waits if w["looks"] > 1 or w["quiet"] is False),
+            "seconds": round(sum(w["waited"] for w in waits), 3),
+            "not_quiet": sum(1 for w in waits if w["quiet"] is False),
+        }
 
     def comparison(self) -> dict[str, object] | None:
         """``--compare``: B (the second job) against A (the first), over their runs."""
@@ -339,6 +362,7 @@ class Summary:
             "slowest": [o.as_dict() for o in self.slowest()],
             "most_memory": [o.as_dict() for o in self.hungriest()],
             "noisy": sum(1 for o in self.outcomes if o.noisy),
+            "wait_quiet": self.quiet_waits(),
             "repeat": self.repeat,
             "repetitions": self.repetitions() if self.repeat > 1 else None,
             "comparison": self.comparison(),

@@ -151,29 +151,75 @@ def read_topology(root: str = "/", allowed: set[int] | None = None) -> Topology:
     return Topology(cpus, notes=notes)
 
 
-def read_macos() -> Topology:
-    """What ``sysctl`` tells of this Mac: counts only, no per-CPU placement (macOS has
-    no affinity API; its scheduler places threads). P cores are numbered first."""
-    values = {}
-    for key in ("hw.logicalcpu", "hw.physicalcpu", "hw.perflevel0.logicalcpu"):
+def read_macos(sysctl_output: str | None = None) -> Topology:
+    """What ``sysctl`` tells of this Mac: counts, no per-CPU placement (macOS has no
+    affinity API; its scheduler places threads). ``sysctl_output``: the text ``sysctl
+    hw`` prints (``name: value`` lines; tests give captured ones), else it is run."""
+    if sysctl_output is None:
         try:
-            out = subprocess.run(["sysctl", "-n", key], capture_output=True, text=True, timeout=5)
-            values[key] = int(out.stdout.strip())
-        except (OSError, ValueError, subprocess.SubprocessError):
-            continue
-    logical = values.get("hw.logicalcpu", os.cpu_count() or 1)
-    physical = values.get("hw.physicalcpu", logical)
-    perf = values.get("hw.perflevel0.logicalcpu", logical)
-    per_core = max(logical // max(physical, 1), 1)
-    cpus = {
-        n: Cpu(n, n - n % per_core, 0, 0, -1, 0, n - n % per_core, 2 if n < perf else 1)
-        for n in range(logical)
-    }
-    return Topology(
-        cpus,
-        source="sysctl",
-        notes=["macOS: counts from sysctl only (no caches, no NUMA); nothing can be pinned"],
+            out = subprocess.run(["sysctl", "hw"], capture_output=True, text=True, timeout=5)
+            sysctl_output = out.stdout
+        except (OSError, subprocess.SubprocessError):
+            sysctl_output = ""
+    return macos_topology(sysctl_output)
+
+
+def macos_topology(text: str) -> Topology:
+    """The topology ``sysctl hw``'s output tells. CPUs are numbered by performance
+    level, P-cores (``hw.perflevel0``) first; ``hw.perflevelN.cpusperl2`` groups each
+    level's CPUs into L2 clusters (Apple Silicon, whose last level ``sysctl`` names is
+    L2); else one last-level cache for all, as on an Intel Mac (``hw.l3cachesize``).
+    SMT siblings: ``hw.logicalcpu`` over ``hw.physicalcpu`` threads per core."""
+    values: dict[str, int] = {}
+    for line in text.splitlines():
+        name, sep, value = line.partition(":")
+        if sep:
+            try:
+                values[name.strip()] = int(value.strip())
+            except ValueError:
+                continue  # a string (hw.perflevel0.name) or a list (hw.cachesize)
+    logical = next(
+        (values[k] for k in ("hw.logicalcpu", "hw.activecpu", "hw.ncpu") if values.get(k)), 0
     )
+    if not logical:
+        raise TopologyError("sysctl told no CPU count (hw.logicalcpu)")
+    physical = values.get("hw.physicalcpu") or logical
+    per_core = max(logical // physical, 1)
+    levels = []  # (logical CPUs, CPUs per L2) of each performance level, fastest first
+    for n in range(values.get("hw.nperflevels", 8)):
+        count = values.get(f"hw.perflevel{n}.logicalcpu")
+        if not count:
+            break
+        levels.append((count, values.get(f"hw.perflevel{n}.cpusperl2") or count))
+    notes = [
+        "macOS: counts from sysctl only (no NUMA, no per-CPU placement); nothing can be pinned"
+    ]
+    if sum(c for c, _ in levels) != logical:
+        if levels:
+            notes.append("sysctl's performance levels do not add up to its CPUs: ignored")
+        else:
+            notes.append("sysctl names no performance levels: P and E cores not told apart")
+        levels = [(logical, logical)]
+    clustered = any(per_l2 < count for count, per_l2 in levels)
+    cpus: dict[int, Cpu] = {}
+    first = 0
+    for rank, (count, per_l2) in enumerate(levels):
+        for n in range(first, first + count):
+            core = n - n % per_core
+            l2 = first + (n - first) - (n - first) % per_l2
+            cpus[n] = Cpu(
+                n,
+                core,
+                0,
+                0,
+                -1,
+                l2 if clustered else 0,
+                l2 if clustered else core,
+                len(levels) - rank,  # capacity: P above E, for efficient()
+                llc_level=2 if clustered else (3 if values.get("hw.l3cachesize") else 0),
+            )
+        first += count
+    return Topology(cpus, source="sysctl", notes=notes)
 
 
 # -- reading sysfs ---------------------------------------------------------------------------
