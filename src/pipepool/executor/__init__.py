@@ -293,7 +293,10 @@ class LocalExecutor(Reaper, Dispatcher):
         self._stop_workers()
 
     def terminate(self) -> None:
-        """Stop now: SIGTERM the workers, SIGKILL after a bound; unfinished tasks fail."""
+        """Stop now: SIGTERM the workers, SIGKILL after a bound. Tasks a worker had
+        started fail with ``TaskKilledError``; every other one (queued, or sent to a
+        worker that had not started it, by its final start mark) fails with
+        ``CancelledError``, as a cancelled task does."""
         if self._state != "started":
             self._state = "ended"
             return

@@ -14,9 +14,9 @@ from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED
 from typing import Any
 
 from .. import _signals
-from ..errors import RemoteTraceback, TaskKilledError
+from ..errors import RemoteTraceback
 from ._item import Record, notify_settled, run_callbacks
-from ._state import FED, FINISHING, FULL, TERMINATING, DriverState, Shared
+from ._state import FED, FINISHING, FULL, DriverState, Shared
 
 SUBMIT_KILL = "kill"  # a command: kill (or cancel) this record's call
 SUBMIT_CANCEL = "cancel"  # a command: cancel this record's call if it has not started
@@ -190,12 +190,10 @@ class Round(DriverState):
         if isinstance(error, CancelledError) and not isinstance(
             error.__cause__, RemoteTraceback
         ):  # (a task's own error has one)
-            if self.stage is not TERMINATING:
-                # Cancelled in the LocalExecutor before it started (cancel(),
-                # shutdown(cancel_futures=True), kill()): it turns CANCELLED.
-                t._state = CANCELLED_AND_NOTIFIED
-                return None
-            error = TaskKilledError("the executor was terminated before the task started")
+            # Ended by the LocalExecutor before it started (cancel(), kill(),
+            # shutdown(cancel_futures=True), terminate_workers()): it turns CANCELLED.
+            t._state = CANCELLED_AND_NOTIFIED
+            return None
         t._exception = error
         t._state = FINISHED
         return None

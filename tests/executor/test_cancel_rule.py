@@ -1,0 +1,70 @@
+"""One cancellation rule on LocalExecutor (issue 30, item 5): a task that had not started
+ends cancelled whatever ended it (``cancel``, ``terminate``), queued or sent ahead to a
+worker; a started one ends with the error that stopped it. Cancelling one task sent
+ahead takes back that task only: the ones behind it run where they are. Every start
+method, both loops.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import CancelledError
+
+import pytest
+
+import tasks
+from helpers import Recorder, runs
+from pipepool import TaskKilledError
+
+
+def held_by_the_worker(ex, rec, keys) -> None:
+    """Drive until the first key runs and every one of ``keys`` is held by a worker."""
+    rec.run_until(lambda: keys[0] in rec.running_seen)
+    rec.run_until(lambda: ex.stats()["tasks_running"] == len(keys))
+
+
+@pytest.mark.timeout(120)
+def test_terminate_cancels_every_task_not_started_and_kills_the_started_one(make, tmp_path):
+    """One worker, prefetch=4: "block" runs, a, b, c wait in the worker's pipe, d and e
+    in the queue. terminate(): "block" fails with TaskKilledError, the five others, on
+    the worker or queued, with CancelledError; none of them ran."""
+    log, release = str(tmp_path / "runs"), str(tmp_path / "release")
+    ex = make(1, prefetch=4)
+    ex.queue("block", tasks.wait_for, release)
+    for key in "abcde":
+        ex.queue(key, tasks.record, log, key)
+    rec = Recorder(ex)
+    held_by_the_worker(ex, rec, ["block", "a", "b", "c"])
+    assert ex.stats()["tasks_queued"] == 2  # precondition: d and e never left
+    ex.terminate()
+    rec.take()
+    assert not rec.duplicates and set(rec.terminal) == {"block", *"abcde"}
+    assert isinstance(rec.terminal["block"].exception, TaskKilledError)
+    for key in "abcde":
+        error = rec.terminal[key].exception
+        assert type(error) is CancelledError, f"{key}: {error!r}"
+    assert not runs(log)
+
+
+@pytest.mark.timeout(120)
+def test_cancelling_one_task_sent_ahead_sends_none_behind_it_again(make, tmp_path):
+    """One worker, prefetch=4: cancel the first of three tasks waiting behind a blocked
+    one. Only it is taken back (it ends cancelled, unrun); the two behind it stay on the
+    worker, are never sent again (tasks_revoked stays 0) and run there once."""
+    log, release = str(tmp_path / "runs"), str(tmp_path / "release")
+    ex = make(1, prefetch=4)
+    ex.queue("block", tasks.wait_for, release)
+    for key in "abc":
+        ex.queue(key, tasks.record, log, key)
+    rec = Recorder(ex)
+    held_by_the_worker(ex, rec, ["block", "a", "b", "c"])
+    pid = rec.running_seen["block"][0]
+    assert ex.cancel("a") == 1
+    rec.run_until(lambda: "a" in rec.terminal)
+    assert type(rec.terminal["a"].exception) is CancelledError
+    assert ex.stats()["tasks_revoked"] == 0 and ex.stats()["tasks_queued"] == 0
+    assert ex.stats()["tasks_running"] == 3  # block, b and c: where they were
+    open(release, "w").close()
+    rec.finish()
+    assert runs(log) == {"b": 1, "c": 1}
+    assert rec.terminal["b"].pid == rec.terminal["c"].pid == pid
+    assert ex.stats()["tasks_revoked"] == 0 and not rec.duplicates
