@@ -68,3 +68,27 @@ def test_cancelling_one_task_sent_ahead_sends_none_behind_it_again(make, tmp_pat
     assert runs(log) == {"b": 1, "c": 1}
     assert rec.terminal["b"].pid == rec.terminal["c"].pid == pid
     assert ex.stats()["tasks_revoked"] == 0 and not rec.duplicates
+
+
+@pytest.mark.timeout(120)
+def test_cancelling_every_task_a_worker_holds_ahead_cancels_them_all_and_sends_none(
+    make, tmp_path
+):
+    """One worker, prefetch=4: cancel each of the three tasks behind a blocked one
+    (the last by one REVOKE: nothing of the worker's is left to keep). All three end
+    cancelled, unrun; nothing is sent again; the blocked one runs on."""
+    log, release = str(tmp_path / "runs"), str(tmp_path / "release")
+    ex = make(1, prefetch=4)
+    ex.queue("block", tasks.wait_for, release)
+    for key in "abc":
+        ex.queue(key, tasks.record, log, key)
+    rec = Recorder(ex)
+    held_by_the_worker(ex, rec, ["block", "a", "b", "c"])
+    assert ex.cancel("b") == 1 and ex.cancel("c") == 1 and ex.cancel("a") == 1
+    rec.run_until(lambda: set("abc") <= set(rec.terminal))
+    assert all(type(rec.terminal[k].exception) is CancelledError for k in "abc")
+    assert ex.stats()["tasks_revoked"] == 0 and ex.stats()["tasks_running"] == 1
+    open(release, "w").close()
+    rec.finish()
+    assert rec.terminal["block"].exception is None and not runs(log)
+    assert not rec.duplicates

@@ -220,11 +220,12 @@ class LocalExecutor(Reaper, Dispatcher):
 
         Queued: it fails with ``concurrent.futures.CancelledError`` now. Sent to a worker
         and not started (the adaptive depth sends tasks ahead): the worker is told to
-        skip what it holds and has not started (REVOKE, at any ``prefetch``); the task
-        fails with ``CancelledError`` once the worker confirms, a round or so later, and
-        the other tasks skipped run elsewhere. A worker that started it first runs it
-        on, and it reports as usual: started or cancelled, never both. Its event says
-        which.
+        skip that task (CANCEL, at any ``prefetch``); it fails with ``CancelledError``
+        once the worker confirms, a round or so later, and the tasks behind it stay on
+        that worker, not sent again. (When every task a worker holds and has not started
+        is cancelled, one REVOKE tells it, and nothing is sent again either.) A worker
+        that started it first runs it on, and it reports as usual: started or
+        cancelled, never both. Its event says which.
         """
         deferred = None
         try:
@@ -265,13 +266,12 @@ class LocalExecutor(Reaper, Dispatcher):
         if sent and self._state == "started":
             self._read_marks(time.monotonic())  # a task that began since the last round runs
             for w in self._workers.values():
-                hit = False
-                for t in w.in_flight.values():
-                    if t.tid in sent and not t.started:
-                        t.cancelling = hit = True
-                        cancelling.append(t)
-                if hit:
-                    self._send_revoke(w)
+                doomed = [t for t in w.in_flight.values() if t.tid in sent and not t.started]
+                if doomed:
+                    for t in doomed:
+                        t.cancelling = True
+                    cancelling += doomed
+                    self._send_cancels(w, doomed)
         return cancelling
 
     def _next_tasks(self) -> set[int]:
