@@ -1,0 +1,44 @@
+"""ClusterExecutor.cancel of a task handed to Dask and not started (issue 30, item 5):
+Dask's own cancel is asked, and the task ends cancelled without running. On the shared
+Dask LocalCluster (conftest.py's ``dask_cluster``: two worker processes, one thread each).
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import CancelledError
+
+import pytest
+
+import tasks
+from helpers import Recorder, connect, runs
+
+pytestmark = [
+    pytest.mark.timeout(120),
+    pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc (Linux)"),
+]
+
+
+def test_cancel_of_a_task_handed_to_dask_and_not_started_cancels_it(dask_cluster, tmp_path):
+    """Both worker threads blocked; "victim" is handed to Dask behind them. cancel()
+    counts it (it counted only queued tasks), it ends FAILED with CancelledError, and
+    it never runs once the workers are free; the blocked ones run on."""
+    log, release = str(tmp_path / "runs"), str(tmp_path / "release")
+    ex = connect(dask_cluster)
+    for key in ("block1", "block2"):
+        ex.queue(key, tasks.wait_for, release, key)
+    rec = Recorder(ex)
+    rec.run_until(lambda: {"block1", "block2"} <= set(rec.running_seen))
+    ex.queue("victim", tasks.record, log, "victim")
+    ex.queue("other", tasks.record, log, "other")
+    rec.round()
+    assert {"victim", "other"} <= ex.running and not ex.queued  # handed to Dask
+    assert "victim" not in rec.running_seen  # precondition: not started
+    assert ex.cancel("victim") == 1
+    rec.run_until(lambda: "victim" in rec.terminal)
+    assert isinstance(rec.terminal["victim"].exception, CancelledError)
+    open(release, "w").close()
+    rec.finish()
+    assert runs(log) == {"other": 1}
+    assert rec.terminal["block1"].result == ("block1", 0)
+    assert rec.terminal["other"].exception is None and not rec.duplicates
