@@ -12,7 +12,7 @@ from concurrent.futures import CancelledError
 import pytest
 
 import tasks
-from helpers import Recorder, runs
+from helpers import Recorder, runs, wait_for
 from pipepool import TaskKilledError
 
 
@@ -71,9 +71,7 @@ def test_cancelling_one_task_sent_ahead_sends_none_behind_it_again(make, tmp_pat
 
 
 @pytest.mark.timeout(120)
-def test_cancelling_every_task_a_worker_holds_ahead_cancels_them_all_and_sends_none(
-    make, tmp_path
-):
+def test_cancelling_every_task_a_worker_holds_ahead_cancels_them_all_and_sends_none(make, tmp_path):
     """One worker, prefetch=4: cancel each of the three tasks behind a blocked one
     (the last by one REVOKE: nothing of the worker's is left to keep). All three end
     cancelled, unrun; nothing is sent again; the blocked one runs on."""
@@ -92,3 +90,30 @@ def test_cancelling_every_task_a_worker_holds_ahead_cancels_them_all_and_sends_n
     rec.finish()
     assert rec.terminal["block"].exception is None and not runs(log)
     assert not rec.duplicates
+
+
+@pytest.mark.timeout(120)
+def test_a_start_mark_past_a_skipped_task_does_not_make_it_started(make, tmp_path):
+    """The worker skips "a" (CANCEL) and goes on to start "b": its start mark passes
+    "a" before the parent has read the CANCELLED answer (kill(), like cancel(), reads
+    the marks without reading frames). "a" must not count as started: it ends
+    cancelled, with no RUNNING event, and "b" runs once."""
+    log, release = str(tmp_path / "runs"), str(tmp_path / "release")
+    ex = make(1, prefetch=4)
+    ex.queue("block", tasks.wait_for, release)
+    ex.queue("a", tasks.record, log, "a")
+    ex.queue("b", tasks.wait_for, str(tmp_path / "release-b"), "b")
+    rec = Recorder(ex)
+    held_by_the_worker(ex, rec, ["block", "a", "b"])
+    assert ex.cancel("a") == 1  # no round after it: its answer stays unread
+    open(release, "w").close()
+    assert wait_for(lambda: ex._marks.read(next(iter(ex._workers.values())).slot) == 3), (
+        "the worker did not start b"
+    )
+    assert ex.kill("nobody") == 0  # reads the marks: 3, past "a" (2)
+    rec.run_until(lambda: "a" in rec.terminal and "b" in rec.running_seen)
+    assert type(rec.terminal["a"].exception) is CancelledError
+    assert "a" not in rec.running_seen
+    open(tmp_path / "release-b", "w").close()
+    rec.finish()
+    assert rec.terminal["b"].result == ("b", 0) and not runs(log) and not rec.duplicates
