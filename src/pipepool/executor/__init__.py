@@ -9,7 +9,8 @@ ClusterExecutor shares); the adaptive depth and revocation policy is ``_depth.py
 records (ProcessPoolExecutor): its public verbs are that face's seam.
 
 Data flow (one pipe pair per worker, whose parent ends only the PipeLoop touches; plus a
-control pipe per worker that carries nothing but REVOKE, written by the dispatch step)::
+control pipe per worker that carries nothing but REVOKE and CANCEL, written by the
+dispatch step)::
 
     queue(key, fn, *args) ─► _queue ─► dispatch ─► PipeLoop.send ─► activity pipe ─► worker
                                                                                        │

@@ -23,7 +23,7 @@ SUBMIT_CANCEL = "cancel"  # a command: cancel this record's call if it has not s
 SUBMIT_CANCEL_REST = "cancel-rest"  # the same, but each worker's next call runs (shutdown)
 PIDS_EVERY = 0.01  # s between two looks at the live workers' pids (worker_pids())
 CANCEL_WAIT = 1.0  # s a cancel of a future handed over and not started waits for its
-# worker's answer to REVOKE. Its watcher thread answers within a GIL switch (5 ms) unless
+# worker's answer to CANCEL. Its watcher thread answers within a GIL switch (5 ms) unless
 # the task before it holds the GIL (a long C call); past this the cancel is withdrawn
 # (the task runs when its turn comes) and cancel() returns False rather than hang.
 
@@ -117,7 +117,7 @@ class Round(DriverState):
             if not records:
                 continue
             # Queued in the LocalExecutor: cancelled now. Sent to a worker and not
-            # started: REVOKE; its CancelledError (or a start) settles it. Started or
+            # started: CANCEL; its CancelledError (or a start) settles it. Started or
             # ended: nothing to wait for.
             cancelling = set(ex.cancel_tasks(records, spare_next=spare_next))
             with self.lock:
