@@ -12,6 +12,7 @@ import pytest
 
 import tasks
 from helpers import Recorder, connect, runs
+from pipepool import TaskKilledError
 
 pytestmark = [
     pytest.mark.timeout(120),
@@ -42,3 +43,23 @@ def test_cancel_of_a_task_handed_to_dask_and_not_started_cancels_it(dask_cluster
     assert runs(log) == {"other": 1}
     assert rec.terminal["block1"].result == ("block1", 0)
     assert rec.terminal["other"].exception is None and not rec.duplicates
+
+
+def test_terminate_cancels_a_task_handed_to_dask_and_not_started(dask_cluster, tmp_path):
+    """terminate() with both worker threads blocked and "victim" handed to Dask behind
+    them: the blocked ones fail with TaskKilledError, "victim" with CancelledError (it
+    failed with TaskKilledError: one cancellation rule), and it never runs."""
+    log, release = str(tmp_path / "runs"), str(tmp_path / "release")
+    ex = connect(dask_cluster, kill_workers=False)
+    for key in ("block1", "block2"):
+        ex.queue(key, tasks.wait_for, release, key, b"", 5.0)
+    rec = Recorder(ex)
+    rec.run_until(lambda: {"block1", "block2"} <= set(rec.running_seen))
+    ex.queue("victim", tasks.record, log, "victim")
+    rec.round()
+    assert "victim" in ex.running and "victim" not in rec.running_seen  # handed over
+    ex.terminate()
+    rec.take()
+    assert all(isinstance(rec.terminal[k].exception, TaskKilledError) for k in ("block1", "block2"))
+    assert type(rec.terminal["victim"].exception) is CancelledError
+    assert not runs(log)

@@ -250,9 +250,12 @@ class ClusterExecutor(DaskLink):
         self._state = "ended"
 
     def terminate(self) -> None:
-        """Stop now: unfinished tasks fail (``TaskKilledError`` once handed to Dask,
-        ``CancelledError`` while queued); their Dask tasks are cancelled and, with
-        ``kill_workers``, the workers running them killed; then disconnect."""
+        """Stop now: unfinished tasks fail, ``TaskKilledError`` if they had started,
+        ``CancelledError`` if not (queued, or handed to Dask with no start message seen;
+        with start messages off, ``running_events=False`` and no timeout, a task handed
+        over cannot be told apart and fails with ``TaskKilledError``); their Dask tasks
+        are cancelled and, with ``kill_workers``, the workers running them killed; then
+        disconnect."""
         if self._state != "started":
             self._state = "ended"
             return
@@ -273,9 +276,12 @@ class ClusterExecutor(DaskLink):
             )
             self._inflight.clear()
             for t in doomed:
-                self._finish(
-                    t, State.FAILED, exception=TaskKilledError("the executor was terminated")
-                )
+                error: BaseException = TaskKilledError("the executor was terminated")
+                if not t.started and (self.running_events or t.timeout is not None):
+                    # Its start message would have come: it had not started (or had
+                    # only just: the message is asynchronous). One cancellation rule.
+                    error = CancelledError(f"task {t.key!r} cancelled: executor terminated")
+                self._finish(t, State.FAILED, exception=error)
             self._cancel_queued()
         finally:
             _signals.undefer(deferred)
