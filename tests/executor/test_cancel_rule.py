@@ -72,9 +72,10 @@ def test_cancelling_one_task_sent_ahead_sends_none_behind_it_again(make, tmp_pat
 
 @pytest.mark.timeout(120)
 def test_cancelling_every_task_a_worker_holds_ahead_cancels_them_all_and_sends_none(make, tmp_path):
-    """One worker, prefetch=4: cancel each of the three tasks behind a blocked one
-    (the last by one REVOKE: nothing of the worker's is left to keep). All three end
-    cancelled, unrun; nothing is sent again; the blocked one runs on."""
+    """One worker, prefetch=4: cancel one of the three tasks behind a blocked one and
+    wait for its end, then the other two (the last by one REVOKE: nothing of the
+    worker's is left to keep). All three end cancelled, unrun; nothing is sent again
+    (a REVOKE for the first had sent the other two again); the blocked one runs on."""
     log, release = str(tmp_path / "runs"), str(tmp_path / "release")
     ex = make(1, prefetch=4)
     ex.queue("block", tasks.wait_for, release)
@@ -82,7 +83,9 @@ def test_cancelling_every_task_a_worker_holds_ahead_cancels_them_all_and_sends_n
         ex.queue(key, tasks.record, log, key)
     rec = Recorder(ex)
     held_by_the_worker(ex, rec, ["block", "a", "b", "c"])
-    assert ex.cancel("b") == 1 and ex.cancel("c") == 1 and ex.cancel("a") == 1
+    assert ex.cancel("b") == 1
+    rec.run_until(lambda: "b" in rec.terminal)
+    assert ex.cancel("c") == 1 and ex.cancel("a") == 1
     rec.run_until(lambda: set("abc") <= set(rec.terminal))
     assert all(type(rec.terminal[k].exception) is CancelledError for k in "abc")
     assert ex.stats()["tasks_revoked"] == 0 and ex.stats()["tasks_running"] == 1
