@@ -120,3 +120,28 @@ def test_a_start_mark_past_a_skipped_task_does_not_make_it_started(make, tmp_pat
     open(tmp_path / "release-b", "w").close()
     rec.finish()
     assert rec.terminal["b"].result == ("b", 0) and not runs(log) and not rec.duplicates
+
+
+@pytest.mark.timeout(120)
+def test_a_cancel_withdrawn_before_its_answer_runs_the_task_once(make, tmp_path):
+    """The futures face withdraws a cancel its worker has not answered (``_uncancel``,
+    past CANCEL_WAIT). Withdrawn before the answer is read: the worker skipped "b", so
+    "b" goes back to the queue (the one case a cancel sends a task again) and runs
+    once; it is not reported cancelled."""
+    log, release = str(tmp_path / "runs"), str(tmp_path / "release")
+    ex = make(1, prefetch=4)
+    ex.queue("block", tasks.wait_for, release)
+    for key in "abc":
+        ex.queue(key, tasks.record, log, key)
+    rec = Recorder(ex)
+    held_by_the_worker(ex, rec, ["block", "a", "b", "c"])
+    (b,) = [t for t in ex._dispatched() if t.key == "b"]
+    assert ex._cancel_tasks([b]) == [b]  # a CANCEL goes out; no round reads its answer
+    ex._uncancel(b)
+    worker = next(iter(ex._workers.values()))
+    rec.run_until(lambda: not worker.asked, limit=20)  # answered: skipped, sent again
+    assert "b" not in rec.terminal
+    open(release, "w").close()
+    rec.finish()
+    assert runs(log) == {"a": 1, "b": 1, "c": 1}
+    assert rec.terminal["b"].result == "b" and not rec.duplicates
