@@ -17,6 +17,7 @@ MEASURES = (
     "hol",
     "map",
     "timeouts",
+    "cancel",
     "joblib-tiny",
     "joblib-mib",
     "joblib-arrays",
@@ -54,6 +55,7 @@ class Config:
     timeout_tasks: int = 16  # timeouts: a burst of tasks that all overrun their limit
     timeout_limit: float = 0.2  # s each may run
     timeout_sleep: float = 30.0  # s each would run
+    cancel_calls: int = 500  # cancel: Future.cancel() calls timed per sample
 
 
 PRESETS = {
@@ -76,6 +78,7 @@ PRESETS = {
         map_items=100_000,
         map_rounds=1,
         timeout_tasks=8,
+        cancel_calls=100,
     ),
     # The test suite's configuration: a few seconds, checks the outputs, not the numbers.
     "smoke": Config(
@@ -101,6 +104,7 @@ PRESETS = {
         map_rounds=1,
         timeout_tasks=4,
         timeout_limit=0.1,
+        cancel_calls=10,
     ),
 }
 
@@ -180,6 +184,15 @@ MEASURE_INFO: dict[str, dict[str, Any]] = {
         "{limit:g} s: seconds until all have failed with their timeout",
         "unit": "s",
         "field": "seconds",
+        "better": "lower",
+    },
+    "cancel": {
+        "title": "Cancel: Future.cancel() of a future handed over behind running work, "
+        "{n:,} per sample ({batch} naps of {nap:g} ms on one warm worker; once the first "
+        "returned, the last one handed over and not started is cancelled; `cancelled`: "
+        "the share it cancelled)",
+        "unit": "µs p50",
+        "field": "p50_us",
         "better": "lower",
     },
     "hol": {

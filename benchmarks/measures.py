@@ -25,7 +25,7 @@ from .contenders import (
     local_spec,
     missing_requirement,
 )
-from .tasks import KIB64, MIB, make_mib, noop, take
+from .tasks import KIB64, MIB, make_mib, noop, sleep_s, take
 
 
 class SampleError(Exception):
@@ -215,6 +215,55 @@ def hol_sample(spec: Spec, cfg: Config, warm: bool) -> dict[str, float]:
     finally:
         adapter.abort()  # do not wait out the long task
     return {"seconds": seconds}
+
+
+CANCEL_BATCH = 8  # futures per cancel sample: one runs, the last is cancelled behind it
+CANCEL_NAP = 0.001  # s each of them runs: short enough that the revoke trap (an overrun
+# of 4x the task time) leaves the ones behind on the worker, long enough to be behind
+
+
+def cancel_sample(calls: int) -> dict[str, float]:
+    """``Future.cancel()`` of a future handed to the pool behind running work, timed
+    ``calls`` times on one warm worker (pipepool only: the standard library cannot
+    cancel what it handed to its call queue). Each time: ``CANCEL_BATCH`` naps
+    submitted, the first one's result waited for, then the last one handed over and
+    not started is cancelled (sent to the worker, or taken back into the executor's
+    queue: the two paths are mixed, as in use). ``cancelled``: the share cancel()
+    turned (the rest had started first); ``timed``: the share of calls that had one."""
+    from pipepool import ProcessPoolExecutor
+
+    pool = ProcessPoolExecutor(1)
+    try:
+        for _ in range(3):  # the adaptive depth grows: tasks go to the worker ahead
+            list(pool.map(noop, range(2000)))
+        gc.collect()
+        times, cancelled = [], 0
+        clock = time.perf_counter_ns
+        for _ in range(calls):
+            fs = [pool.submit(sleep_s, CANCEL_NAP) for _ in range(CANCEL_BATCH)]
+            fs[0].result()
+            handed = pool._driver.running  # handed to the LocalExecutor, not settled
+            behind = [f for f in fs if f in handed and not f.running() and not f.done()]
+            if behind:  # else all started or ended: nothing handed over to cancel
+                target = behind[-1]
+                started = clock()
+                ok = target.cancel()
+                times.append((clock() - started) / 1000)
+                cancelled += ok
+            for f in fs:
+                if not f.cancelled():
+                    f.result()
+        if not times:
+            raise SampleError("no future was handed over and not started when cancelled")
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return {
+        "p50_us": percentile(times, 50),
+        "p99_us": percentile(times, 99),
+        "mean_us": statistics.fmean(times),
+        "cancelled": cancelled / len(times),
+        "timed": len(times) / calls,
+    }
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -525,6 +574,16 @@ class Suite:
             lambda s, p: timeouts_sample(s, p, self.cfg),
         )
 
+    def run_cancel(self) -> None:
+        """Future.cancel() of a future handed over and not started (pipepool's only)."""
+        self.interleave(
+            "cancel",
+            [1],
+            self.specs("ppe-submit"),
+            self.cfg.rounds,
+            lambda s, p: cancel_sample(self.cfg.cancel_calls),
+        )
+
     def run_hol(self) -> None:
         specs = [s for s in self.local_specs if s.key not in self.skipped] + self.specs(
             "ppe-submit", "std-submit", "mp-imap1", "mp-apply", "loky-submit", "airflow"
@@ -572,6 +631,7 @@ def summarize(suite: Suite, cfg: Config) -> None:
             "joblib-arrays": cfg.array_calls,
             "map": cfg.map_items,
             "timeouts": cfg.timeout_tasks,
+            "cancel": cfg.cancel_calls,
         }[measure]
         data["title"] = info["title"].format(
             n=n,
@@ -582,6 +642,8 @@ def summarize(suite: Suite, cfg: Config) -> None:
             chunk=MAP_CHUNK,
             sleep=cfg.timeout_sleep,
             limit=cfg.timeout_limit,
+            batch=CANCEL_BATCH,
+            nap=CANCEL_NAP * 1e3,
         )
         for by_key in data["params"].values():
             for key, samples in list(by_key.items()):

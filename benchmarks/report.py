@@ -129,8 +129,10 @@ def _measure_sections(data: dict[str, Any], name: str) -> list[str]:
         header = ["contender", f"{unit} (median)", "min to max"]
         if name in ("tiny", "mib", "kib64", "sweep", "joblib-tiny", "joblib-mib"):
             header += ["parent CPU µs/task", "worker CPU µs/task"]
-        if name == "latency":
+        if name in ("latency", "cancel"):
             header = ["contender", "p50 µs", "p99 µs", "mean µs", "p50 min to max"]
+        if name == "cancel":
+            header += ["cancelled"]
         if name == "startup":
             header += ["close ms"]
         if name == "calls":
@@ -146,7 +148,7 @@ def _measure_sections(data: dict[str, Any], name: str) -> list[str]:
                 )
                 continue
             spread = f"{_fmt(entry['min'], unit)} to {_fmt(entry['max'], unit)}"
-            if name == "latency":
+            if name in ("latency", "cancel"):
                 row = [
                     _label(data, key),
                     _fmt(med["p50_us"], "µs"),
@@ -160,6 +162,8 @@ def _measure_sections(data: dict[str, Any], name: str) -> list[str]:
                 row += [f"{med['parent_cpu_us']:,.1f}", f"{med['worker_cpu_us']:,.1f}"]
             if name == "startup":
                 row += [_fmt(med["close_ms"], "ms")]
+            if name == "cancel":
+                row += [f"{med['cancelled']:.0%}"]
             if name == "calls":
                 row += [_fmt(med["c_calls"], unit)]
             for peer in peers:
@@ -366,6 +370,7 @@ def markdown(data: dict[str, Any]) -> str:
         "calls",
         "joblib-tiny",
         "joblib-mib",
+        "cancel",
     ):
         if name in data["measures"]:
             lines += ["\n\n".join(_measure_sections(data, name)), ""]

@@ -306,6 +306,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m benchmarks") -> i
         "hol": suite.run_hol,
         "map": suite.run_map,
         "timeouts": suite.run_timeouts,
+        "cancel": suite.run_cancel,
         "joblib-tiny": suite.run_joblib,  # runs every joblib measure
     }
     if {"joblib-mib", "joblib-arrays"} & set(measures) and "joblib-tiny" not in measures:

@@ -293,14 +293,18 @@ class SchedulerAPI:
         deferred = None
         try:
             deferred = _signals.defer()
-            doomed = [t for t in self._queue if t.key == key]
-            if doomed:
-                self._queue = deque(t for t in self._queue if t.key != key)
-                for t in doomed:
-                    self._finish(t, _FAILED, exception=CancelledError(f"task {key!r} cancelled"))
-            return len(doomed)
+            return self._cancel_queued_key(key)
         finally:
             _signals.undefer(deferred)
+
+    def _cancel_queued_key(self, key: Hashable) -> int:
+        """``cancel`` of the queued dispatches of ``key`` (signals deferred by the caller)."""
+        doomed = [t for t in self._queue if t.key == key]
+        if doomed:
+            self._queue = deque(t for t in self._queue if t.key != key)
+            for t in doomed:
+                self._finish(t, _FAILED, exception=CancelledError(f"task {key!r} cancelled"))
+        return len(doomed)
 
     def end(self) -> None:
         """Finish every queued and running task, collect all results, then stop the

@@ -56,6 +56,11 @@ class Kind(enum.IntEnum):
     REFUSED = 9  # worker → parent: a BATCH that could not be unpickled, none of it run;
     # ident = the sequence number of its first call. The parent sends those calls again,
     # one per frame, so that only the call that cannot be unpickled fails
+    CANCEL = 11  # parent → worker, on the control pipe: skip task number ``ident`` (a
+    # sequence number) if it has not started; the tasks around it are not touched
+    CANCELLED = 12  # worker → parent: the answer to CANCEL ``ident``: that task will not run
+    TOO_LATE = 13  # worker → parent: the answer to CANCEL ``ident``: that task had started
+    # (its start mark is stored); it runs on and reports as usual
     SHARED = 10  # either way: the payload of a frame of another kind lies in the sender's
     # ring of the worker's shared region (``worker/_region.py``); the payload here is
     # ``REF``: that kind, the length and the offset; ident = that frame's own ident

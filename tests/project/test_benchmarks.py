@@ -36,6 +36,7 @@ MEASURES = {
     "hol",
     "map",
     "timeouts",
+    "cancel",
 }
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

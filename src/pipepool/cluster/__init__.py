@@ -46,6 +46,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Hashable, Iterable
+from concurrent.futures import CancelledError
 from typing import Any
 
 from .. import _signals
@@ -205,14 +206,56 @@ class ClusterExecutor(DaskLink):
             _signals.undefer(deferred)
         return len(doomed)
 
+    def cancel(self, key: Hashable) -> int:
+        """Cancel every dispatch of ``key`` not known to have started; returns how many
+        are cancelled or being cancelled.
+
+        Queued (not handed to Dask): FAILED with ``CancelledError`` now. Handed to Dask
+        and no start message seen: Dask's ``Future.cancel()`` is asked (through the
+        Client's IO thread); when Dask drops the task, it ends FAILED with
+        ``CancelledError``, a round or so later. What this cannot guarantee: Dask's
+        cancel is asynchronous (client, scheduler, worker), so a task may start on its
+        worker meanwhile. If its start message comes before the cancel is settled, it
+        ends with ``TaskKilledError`` (it started; Dask dropped its outcome); if it comes
+        after, or start messages are off (``running_events=False`` and no timeout), it
+        is reported cancelled though its call ran. Either way a call Dask had started
+        runs on in its worker thread (Dask cannot stop one: ``kill`` kills the worker).
+        A task that finished first reports as usual. Started dispatches: ``kill``.
+        """
+        self._require_started()
+        deferred = None
+        try:
+            deferred = _signals.defer()
+            count = self._cancel_queued_key(key)
+            handed = [
+                t
+                for t in self._inflight.values()
+                if t.key == key and not t.started and not t.cancelling
+            ]
+            for t in handed:
+                t.cancelling = True
+            if handed:
+                self._control.append(
+                    asyncio.run_coroutine_threadsafe(
+                        self._cancel_when_known([t.future for t in handed]),
+                        self._client.loop.asyncio_loop,
+                    )
+                )
+            return count + len(handed)
+        finally:
+            _signals.undefer(deferred)
+
     def _shut_down(self) -> None:
         self._close_client()
         self._state = "ended"
 
     def terminate(self) -> None:
-        """Stop now: unfinished tasks fail (``TaskKilledError`` once handed to Dask,
-        ``CancelledError`` while queued); their Dask tasks are cancelled and, with
-        ``kill_workers``, the workers running them killed; then disconnect."""
+        """Stop now: unfinished tasks fail, ``TaskKilledError`` if they had started,
+        ``CancelledError`` if not (queued, or handed to Dask with no start message seen;
+        with start messages off, ``running_events=False`` and no timeout, a task handed
+        over cannot be told apart and fails with ``TaskKilledError``); their Dask tasks
+        are cancelled and, with ``kill_workers``, the workers running them killed; then
+        disconnect."""
         if self._state != "started":
             self._state = "ended"
             return
@@ -233,9 +276,12 @@ class ClusterExecutor(DaskLink):
             )
             self._inflight.clear()
             for t in doomed:
-                self._finish(
-                    t, State.FAILED, exception=TaskKilledError("the executor was terminated")
-                )
+                error: BaseException = TaskKilledError("the executor was terminated")
+                if not t.started and (self.running_events or t.timeout is not None):
+                    # Its start message would have come: it had not started (or had
+                    # only just: the message is asynchronous). One cancellation rule.
+                    error = CancelledError(f"task {t.key!r} cancelled: executor terminated")
+                self._finish(t, State.FAILED, exception=error)
             self._cancel_queued()
         finally:
             _signals.undefer(deferred)
@@ -310,6 +356,16 @@ class ClusterExecutor(DaskLink):
 
     def _report(self, t: _Task, ok: bool, value: Any) -> None:
         self._last_progress = time.monotonic()
+        if not ok and t.cancelling and isinstance(value, CancelledError):
+            # Dask dropped it, as cancel() asked: cancelled unless it was seen starting.
+            error: BaseException = CancelledError(f"task {t.key!r} cancelled")
+            if t.started:
+                error = TaskKilledError(
+                    f"task {t.key!r} was cancelled after it started on worker {t.address}: "
+                    "Dask dropped its outcome (its call runs on there)"
+                )
+            self._finish(t, State.FAILED, exception=error, pid=t.pid)
+            return
         if not ok:
             self._stats["lost"] += 1
             self._finish(t, State.FAILED, exception=self._lost_error(t, value), pid=t.pid)

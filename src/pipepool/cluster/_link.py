@@ -36,6 +36,7 @@ CANCEL_SETTLE = 0.1  # s between cancelling a task and killing its worker: the c
 # the kill first, the scheduler would run the killed task again on another worker
 KILL_TIMEOUT = 5.0  # s a kill request to a worker may take (a live one answers in ms)
 CLOSE_TIMEOUT = 10.0  # s end()/terminate() give the client and an own cluster to close
+KNOWN_TIMEOUT = 5.0  # s cancel() waits for the scheduler to know a task before cancelling it
 
 
 class ClusterWorkerLostError(WorkerLostError):
@@ -165,6 +166,22 @@ class DaskLink(SchedulerAPI):
                     ),
                     KILL_TIMEOUT,
                 )
+
+    async def _cancel_when_known(self, futures: list[Any]) -> None:
+        """Dask's cancel of ``futures``, once the scheduler knows their keys: it ignores
+        a key it has not seen, and it handles a cancel at once but a new graph after
+        deserializing it, so a cancel sent right after ``Client.map`` can overtake the
+        graph and the task would run. Bounded: a key never seen is cancelled anyway."""
+        keys = [f.key for f in futures]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + KNOWN_TIMEOUT
+        with contextlib.suppress(Exception):  # a lost connection: cancel regardless
+            while loop.time() < deadline:
+                states = await self._client.scheduler.get_task_status(keys=keys)
+                if all(states.get(key) is not None for key in keys):
+                    break
+                await asyncio.sleep(0.005)
+        await self._client.cancel(futures, asynchronous=True)
 
     def _cached_workers(self) -> int:
         client = self._client

@@ -9,7 +9,8 @@ ClusterExecutor shares); the adaptive depth and revocation policy is ``_depth.py
 records (ProcessPoolExecutor): its public verbs are that face's seam.
 
 Data flow (one pipe pair per worker, whose parent ends only the PipeLoop touches; plus a
-control pipe per worker that carries nothing but REVOKE, written by the dispatch step)::
+control pipe per worker that carries nothing but REVOKE and CANCEL, written by the
+dispatch step)::
 
     queue(key, fn, *args) ─► _queue ─► dispatch ─► PipeLoop.send ─► activity pipe ─► worker
                                                                                        │
@@ -220,11 +221,12 @@ class LocalExecutor(Reaper, Dispatcher):
 
         Queued: it fails with ``concurrent.futures.CancelledError`` now. Sent to a worker
         and not started (the adaptive depth sends tasks ahead): the worker is told to
-        skip what it holds and has not started (REVOKE, at any ``prefetch``); the task
-        fails with ``CancelledError`` once the worker confirms, a round or so later, and
-        the other tasks skipped run elsewhere. A worker that started it first runs it
-        on, and it reports as usual: started or cancelled, never both. Its event says
-        which.
+        skip that task (CANCEL, at any ``prefetch``); it fails with ``CancelledError``
+        once the worker confirms, a round or so later, and the tasks behind it stay on
+        that worker, not sent again. (When every task a worker holds and has not started
+        is cancelled, one REVOKE tells it, and nothing is sent again either.) A worker
+        that started it first runs it on, and it reports as usual: started or
+        cancelled, never both. Its event says which.
         """
         deferred = None
         try:
@@ -265,13 +267,12 @@ class LocalExecutor(Reaper, Dispatcher):
         if sent and self._state == "started":
             self._read_marks(time.monotonic())  # a task that began since the last round runs
             for w in self._workers.values():
-                hit = False
-                for t in w.in_flight.values():
-                    if t.tid in sent and not t.started:
-                        t.cancelling = hit = True
-                        cancelling.append(t)
-                if hit:
-                    self._send_revoke(w)
+                doomed = [t for t in w.in_flight.values() if t.tid in sent and not t.started]
+                if doomed:
+                    for t in doomed:
+                        t.cancelling = True
+                    cancelling += doomed
+                    self._send_cancels(w, doomed)
         return cancelling
 
     def _next_tasks(self) -> set[int]:
@@ -293,7 +294,10 @@ class LocalExecutor(Reaper, Dispatcher):
         self._stop_workers()
 
     def terminate(self) -> None:
-        """Stop now: SIGTERM the workers, SIGKILL after a bound; unfinished tasks fail."""
+        """Stop now: SIGTERM the workers, SIGKILL after a bound. Tasks a worker had
+        started fail with ``TaskKilledError``; every other one (queued, or sent to a
+        worker that had not started it, by its final start mark) fails with
+        ``CancelledError``, as a cancelled task does."""
         if self._state != "started":
             self._state = "ended"
             return

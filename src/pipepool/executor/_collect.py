@@ -26,6 +26,7 @@ _DONE, _RAISED, _REVOKED, _REFUSED, _INIT_FAILED, _SHARED = (
     int(k)
     for k in (Kind.DONE, Kind.RAISED, Kind.REVOKED, Kind.REFUSED, Kind.INIT_FAILED, Kind.SHARED)
 )
+_CANCELLED, _TOO_LATE = int(Kind.CANCELLED), int(Kind.TOO_LATE)
 _FAILED, _STARTED = State.FAILED, State.RUNNING
 _ELAPSED_SIZE = ELAPSED.size
 _elapsed_of = ELAPSED.unpack_from
@@ -153,7 +154,24 @@ class Collector(WorkerLifecycle):
                 # A task began: it got through start-up, as a frame would have shown (a
                 # worker whose first task blocks sends none).
                 w.heard = True
-                self._mark_started(w, mark, now, publish=True)
+                if w.asked:
+                    self._mark_started_but_asked(w, mark, now)
+                else:
+                    self._mark_started(w, mark, now, publish=True)
+
+    def _mark_started_but_asked(self, w: _Worker, mark: int, now: float) -> None:
+        """``_mark_started`` for a worker with CANCELs unanswered: a mark past a task a
+        CANCEL names does not say that one started (the worker may have skipped it and
+        gone on), its answer does (``_on_cancel_answer``). Off the hot path: a worker
+        with no CANCEL out never comes here."""
+        asked = [t for t in w.in_flight.values() if t.seq in w.asked and not t.started]
+        for t in asked:  # passed over by _mark_started as if started, for this call
+            t.started = True
+        try:
+            self._mark_started(w, mark, now, publish=True)
+        finally:
+            for t in asked:
+                t.started = False
 
     def _mark_started(self, w: _Worker, mark: int, now: float, *, publish: bool) -> None:
         """Every task of ``w`` numbered up to ``mark`` has begun; the last one runs."""
@@ -200,6 +218,9 @@ class Collector(WorkerLifecycle):
             return
         if kind == _REFUSED:
             self._on_refused(w, ident)
+            return
+        if kind in (_CANCELLED, _TOO_LATE) and ident in w.asked:
+            self._on_cancel_answer(w, ident, kind == _CANCELLED, now)
             return
         if kind == _INIT_FAILED:
             # Counted now, not when the worker is retired: by then a replacement would
@@ -248,6 +269,27 @@ class Collector(WorkerLifecycle):
             t.phase = _QUEUED
         w.sent -= len(back)
         self._requeue_or_cancel(back, revoked=True)
+
+    def _on_cancel_answer(self, w: _Worker, seq: int, skipped: bool, now: float) -> None:
+        """The worker's answer to the CANCEL of its task ``seq``: it will not run it
+        (``skipped``: it ends cancelled, or goes back to the queue if ``uncancel`` came
+        meanwhile), or it had started it (its start mark says so; it runs on)."""
+        w.asked.discard(seq)
+        t = next((t for t in w.in_flight.values() if t.seq == seq), None)
+        if t is None or t.started:
+            return  # taken back already (a REVOKE's answer came first), or ended
+        if skipped:
+            del w.in_flight[t.tid]
+            if w.current is t:
+                w.current = None
+            t.phase = _QUEUED
+            w.sent -= 1
+            self._requeue_or_cancel([t])
+        else:  # started: a mark read before may have passed over it (above)
+            current = w.current
+            self._mark_started_but_asked(w, seq, now)
+            if w.mark > seq:  # a later task began since: that one is the current one
+                w.current = current
 
     def _requeue_or_cancel(self, back: list[_Task], *, revoked: bool = False) -> None:
         """Tasks taken back unstarted: to the front of the queue, in their order, but

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import os
 import pickle
+import select
 import time
 
 from .._task import QUEUED as _QUEUED
@@ -16,10 +17,13 @@ from .._task import Task as _Task
 from .._task import pickle_call
 from ..errors import TaskPicklingError
 from ..events import State
-from ..frames import MAX_PAYLOAD, PICKLE_PROTOCOL, Kind, encode_header
+from ..frames import HEADER_SIZE, MAX_PAYLOAD, PICKLE_PROTOCOL, Kind, encode_header
 from ._state import LocalState, _Worker
 
-_TASK, _BATCH, _REVOKE = int(Kind.TASK), int(Kind.BATCH), int(Kind.REVOKE)  # (events.py)
+_TASK, _BATCH = int(Kind.TASK), int(Kind.BATCH)  # plain names: events.py says why
+_REVOKE, _CANCEL = int(Kind.REVOKE), int(Kind.CANCEL)
+_ATOMIC = getattr(select, "PIPE_BUF", 512)  # bytes one pipe write delivers whole or not at
+# all (POSIX: at least 512): CANCEL frames go in writes of at most this many bytes
 _FAILED = State.FAILED
 
 
@@ -175,6 +179,39 @@ class Dispatcher(LocalState):
         except OSError:  # gone (EPIPE): its exit will re-dispatch what it never started
             return
         w.revoking = w.seq
+
+    @staticmethod
+    def _send_cancels(w: _Worker, tasks: list[_Task]) -> None:
+        """Ask ``w`` to skip ``tasks`` (held by it, not started, flagged ``cancelling``).
+
+        One CANCEL per task, so the tasks around them stay where they are; the worker
+        answers each (CANCELLED or TOO_LATE). A REVOKE instead, and the tasks behind
+        are sent again, only where that costs nothing or is needed: every task ``w``
+        holds and has not started is being cancelled (one frame, nothing to send
+        again). Nothing is written if a REVOKE is out (it covers every task ``w``
+        holds) or ``w`` is closing (its exit cancels what it never started).
+        """
+        if w.revoking or w.closing:
+            return
+        asked = w.asked
+        fresh = [t for t in tasks if t.seq not in asked]
+        if not fresh:
+            return
+        if all(t.cancelling or t.started for t in w.in_flight.values()):
+            Dispatcher._send_revoke(w)
+            return
+        frames = b"".join([encode_header(_CANCEL, t.seq, 0) for t in fresh])
+        step = _ATOMIC - _ATOMIC % HEADER_SIZE  # whole frames per write
+        for start in range(0, len(frames), step):
+            try:
+                os.write(w.control_fd, frames[start : start + step])
+            except OSError:
+                # Gone (EPIPE: its exit cancels them), or its control pipe full (a worker
+                # whose task holds the GIL, thousands of cancels unread): the rest are
+                # flagged and untold, as if the worker could not answer; each ends with
+                # the worker if it never starts.
+                return
+            asked.update(t.seq for t in fresh[start // HEADER_SIZE : (start + step) // HEADER_SIZE])
 
 
 def _via_region(w: _Worker, kind: int, ident: int, payload: bytes) -> tuple[int, int, bytes]:

@@ -99,13 +99,14 @@ class Reaper(Collector):
         w.heard = w.heard or final_mark > 0  # it began a task: it got through start-up
 
     def _settle_tasks(self, w: _Worker, exitcode: int | None, requeue: bool) -> bool:
-        """Fail the tasks it started (all of them unless ``requeue``), queue the others
-        again at the front, in their order; True if it died running one."""
+        """Fail the tasks it started, queue the others again at the front, in their
+        order (without ``requeue``, ``terminate``: cancel them, as queued ones are: one
+        cancellation rule); True if it died running one."""
         lost_error = self._lost_error(w, exitcode)
         unstarted = []
         died_running = False
         for t in w.in_flight.values():
-            if t.started or not requeue:
+            if t.started:
                 error = lost_error(t)
                 self._finish(t, State.FAILED, exception=error, pid=w.pid)
                 # Lost means the worker died under it; a timeout, kill() or terminate()
@@ -115,6 +116,7 @@ class Reaper(Collector):
                 died_running = died_running or t.started
             else:
                 t.phase = QUEUED
+                t.cancelling = t.cancelling or not requeue  # terminate: it never started
                 unstarted.append(t)
         w.in_flight.clear()
         self._requeue_or_cancel(unstarted)  # or cancelled, if cancel() asked for them

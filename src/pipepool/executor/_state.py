@@ -43,6 +43,7 @@ class _Worker:
     """One worker process as the parent sees it, from its start until it is retired."""
 
     __slots__ = (
+        "asked",
         "close_error",
         "closed_at",
         "closing",
@@ -93,6 +94,8 @@ class _Worker:
         self.sent = 0  # tasks sent and not taken back, for max_tasks_per_child
         self.seq = 0  # tasks ever sent: the numbering REVOKE and REVOKED use
         self.revoking = 0  # while a REVOKE is out: the last sequence number it covers
+        self.asked: set[int] = set()  # sequence numbers of the tasks a CANCEL names that
+        # the worker has not answered: a start mark past one does not say it started
         self.current: Task | None = None  # the task its start mark names, until its outcome
         self.heard = False  # a frame or a start mark came: it got through start-up
         self.closing = False  # its result pipe closed (EOF or a bad frame)

@@ -58,8 +58,10 @@ Where it differs from the standard library, on purpose:
   ``test_cancel_futures`` expects some to finish), before it returns, even with
   ``wait=False``, and those futures notify ``wait()``/``as_completed()`` (the stdlib's
   do not).
-* A future stopped by ``kill()`` before it started is CANCELLED; after, or by
-  ``terminate_workers()`` once handed over, it fails with ``TaskKilledError``.
+* One cancellation rule: a future that had not started when ``cancel()``, ``kill()``,
+  ``shutdown(cancel_futures=True)`` or ``terminate_workers()`` ended it is CANCELLED
+  (handed to a worker or not); one that had started fails with the error that stopped
+  it (``TaskKilledError``).
 * ``with_options(timeout=...)`` bounds single tasks and ``kill(future)`` stops one.
 * KeyboardInterrupt leaving a ``with`` block, or ending the program, stops the workers
   at once instead of waiting for the queued work.
@@ -232,9 +234,10 @@ class ProcessPoolExecutor(Executor):
         return True
 
     def terminate_workers(self) -> None:
-        """Stop now (as Python 3.14's method of this name): cancel pending futures, kill
-        the workers (SIGTERM, then SIGKILL after a grace period); running futures fail
-        with ``TaskKilledError``. Waits for the driver thread to finish."""
+        """Stop now (as Python 3.14's method of this name): kill the workers (SIGTERM,
+        then SIGKILL after a grace period); futures that had started fail with
+        ``TaskKilledError``, every other one (pending, or sent to a worker that had not
+        started it) is cancelled. Waits for the driver thread to finish."""
         self._stop_taking_work(cancel_futures=True, terminate=True)
         self._join()
 

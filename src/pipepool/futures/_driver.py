@@ -329,7 +329,7 @@ class Driver(Round):
         self.cancel(doomed)
         ex = self.executor
         if terminate:
-            ex.terminate()  # running tasks fail with TaskKilledError, queued ones cancel
+            ex.terminate()  # started tasks fail with TaskKilledError, the others cancel
         else:
             ex.end()
         self._deliver()

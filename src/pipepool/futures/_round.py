@@ -14,16 +14,16 @@ from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED
 from typing import Any
 
 from .. import _signals
-from ..errors import RemoteTraceback, TaskKilledError
+from ..errors import RemoteTraceback
 from ._item import Record, notify_settled, run_callbacks
-from ._state import FED, FINISHING, FULL, TERMINATING, DriverState, Shared
+from ._state import FED, FINISHING, FULL, DriverState, Shared
 
 SUBMIT_KILL = "kill"  # a command: kill (or cancel) this record's call
 SUBMIT_CANCEL = "cancel"  # a command: cancel this record's call if it has not started
 SUBMIT_CANCEL_REST = "cancel-rest"  # the same, but each worker's next call runs (shutdown)
 PIDS_EVERY = 0.01  # s between two looks at the live workers' pids (worker_pids())
 CANCEL_WAIT = 1.0  # s a cancel of a future handed over and not started waits for its
-# worker's answer to REVOKE. Its watcher thread answers within a GIL switch (5 ms) unless
+# worker's answer to CANCEL. Its watcher thread answers within a GIL switch (5 ms) unless
 # the task before it holds the GIL (a long C call); past this the cancel is withdrawn
 # (the task runs when its turn comes) and cancel() returns False rather than hang.
 
@@ -117,7 +117,7 @@ class Round(DriverState):
             if not records:
                 continue
             # Queued in the LocalExecutor: cancelled now. Sent to a worker and not
-            # started: REVOKE; its CancelledError (or a start) settles it. Started or
+            # started: CANCEL; its CancelledError (or a start) settles it. Started or
             # ended: nothing to wait for.
             cancelling = set(ex.cancel_tasks(records, spare_next=spare_next))
             with self.lock:
@@ -190,12 +190,10 @@ class Round(DriverState):
         if isinstance(error, CancelledError) and not isinstance(
             error.__cause__, RemoteTraceback
         ):  # (a task's own error has one)
-            if self.stage is not TERMINATING:
-                # Cancelled in the LocalExecutor before it started (cancel(),
-                # shutdown(cancel_futures=True), kill()): it turns CANCELLED.
-                t._state = CANCELLED_AND_NOTIFIED
-                return None
-            error = TaskKilledError("the executor was terminated before the task started")
+            # Ended by the LocalExecutor before it started (cancel(), kill(),
+            # shutdown(cancel_futures=True), terminate_workers()): it turns CANCELLED.
+            t._state = CANCELLED_AND_NOTIFIED
+            return None
         t._exception = error
         t._state = FINISHED
         return None

@@ -27,6 +27,8 @@ parent must never block). Its invariants (docs/design.md):
   skipped unrun. Deciding to start (and storing the mark) and answering a REVOKE hold
   one lock, so for each task exactly one of the two happens, and the parent can hand
   the skipped ones to other workers at once instead of waiting for the long task to end.
+  A CANCEL names one task: the thread answers CANCELLED (it will skip that one task) or
+  TOO_LATE (it had started it), under the same lock; the tasks around it stay.
 """
 
 from __future__ import annotations
@@ -75,8 +77,9 @@ class WorkerStart(NamedTuple):
     forkserver (its fds by ``ChildFd``), so both sides import it from here."""
 
     activity: ChildFd  # read end of its activity pipe: TASK and BATCH frames
-    result: ChildFd  # write end of its result pipe: outcomes, REVOKED, REFUSED, INIT_FAILED
-    control: ChildFd  # read end of its control pipe: REVOKE only
+    result: ChildFd  # write end of its result pipe: outcomes and every answer
+    # (REVOKED, CANCELLED, TOO_LATE, REFUSED, INIT_FAILED)
+    control: ChildFd  # read end of its control pipe: REVOKE and CANCEL only
     lifeline: ChildFd  # read end of the pool's lifeline: its EOF means the parent died
     marks: ChildFd  # the pool's page of start marks (``_marks``)
     mark_slot: int  # this worker's slot in it

@@ -68,7 +68,16 @@ class _Gate:
     """What the task loop and the watcher thread share: the result pipe's writes (whole
     frames only, never interleaved) and the start-or-skip decision of each task."""
 
-    __slots__ = ("current", "lock", "mark", "region", "result_fd", "revoked_upto", "shared_min")
+    __slots__ = (
+        "current",
+        "lock",
+        "mark",
+        "region",
+        "result_fd",
+        "revoked_upto",
+        "shared_min",
+        "skipped",
+    )
 
     def __init__(
         self, result_fd: int, mark: StartMark | None = None, region: Region | None = None
@@ -81,6 +90,7 @@ class _Gate:
         self.shared_min = region.threshold if region is not None else 1 << 62
         self.current = 0  # sequence number of the last task decided to start
         self.revoked_upto = 0  # tasks numbered above current and up to this are skipped
+        self.skipped: set[int] = set()  # tasks numbered above current a CANCEL named
 
     def write(self, buffers: list[bytes]) -> None:
         """Write one frame (header, then its payload's pieces); a big payload goes into
@@ -102,6 +112,9 @@ class _Gate:
         with self.lock:
             if seq <= self.revoked_upto:
                 return False
+            if self.skipped and seq in self.skipped:
+                self.skipped.discard(seq)
+                return False
             self.current = seq
             if self.mark is not None:
                 self.mark.set(seq)
@@ -113,9 +126,20 @@ class _Gate:
             self.revoked_upto = max(self.revoked_upto, upto)
             _write_all(self.result_fd, [encode_header(Kind.REVOKED, self.current, 0)])
 
+    def cancel(self, seq: int) -> None:
+        """Skip task ``seq`` if it has not started (CANCELLED), else say it had
+        (TOO_LATE); either way atomically with ``start``. The tasks around it go on."""
+        with self.lock:
+            if seq > self.current:
+                self.skipped.add(seq)
+                kind = Kind.CANCELLED
+            else:
+                kind = Kind.TOO_LATE
+            _write_all(self.result_fd, [encode_header(kind, seq, 0)])
+
 
 def _watch(lifeline_fd: int, control_fd: int, gate: _Gate) -> None:
-    """Exit at the lifeline's EOF; answer REVOKE frames from the control pipe."""
+    """Exit at the lifeline's EOF; answer REVOKE and CANCEL frames from the control pipe."""
     # A pipe's EOF, not prctl(PR_SET_PDEATHSIG): that is Linux-only and fires when the
     # parent *thread* that started us exits; the lifeline works the same on macOS.
     poller = select.poll()
@@ -138,9 +162,12 @@ def _watch(lifeline_fd: int, control_fd: int, gate: _Gate) -> None:
                 frames: list[tuple[int, int, bytes]] = []
                 split_frames(control, frames, 0)
                 for kind, ident, _payload in frames:
-                    if kind != Kind.REVOKE:
+                    if kind == Kind.REVOKE:
+                        gate.revoke(ident)
+                    elif kind == Kind.CANCEL:
+                        gate.cancel(ident)
+                    else:
                         os._exit(EXIT_BAD_FRAME)
-                    gate.revoke(ident)
     except FrameError:
         os._exit(EXIT_BAD_FRAME)
     except OSError:
