@@ -312,6 +312,9 @@ def evaluate_targets(data: dict[str, Any], cfg: Config) -> list[dict[str, Any]]:
                         "field": t.field or data["measures"].get(t.measure, {}).get("field"),
                         "over": t.over,
                         "over_value": base,
+                        # ours less these medians: a difference, which noise can put at
+                        # or below zero (a ratio <= 0 then, and the goal met)
+                        "beyond": list(t.beyond) if t.beyond else None,
                     }
                 )
     return rows

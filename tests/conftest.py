@@ -185,4 +185,17 @@ def pytest_collection_modifyitems(items) -> None:
         # fork, these Pythons' default on Linux (the whole suite runs every one).
         if in_smoke and "stdlib" not in item.name and params.get("start_method", "fork") == "fork":
             item.add_marker(pytest.mark.smoke)
-    items.sort(key=lambda item: str(item.fspath).startswith(_AIRFLOW_TESTS))  # stable
+    # One order in every process: pytest-xdist's workers must collect the same list, and
+    # a parametrization built from a set (joblib's own suite has some) comes out in hash
+    # order, which PYTHONHASHSEED changes per process. So each function's cases are sorted
+    # by id; files and functions keep their order.
+    first: dict[str, int] = {}
+    for i, item in enumerate(items):
+        first.setdefault(item.nodeid.partition("[")[0], i)
+    items.sort(
+        key=lambda item: (
+            str(item.fspath).startswith(_AIRFLOW_TESTS),
+            first[item.nodeid.partition("[")[0]],
+            item.nodeid,
+        )
+    )

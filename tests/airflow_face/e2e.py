@@ -21,7 +21,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from helpers import wait_for  # tests/ is on sys.path (pytest, or the benchmark)
+import proc_table  # tests/ is on sys.path (pytest, or the benchmark)
+from helpers import wait_for
 
 HERE = Path(__file__).parent
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
@@ -231,3 +232,20 @@ def scheduler_run(home: Home, bound: float = 600) -> tuple[dict[str, str | None]
     )
     first, last = rows[0]
     return home.task_states(run_id), (last - first) * 86400.0
+
+
+def survivors(before: set[int], bound: float = 30) -> list[int]:
+    """This process's children not in ``before`` still alive after up to ``bound`` s:
+    none once a run's sessions were killed as a whole."""
+    deadline = time.monotonic() + bound
+    while True:
+        left = [p for p in proc_table.children(os.getpid()) - before if proc_table.alive(p)]
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.1)
+
+
+def no_survivors(before: set[int]) -> None:
+    """Every process of a run is gone (its sessions were killed as a whole)."""
+    left = survivors(before)
+    assert not left, f"processes outlived the run: {left}"

@@ -13,7 +13,9 @@ scheduler, api-server and dag-processor on 127.0.0.1 with a sqlite database and
   failure then, see its test);
 * 3.3: a connection test, dispatched by the scheduler to our executor.
 
-Never more than 4 task instances run at once (from the metadata database's start and
+No process of the session outlives it, and the scheduler's log names our executor
+(test_airflow_e2e.py's separate scheduler run, nightly, checks the same). Never more
+than 4 task instances run at once (from the metadata database's start and
 end dates of the successful ones, which their own task runners set). ``airflow providers
 executors`` lists the executor. One scheduler session serves every check (a module
 fixture: starting Airflow's three processes costs a minute on a 2-core machine); the
@@ -38,6 +40,7 @@ airflow_env.require_airflow()
 
 import e2e  # noqa: E402
 
+import proc_table  # noqa: E402
 from helpers import wait_for  # noqa: E402
 
 BOUND = 540.0  # s for the whole session
@@ -70,6 +73,7 @@ class Session:
     deadline_marker: str | None = None
     callbacks: list[tuple] = field(default_factory=list)
     connection_tests: list[tuple] = field(default_factory=list)
+    survivors: list[int] = field(default_factory=list)
 
 
 def dag_ids(version: tuple[int, int]) -> list[str]:
@@ -107,6 +111,7 @@ def session(tmp_path_factory) -> Session:
         [str(dags), *filter(None, [os.environ.get("PYTHONPATH")])]
     )
     result = Session(home=home, version=version)
+    before = proc_table.children(os.getpid())
     result.providers = home.airflow("providers", "executors")
     home.migrate()
     wanted = dag_ids(version)
@@ -162,6 +167,7 @@ def session(tmp_path_factory) -> Session:
                 "select state, result_message from connection_test_request"
             )
     result.scheduler_log = home.tail("scheduler", 10**8)
+    result.survivors = e2e.survivors(before)
     return result
 
 
@@ -181,6 +187,11 @@ def max_running(home: e2e.Home) -> int:
 
 def test_providers_executors_lists_pipepool(session):
     assert e2e.PIPEPOOL in session.providers.split(), session.providers
+
+
+def test_the_scheduler_ran_our_executor_and_left_no_process(session):
+    assert "pipepool.airflow" in session.scheduler_log  # it really ran ours
+    assert not session.survivors, f"processes outlived the run: {session.survivors}"
 
 
 def failures(session: Session, dag_id: str) -> str:

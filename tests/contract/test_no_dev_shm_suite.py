@@ -21,6 +21,8 @@ def test_executor_tests_pass_without_dev_shm() -> None:
         "pytest",
         "-p",
         "no:cacheprovider",
+        "-n",
+        "0",  # one process: the outer run's workers are busy enough
         "-q",
         str(executor_tests),
         timeout=280,

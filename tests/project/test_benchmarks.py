@@ -119,12 +119,14 @@ def test_every_target_has_a_ratio_and_a_verdict(smoke_run: tuple[Path, str]) -> 
     ):
         assert any(n.startswith(expected) for n in names), expected
     for t in data["targets"]:
-        # A difference of medians (an overhead, what wait() adds) can come out at or below
-        # zero in the smoke run's tiny samples: no ratio then, and no verdict either.
+        # An overhead over a baseline (``over``) at or below zero in the smoke run's tiny
+        # samples has no ratio and no verdict; a difference (``beyond``: what wait(fs) adds
+        # over result()) is a value, which noise can put at or below zero, with a verdict.
         if t["ratio"] is None:
             assert t["met"] is None, t
         else:
-            assert t["ratio"] > 0 and isinstance(t["met"], bool), t
+            assert t["ratio"] > 0 or t["beyond"], t
+            assert isinstance(t["met"], bool), t
     assert any(t["ratio"] is not None for t in data["targets"])
     table = (out / "results.md").read_text()
     assert "## Targets" in table and data["command"] in table

@@ -14,9 +14,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from collections import Counter
@@ -387,8 +389,9 @@ def test_nothing_outlives_a_pool_whose_parent_is_killed(impl, start_method, back
     outlives them all; taken before the kill) maps or holds the pool's shared memory
     (start marks and payload regions, by inode); nothing is left in the temporary
     directory or /dev/shm. (Only its tree: a freed inode may be another pool's soon.)"""
-    temp = tmp_path / "tmp"
-    temp.mkdir()
+    # The parent's TMPDIR, short: the forkserver's AF_UNIX socket goes under it, and a
+    # socket path over 107 bytes cannot be bound (pytest-xdist's tmp_path is longer).
+    temp = tempfile.mkdtemp(prefix="pp-")
     shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
     survivor_file = str(tmp_path / "survivor")
@@ -399,7 +402,7 @@ def test_nothing_outlives_a_pool_whose_parent_is_killed(impl, start_method, back
         impl=impl,
         survivor=survivor_file,
     )
-    env = {**os.environ, "TMPDIR": str(temp)}
+    env = {**os.environ, "TMPDIR": temp}
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, env=env)
     survivor = None
     try:
@@ -425,6 +428,8 @@ def test_nothing_outlives_a_pool_whose_parent_is_killed(impl, start_method, back
     finally:
         proc.kill()
         proc.wait(10)
+        proc.stdout.close()
         if survivor is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(survivor, signal.SIGKILL)
+        shutil.rmtree(temp, ignore_errors=True)
