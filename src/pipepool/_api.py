@@ -14,7 +14,8 @@ class:
   round and in bulk, the ones that ended (their outcome in ``failed`` and ``value``) and
   the ones seen started. No ``Event``, no key look-up and no held key per task: one
   object per task, end to end. That class overrides this one's ``_finish`` and
-  ``_succeed``: the choice is the class, not a flag tested on the hot path.
+  ``_succeed`` (and the collect step's ``_publish_starting``): the choice is the class,
+  not a flag tested on the hot path.
 
 A key's dispatches. A scheduler may queue a key again while an earlier dispatch of it is
 outstanding (queued, running, or ended with its terminal event unread), as it does for a

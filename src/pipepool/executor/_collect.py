@@ -49,18 +49,8 @@ class Collector(WorkerLifecycle):
         if frames:
             self._apply(frames, now)
         self._read_marks(now or time.monotonic())
-        starting = self._starting
-        if starting:
-            # RUNNING events last, and only for tasks still running: one whose outcome
-            # came in the same batch would have its RUNNING event replaced right away
-            # (newest per key), so building it is skipped: most tiny tasks.
-            for t, pid in starting:
-                if t.phase == _RUNNING:
-                    self._publish(
-                        _new(Event, (t.key, _STARTED, None, None, pid, t.dispatch)),
-                        terminal=False,
-                    )
-            starting.clear()
+        if self._starting:
+            self._publish_starting()
         for channel, error in closed:
             w = self._workers.get(channel)
             if w is not None:
@@ -71,6 +61,20 @@ class Collector(WorkerLifecycle):
                 w.close_error = w.close_error or error
                 if error is not None:  # a stream we cannot trust: the worker must go
                     self._kill_worker(w, None)
+
+    def _publish_starting(self) -> None:
+        """The tasks seen started since the last collect, as RUNNING events: last, and
+        only for tasks still running (one whose outcome came in the same batch would have
+        its RUNNING event replaced right away, newest per key, so building it is skipped:
+        most tiny tasks). The records way out overrides it (``RecordExecutor``)."""
+        starting = self._starting
+        for t, pid in starting:
+            if t.phase == _RUNNING:
+                self._publish(
+                    _new(Event, (t.key, _STARTED, None, None, pid, t.dispatch)),
+                    terminal=False,
+                )
+        starting.clear()
 
     def _apply(self, frames: Sequence[Outcome], now: float) -> None:
         """Apply a batch of frames in their order. A DONE frame ends its task here and

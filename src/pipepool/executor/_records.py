@@ -9,7 +9,7 @@ naming the same function), not a wrapper: no call is added per task (``published
 property, is read twice a turn).
 
 Where an outcome goes is this class's own: it overrides the hooks the event buffer's
-steps publish from (``_finish``, ``_succeed``, ``_mark_started``), so the shared
+steps publish from (``_finish``, ``_succeed``, ``_publish_starting``), so the shared
 ``SchedulerAPI`` keeps no mode flag and its hot paths no branch for records.
 """
 
@@ -21,7 +21,6 @@ from typing import Any
 from .._task import DONE, Task
 from ..events import State
 from . import LocalExecutor
-from ._state import _Worker
 
 _SUCCESS = State.SUCCESS  # a plain name: events.py says why
 
@@ -75,6 +74,8 @@ class RecordExecutor(LocalExecutor):
     def take_records(self) -> tuple[list[Any], list[Any]]:
         """The records that ended (their outcome in ``failed`` and ``value``) and those
         seen started since the last call, each list in the order it happened."""
+        if self._starting:  # seen started outside a collect (kill, terminate read marks)
+            self._publish_starting()
         settled, began = self._settled, self._began
         self._settled, self._began = [], []
         return settled, began
@@ -126,19 +127,8 @@ class RecordExecutor(LocalExecutor):
         self._stats["done"] += len(tasks)
         self._published += len(tasks)
 
-    def _mark_started(self, w: _Worker, mark: int, now: float, *, publish: bool) -> None:
-        """``Collector._mark_started`` for records: a record seen started is handed back
-        by ``take_records``, not published as an event."""
-        for t in w.in_flight.values():  # dispatch order, so numbers only grow
-            if t.seq > mark:
-                break
-            if t.started:
-                continue
-            t.started = True
-            t.began = now
-            w.current = t
-            if t.timeout is not None:
-                t.deadline = now + t.timeout
-                self._timed[t.tid] = t
-            if publish:
-                self._began.append(t)
+    def _publish_starting(self) -> None:
+        """``Collector._publish_starting`` for records: a record seen started is handed
+        back by ``take_records``, not published as an event."""
+        self._began += [t for t, _ in self._starting]
+        self._starting.clear()
