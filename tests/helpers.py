@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 import leakcheck
 import proc_table
+import tasks
 from pipepool import Event, LocalExecutor, State
 
 if TYPE_CHECKING:  # pytest only for the marks: benchmarks import this module without it
@@ -196,6 +197,26 @@ def exactly_one_each(rec: Recorder, keys) -> None:
     missing = set(keys) - set(rec.terminal)
     extra = set(rec.terminal) - set(keys)
     assert not missing and not extra, (sorted(missing, key=str)[:10], sorted(extra, key=str)[:10])
+
+
+def sent_ahead(ex, rec: Recorder, keys) -> None:
+    """Drive until the first key runs and every one of ``keys`` is held by a worker."""
+    rec.run_until(lambda: keys[0] in rec.running_seen)
+    rec.run_until(lambda: ex.stats()["tasks_running"] == len(keys))
+
+
+def behind_a_blocked_task(make, tmp_path, keys: str):
+    """One worker, prefetch=4: "block" runs until ``release`` exists, and ``keys`` (each
+    recording its run in ``log``) are queued behind it. Returns ``ex, rec, log, release``
+    once "block" runs and the worker holds it and the first three keys."""
+    log, release = str(tmp_path / "runs"), str(tmp_path / "release")
+    ex = make(1, prefetch=4)
+    ex.queue("block", tasks.wait_for, release)
+    for key in keys:
+        ex.queue(key, tasks.record, log, key)
+    rec = Recorder(ex)
+    sent_ahead(ex, rec, ["block", *keys[:3]])
+    return ex, rec, log, release
 
 
 def failures(rec: Recorder) -> dict:

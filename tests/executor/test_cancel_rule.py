@@ -12,14 +12,8 @@ from concurrent.futures import CancelledError
 import pytest
 
 import tasks
-from helpers import Recorder, runs, wait_for
+from helpers import Recorder, behind_a_blocked_task, runs, sent_ahead, wait_for
 from pipepool import TaskKilledError
-
-
-def held_by_the_worker(ex, rec, keys) -> None:
-    """Drive until the first key runs and every one of ``keys`` is held by a worker."""
-    rec.run_until(lambda: keys[0] in rec.running_seen)
-    rec.run_until(lambda: ex.stats()["tasks_running"] == len(keys))
 
 
 @pytest.mark.timeout(120)
@@ -27,13 +21,7 @@ def test_terminate_cancels_every_task_not_started_and_kills_the_started_one(make
     """One worker, prefetch=4: "block" runs, a, b, c wait in the worker's pipe, d and e
     in the queue. terminate(): "block" fails with TaskKilledError, the five others, on
     the worker or queued, with CancelledError; none of them ran."""
-    log, release = str(tmp_path / "runs"), str(tmp_path / "release")
-    ex = make(1, prefetch=4)
-    ex.queue("block", tasks.wait_for, release)
-    for key in "abcde":
-        ex.queue(key, tasks.record, log, key)
-    rec = Recorder(ex)
-    held_by_the_worker(ex, rec, ["block", "a", "b", "c"])
+    ex, rec, log, _ = behind_a_blocked_task(make, tmp_path, "abcde")
     assert ex.stats()["tasks_queued"] == 2  # precondition: d and e never left
     ex.terminate()
     rec.take()
@@ -50,13 +38,7 @@ def test_cancelling_one_task_sent_ahead_sends_none_behind_it_again(make, tmp_pat
     """One worker, prefetch=4: cancel the first of three tasks waiting behind a blocked
     one. Only it is taken back (it ends cancelled, unrun); the two behind it stay on the
     worker, are never sent again (tasks_revoked stays 0) and run there once."""
-    log, release = str(tmp_path / "runs"), str(tmp_path / "release")
-    ex = make(1, prefetch=4)
-    ex.queue("block", tasks.wait_for, release)
-    for key in "abc":
-        ex.queue(key, tasks.record, log, key)
-    rec = Recorder(ex)
-    held_by_the_worker(ex, rec, ["block", "a", "b", "c"])
+    ex, rec, log, release = behind_a_blocked_task(make, tmp_path, "abc")
     pid = rec.running_seen["block"][0]
     assert ex.cancel("a") == 1
     rec.run_until(lambda: "a" in rec.terminal)
@@ -76,13 +58,7 @@ def test_cancelling_every_task_a_worker_holds_ahead_cancels_them_all_and_sends_n
     wait for its end, then the other two (the last by one REVOKE: nothing of the
     worker's is left to keep). All three end cancelled, unrun; nothing is sent again
     (a REVOKE for the first had sent the other two again); the blocked one runs on."""
-    log, release = str(tmp_path / "runs"), str(tmp_path / "release")
-    ex = make(1, prefetch=4)
-    ex.queue("block", tasks.wait_for, release)
-    for key in "abc":
-        ex.queue(key, tasks.record, log, key)
-    rec = Recorder(ex)
-    held_by_the_worker(ex, rec, ["block", "a", "b", "c"])
+    ex, rec, log, release = behind_a_blocked_task(make, tmp_path, "abc")
     assert ex.cancel("b") == 1
     rec.run_until(lambda: "b" in rec.terminal)
     assert ex.cancel("c") == 1 and ex.cancel("a") == 1
@@ -107,7 +83,7 @@ def test_a_start_mark_past_a_skipped_task_does_not_make_it_started(make, tmp_pat
     ex.queue("a", tasks.record, log, "a")
     ex.queue("b", tasks.wait_for, str(tmp_path / "release-b"), "b")
     rec = Recorder(ex)
-    held_by_the_worker(ex, rec, ["block", "a", "b"])
+    sent_ahead(ex, rec, ["block", "a", "b"])
     assert ex.cancel("a") == 1  # no round after it: its answer stays unread
     open(release, "w").close()
     assert wait_for(lambda: ex._marks.read(next(iter(ex._workers.values())).slot) == 3), (
@@ -128,13 +104,7 @@ def test_a_cancel_withdrawn_before_its_answer_runs_the_task_once(make, tmp_path)
     past CANCEL_WAIT). Withdrawn before the answer is read: the worker skipped "b", so
     "b" goes back to the queue (the one case a cancel sends a task again) and runs
     once; it is not reported cancelled."""
-    log, release = str(tmp_path / "runs"), str(tmp_path / "release")
-    ex = make(1, prefetch=4)
-    ex.queue("block", tasks.wait_for, release)
-    for key in "abc":
-        ex.queue(key, tasks.record, log, key)
-    rec = Recorder(ex)
-    held_by_the_worker(ex, rec, ["block", "a", "b", "c"])
+    ex, rec, log, release = behind_a_blocked_task(make, tmp_path, "abc")
     (b,) = [t for t in ex._dispatched() if t.key == "b"]
     assert ex._cancel_tasks([b]) == [b]  # a CANCEL goes out; no round reads its answer
     ex._uncancel(b)

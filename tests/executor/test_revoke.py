@@ -15,7 +15,7 @@ from concurrent.futures import CancelledError
 import pytest
 
 import tasks
-from helpers import Recorder, runs
+from helpers import Recorder, behind_a_blocked_task, runs, sent_ahead
 from pipepool import State, TaskKilledError
 
 
@@ -147,25 +147,13 @@ def test_fixed_depth_sends_no_revoke(make, tmp_path):
 # -- cancel(): a task sent ahead and not started is cancelled, never run ---------------------
 
 
-def sent_ahead(ex, rec, keys) -> None:
-    """Drive until the first key runs and every one of ``keys`` is held by a worker."""
-    rec.run_until(lambda: keys[0] in rec.running_seen)
-    rec.run_until(lambda: ex.stats()["tasks_running"] == len(keys))
-
-
 @pytest.mark.timeout(120)
 def test_cancel_takes_back_a_task_sent_ahead_and_not_started(make, tmp_path):
     """prefetch=4 (the trap never revokes a fixed depth): three tasks wait in the worker's
     pipe behind a blocked one. cancel() of the middle one takes it back alone (CANCEL);
     it ends cancelled without running, the other two run once where they were, never
     sent again; the running one cannot be cancelled."""
-    log, release = str(tmp_path / "runs"), str(tmp_path / "release")
-    ex = make(1, prefetch=4)
-    ex.queue("block", tasks.wait_for, release)
-    for key in "abc":
-        ex.queue(key, tasks.record, log, key)
-    rec = Recorder(ex)
-    sent_ahead(ex, rec, ["block", "a", "b", "c"])
+    ex, rec, log, release = behind_a_blocked_task(make, tmp_path, "abc")
     assert ex.cancel("b") == 1
     assert ex.cancel("block") == 0 and ex.cancel("unknown") == 0
     rec.run_until(lambda: "b" in rec.terminal)
