@@ -31,7 +31,7 @@ mkdir -p "$WORK"/{logs,dist,raw,wheelhouse,venvs,runs}
 LOGS=$WORK/logs
 STEP_TIMEOUT=900   # s for any one build or install step
 TEST_TIMEOUT=1500  # s for one test-suite run (the whole suite takes ~2-4 min here)
-QUICK_TESTS=(-m smoke tests)  # as the aarch64 wheels' tests (pyproject.toml)
+QUICK_TESTS=(-m smoke tests)  # as each wheel's tests in CI (pyproject.toml)
 EXPECTED_LINUX="cp311-manylinux_x86_64 cp312-manylinux_x86_64 cp313-manylinux_x86_64 \
 cp314-manylinux_x86_64 cp311-manylinux_aarch64 cp312-manylinux_aarch64 \
 cp313-manylinux_aarch64 cp314-manylinux_aarch64 cp311-musllinux_x86_64 \

@@ -138,10 +138,37 @@ def test_send_then_exit_full(pool, tmp_path, start_method):
 CHURN = {m: (2_000, 20, 20) for m in START_METHODS}
 
 
+def hold_at_full_strength(ex: LocalExecutor, rec: Recorder, release: str) -> int:
+    """Hold ``parallelism`` tasks until ``release`` exists (workers start only while work
+    is outstanding) and wait until every worker is up and heard: the parent's open fds
+    then, before the caller releases them."""
+    for j in range(ex.parallelism):
+        ex.queue(("hold", release, j), tasks.wait_for, release)
+    rec.run_until(
+        lambda: (
+            len(ex.worker_pids()) == ex.parallelism
+            and len(ex._workers) == ex.parallelism
+            and all(w.heard and not w.closing for w in ex._workers.values())
+        )
+    )
+    return len(proc_table.open_fds())
+
+
 def check_churn(
     ex: LocalExecutor, start_method: str, tmpdir, n: int, crashes: int, timeouts: int
 ) -> None:
     rng = random.Random(n)
+    # Children that were here before this pool started one (another suite's reusable
+    # pool, e.g. loky's after joblib's tests) are not this pool's.
+    strays = pool_processes(start_method)
+    # The fd count when the pool first stands at full strength, before the churn (during
+    # it, on a loaded machine, spawn replacements may never all be up at once).
+    warm, release_before = Recorder(ex), os.path.join(tmpdir, "release-before")
+    fds_full = hold_at_full_strength(ex, warm, release_before)
+    open(release_before, "w").close()
+    warm.run_until(lambda: not ex.has_work())
+    assert warm.terminal.keys() == {("hold", release_before, j) for j in range(ex.parallelism)}
+    rec = Recorder(ex)
     # Troublemakers anywhere but the very end, in a reproducible order.
     special = rng.sample(range(n * 9 // 10), crashes + timeouts)
     crash = set(special[:crashes])
@@ -153,11 +180,6 @@ def check_churn(
             ex.queue_call(i, tasks.sleep, (30,), timeout=0.05)
         else:
             ex.queue(i, tasks.echo, i)
-    rec = Recorder(ex)
-    # Children that were here before this pool started one (another suite's reusable
-    # pool, e.g. loky's after joblib's tests) are not this pool's.
-    strays = pool_processes(start_method)
-    fds_full = None
     rounds = 0
     deadline = time.monotonic() + 200
     while ex.has_work():
@@ -165,13 +187,6 @@ def check_churn(
         rec.round(0.01)
         rounds += 1
         workers = ex._workers.values()
-        steady = (
-            len(ex.worker_pids()) == ex.parallelism
-            and len(workers) == ex.parallelism
-            and all(w.heard for w in workers)
-        )
-        if steady and fds_full is None:
-            fds_full = len(proc_table.open_fds())
         if rounds % 25 == 0:
             # Every child is a worker the pool knows (a dying one, whose pipe closed,
             # until it is reaped), and at most ``parallelism`` of them are not dying.
@@ -187,17 +202,9 @@ def check_churn(
             assert isinstance(event.exception, TaskTimeoutError), event
         else:
             assert event.result == i, event
-    # Back at full strength (workers start only while work is outstanding, so hold
-    # ``parallelism`` tasks): exactly that many live children, no zombie, the same fds.
+    # Back at full strength: exactly that many live children, no zombie, the same fds.
     release = os.path.join(tmpdir, "release")
-    for j in range(ex.parallelism):
-        ex.queue(("hold", j), tasks.wait_for, release)
-    rec.run_until(
-        lambda: (
-            len(ex.worker_pids()) == ex.parallelism
-            and all(w.heard and not w.closing for w in ex._workers.values())
-        )
-    )
+    hold_at_full_strength(ex, rec, release)
     # The forkserver reaps its children on its own clock: until it has, the old workers
     # are its zombies.
     rec.run_until(lambda: pool_processes(start_method) - strays == set(ex.worker_pids()), limit=10)
