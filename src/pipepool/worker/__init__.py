@@ -42,6 +42,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from .. import _signals
+from .. import loop as _impl
 from ..frames import Kind
 from . import _fault, _tree
 from ._marks import StartMark
@@ -83,6 +84,7 @@ class WorkerStart(NamedTuple):
     lifeline: ChildFd  # read end of the pool's lifeline: its EOF means the parent died
     marks: ChildFd  # the pool's page of start marks (``_marks``)
     mark_slot: int  # this worker's slot in it
+    claims_at: int  # where the page's claim rings begin (0: none, the pure loop's pools)
     crash: ChildFd  # the file a fatal signal's Python stack goes to (``_fault``)
     region: ChildFd | None  # its shared payload rings (``_region``); None: pipes only
     close_fds: Sequence[int]  # under fork: the parent's other pipepool fds, closed at once
@@ -112,7 +114,7 @@ def main(start: WorkerStart) -> None:
     for fd in start.close_fds:
         with contextlib.suppress(OSError):
             os.close(fd)
-    mark = StartMark(start.marks.fd, start.mark_slot)
+    mark = StartMark(start.marks.fd, start.mark_slot, start.claims_at, _impl.load(start.impl)[1].Claims)
     os.close(start.marks.fd)  # the mapping stays; the fd is not needed any more
     region = None
     if start.region is not None:
