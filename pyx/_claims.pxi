@@ -1,9 +1,11 @@
 # Cancel claims (docs/design.md, "Cancel claims"): one ring of 8-byte words per worker in
 # the pool's shared page, each word ``seq << 1 | flag`` (0: started, 1: skipped) for the
-# latest task decided with that residue. The worker decides each task with a
-# compare-and-swap, the parent claims one not yet decided with another, so exactly one of
-# them wins; both are wait-free (at most two tries each: the only rival writer of a word
-# settles it), so a worker killed at any instruction never makes the parent wait.
+# latest task decided with that residue, by the worker (started or skipped) or by the
+# parent's claim. The worker decides each task with a compare-and-swap, the parent claims
+# one not yet decided with another (only from the word of the task ``ring`` before it,
+# decided), so exactly one of them wins; both are wait-free (at most two tries each: the
+# only rival writer of a word settles it), so a worker killed at any instruction never
+# makes the parent wait.
 # The pure twin has no atomics: it exports ``Claims = None`` and its pools use CANCEL.
 
 from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
@@ -72,20 +74,27 @@ cdef class Claims:
 
     def decide(self, uint64_t seq):
         """The worker, deciding its task ``seq`` (in order, under its gate's lock): True
-        and the word says started, unless the parent claimed it (False: skip it)."""
+        and the word says started, unless the parent claimed it (False: skip it).
+
+        A claimed word may be ahead: the parent claims task ``seq + ring`` once ``seq``
+        is decided, by a claim too, so a word that says skipped at ``seq`` or later
+        says the parent claimed ``seq`` (and stays, for the worker's later tasks)."""
         cdef uint64_t *p = self.word(seq)
         cdef uint64_t old = atomic_load(p)
-        cdef uint64_t skipped = seq << 1 | 1
         while True:  # at most twice: only the parent's claim of ``seq`` competes
-            if old == skipped:
+            if old & 1 and old >> 1 >= seq:
                 return False
             if atomic_cas(p, &old, seq << 1):
                 return True
 
     def skip(self, uint64_t seq):
         """The worker skips task ``seq`` for a reason of its own (REVOKE, CANCEL): the
-        word says so, as a claim would."""
-        atomic_store(self.word(seq), seq << 1 | 1)
+        word says so, as a claim would, unless the parent's claims are there already."""
+        cdef uint64_t *p = self.word(seq)
+        cdef uint64_t old = atomic_load(p)
+        while old >> 1 < seq:  # at most twice, as decide()
+            if atomic_cas(p, &old, seq << 1 | 1):
+                return
 
     def claim(self, uint64_t seq):
         """The parent, cancelling task ``seq`` of this worker without asking it: True
