@@ -77,7 +77,7 @@ def test_cancel_behind_a_task_holding_the_gil(make_pipepool, on_impl, tmp_path):
     cancel asks, waits CANCEL_WAIT for an answer that cannot come, and returns False;
     the future is not cancelled (it would run in its turn)."""
     pool = make_pipepool(1)
-    hog, behind, held, log = behind_a_gil_hog(pool, tmp_path, 6)
+    hog, _, held, log = behind_a_gil_hog(pool, tmp_path, 6)
     asks = count_asks(pool)
     target = held[-1]
     cancelled = target.cancel()
@@ -96,7 +96,9 @@ def test_cancel_behind_a_task_holding_the_gil(make_pipepool, on_impl, tmp_path):
 
 
 @pytest.mark.timeout(120)
-def test_a_claimed_future_stays_cancelled_when_its_worker_dies(make_pipepool, monkeypatch, tmp_path):
+def test_a_claimed_future_stays_cancelled_when_its_worker_dies(
+    make_pipepool, monkeypatch, tmp_path
+):
     """Compiled loop: a future claimed behind a task that holds the GIL, then the worker
     SIGKILLed. The claimed one stays cancelled and never runs; the running one fails
     as lost; the others it held run on another worker, once each."""

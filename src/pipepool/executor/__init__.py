@@ -221,13 +221,16 @@ class LocalExecutor(Reaper, Dispatcher):
         Started dispatches of the key run on (``kill`` stops them).
 
         Queued: it fails with ``concurrent.futures.CancelledError`` now. Sent to a worker
-        and not started (the adaptive depth sends tasks ahead): the worker is told to
-        skip that task (CANCEL, at any ``prefetch``); it fails with ``CancelledError``
-        once the worker confirms, a round or so later, and the tasks behind it stay on
-        that worker, not sent again. (When every task a worker holds and has not started
-        is cancelled, one REVOKE tells it, and nothing is sent again either.) A worker
-        that started it first runs it on, and it reports as usual: started or
-        cancelled, never both. Its event says which.
+        and not started (the adaptive depth sends tasks ahead): with the compiled loop it
+        is claimed in memory shared with the worker, and fails with ``CancelledError``
+        now, unless the worker decided to start it first (docs/design.md, "Cancel
+        claims"); else (the pure loop, or a task sent too far ahead to be claimed) the
+        worker is told to skip that task (CANCEL, at any ``prefetch``) and it fails with
+        ``CancelledError`` once the worker confirms, a round or so later. Either way the
+        tasks behind it stay on that worker, not sent again. (When every task a worker
+        holds and has not started is cancelled, one REVOKE tells it, and nothing is sent
+        again either.) A worker that started it first runs it on, and it reports as
+        usual: started or cancelled, never both. Its event says which.
         """
         deferred = None
         try:

@@ -29,6 +29,10 @@ parent must never block). Its invariants (docs/design.md):
   the skipped ones to other workers at once instead of waiting for the long task to end.
   A CANCEL names one task: the thread answers CANCELLED (it will skip that one task) or
   TOO_LATE (it had started it), under the same lock; the tasks around it stay.
+* With the compiled loop, the decision to start a task is also a compare-and-swap on the
+  task's word of the worker's claim ring (``_marks``), which the parent may swap first to
+  cancel the task without asking: the worker then skips it silently. Every skip of its
+  own is written there too (docs/design.md, "Cancel claims").
 """
 
 from __future__ import annotations
@@ -114,7 +118,8 @@ def main(start: WorkerStart) -> None:
     for fd in start.close_fds:
         with contextlib.suppress(OSError):
             os.close(fd)
-    mark = StartMark(start.marks.fd, start.mark_slot, start.claims_at, _impl.load(start.impl)[1].Claims)
+    claims = _impl.load(start.impl)[1].Claims  # None: the pure loop's pools make no rings
+    mark = StartMark(start.marks.fd, start.mark_slot, start.claims_at, claims)
     os.close(start.marks.fd)  # the mapping stays; the fd is not needed any more
     region = None
     if start.region is not None:

@@ -33,10 +33,11 @@ from __future__ import annotations
 import mmap
 import os
 import weakref
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..loop._interface import ClaimsAPI
 
     ClaimsType = Callable[[mmap.mmap, int, int], ClaimsAPI]
