@@ -15,6 +15,8 @@ import tasks
 from helpers import Recorder, runs, sent_ahead
 from pipepool import TaskKilledError
 
+pytestmark = pytest.mark.portable
+
 
 @pytest.mark.timeout(120)
 def test_cancel_of_a_task_behind_one_holding_the_gil(make, impl, tmp_path):

@@ -21,7 +21,7 @@ from pipepool.frames import Kind, split_frames
 from pipepool.worker._marks import CLAIM_RING, MarkTable, StartMark, shared_fd
 from pipepool.worker._serve import _Gate
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.portable]
 
 RING = 4
 
