@@ -64,8 +64,14 @@ def behind_a_gil_hog(pool, tmp_path, count: int):
     behind = [pool.submit(tasks.record, log, f"t{i}") for i in range(count)]
     assert wait_for(lambda: "hog" in runs(log)), "the hog did not start"
     (worker,) = pool._driver.executor._workers.values()
-    held = [f for f in behind if f.tid in worker.in_flight]
-    assert held, "precondition: futures sent to the worker behind the hog"
+
+    def held_now() -> list:
+        return [f for f in behind if f.tid in worker.in_flight]
+
+    # Awaited, not read once: on a loaded machine the pool may recall what it sent ahead
+    # (a REVOKE its watcher answers before the hog takes the GIL) and send it again.
+    assert wait_for(held_now), "precondition: futures sent to the worker behind the hog"
+    held = held_now()
     return hog, behind, held, log
 
 
