@@ -227,8 +227,9 @@ def cancel_sample(calls: int) -> dict[str, float]:
     ``calls`` times on one warm worker (pipepool only: the standard library cannot
     cancel what it handed to its call queue). Each time: ``CANCEL_BATCH`` naps
     submitted, the first one's result waited for, then the last one handed over and
-    not started is cancelled (sent to the worker, or taken back into the executor's
-    queue: the two paths are mixed, as in use). ``cancelled``: the share cancel()
+    not started is cancelled (sent to the worker: claimed in shared memory with the
+    compiled loop, asked by a CANCEL with the pure one; or taken back into the
+    executor's queue: the paths are mixed, as in use). ``cancelled``: the share cancel()
     turned (the rest had started first); ``timed``: the share of calls that had one."""
     from pipepool import ProcessPoolExecutor
 

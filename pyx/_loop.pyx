@@ -47,7 +47,7 @@ from posix.unistd cimport write as c_write
 from pipepool import frames as _frames
 from pipepool.errors import FrameError
 
-__all__ = ["FrameReader", "PipeLoop", "chunk_results"]  # the twins export exactly these
+__all__ = ["Claims", "FrameReader", "PipeLoop", "chunk_results"]  # the twins export exactly these
 
 MAX_PAYLOAD = _frames.MAX_PAYLOAD
 if _frames.HEADER_SIZE != HEADER_SIZE or _frames.MAGIC != MAGIC:
@@ -91,6 +91,7 @@ cdef object os_error(int err):
 
 
 include "_channel.pxi"
+include "_claims.pxi"
 
 
 cdef class PipeLoop:

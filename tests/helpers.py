@@ -205,6 +205,15 @@ def sent_ahead(ex, rec: Recorder, keys) -> None:
     rec.run_until(lambda: ex.stats()["tasks_running"] == len(keys))
 
 
+def asking_only(ex) -> None:
+    """Make ``ex`` cancel a task sent to one of its workers by asking the worker (CANCEL,
+    REVOKE) on either loop: the parent forgets its claim rings (docs/design.md, "Cancel
+    claims"), which only the compiled loop's pools have. Its workers keep deciding
+    through theirs, as they do; a worker started later gets one again."""
+    for w in ex._workers.values():
+        w.claims = None
+
+
 def behind_a_blocked_task(make, tmp_path, keys: str):
     """One worker, prefetch=4: "block" runs until ``release`` exists, and ``keys`` (each
     recording its run in ``log``) are queued behind it. Returns ``ex, rec, log, release``

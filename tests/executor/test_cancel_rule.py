@@ -7,12 +7,15 @@ method, both loops.
 
 from __future__ import annotations
 
+import array
+import fcntl
+import termios
 from concurrent.futures import CancelledError
 
 import pytest
 
 import tasks
-from helpers import Recorder, behind_a_blocked_task, runs, sent_ahead, wait_for
+from helpers import Recorder, asking_only, behind_a_blocked_task, runs, sent_ahead, wait_for
 from pipepool import TaskKilledError
 
 
@@ -71,6 +74,13 @@ def test_cancelling_every_task_a_worker_holds_ahead_cancels_them_all_and_sends_n
     assert not rec.duplicates
 
 
+def unread_bytes(fd: int) -> int:
+    """Bytes waiting in the pipe ``fd`` reads (FIONREAD: every Unix, no /proc)."""
+    pending = array.array("i", [0])
+    fcntl.ioctl(fd, termios.FIONREAD, pending)
+    return pending[0]
+
+
 @pytest.mark.timeout(120)
 def test_a_start_mark_past_a_skipped_task_does_not_make_it_started(make, tmp_path):
     """The worker skips "a" (CANCEL) and goes on to start "b": its start mark passes
@@ -84,7 +94,12 @@ def test_a_start_mark_past_a_skipped_task_does_not_make_it_started(make, tmp_pat
     ex.queue("b", tasks.wait_for, str(tmp_path / "release-b"), "b")
     rec = Recorder(ex)
     sent_ahead(ex, rec, ["block", "a", "b"])
+    asking_only(ex)  # the CANCEL's path: a claim would end "a" in the call
     assert ex.cancel("a") == 1  # no round after it: its answer stays unread
+    # Its answer in the result pipe (nothing else writes there while "block" waits): the
+    # worker has decided "a" before "block" ends, however late its watcher ran.
+    (worker,) = ex._workers.values()
+    assert wait_for(lambda: unread_bytes(worker.fds[1]) > 0), "the worker did not answer"
     open(release, "w").close()
     assert wait_for(lambda: ex._marks.read(next(iter(ex._workers.values())).slot) == 3), (
         "the worker did not start b"
@@ -105,6 +120,7 @@ def test_a_cancel_withdrawn_before_its_answer_runs_the_task_once(make, tmp_path)
     "b" goes back to the queue (the one case a cancel sends a task again) and runs
     once; it is not reported cancelled."""
     ex, rec, log, release = behind_a_blocked_task(make, tmp_path, "abc")
+    asking_only(ex)  # the subject is the worker's answer: no claim decides it first
     (b,) = [t for t in ex._dispatched() if t.key == "b"]
     assert ex._cancel_tasks([b]) == [b]  # a CANCEL goes out; no round reads its answer
     ex._uncancel(b)

@@ -58,10 +58,32 @@ def reader(loop_module):
 def test_the_module_has_the_declared_classes(loop_module):
     declared = declared_methods(_interface.LoopModule)
     assert set(declared) == {"PipeLoop", "FrameReader", "chunk_results"}
-    assert sorted(loop_module.__all__) == sorted(declared)
+    assert set(_interface.LoopModule.__annotations__) == {"Claims"}
+    assert sorted(loop_module.__all__) == sorted([*declared, "Claims"])
     for name in ("PipeLoop", "FrameReader"):
         assert inspect.isclass(getattr(loop_module, name)), name
     assert callable(loop_module.chunk_results)
+    # Compare-and-swap in the compiled twin only; the pure one says it has none.
+    if loop_module.__name__.endswith("._pyloop"):
+        assert loop_module.Claims is None
+    else:
+        assert inspect.isclass(loop_module.Claims)
+
+
+def test_the_compiled_claims_have_the_declared_methods(loop_module):
+    if loop_module.Claims is None:
+        return  # the pure twin: checked above
+    import mmap
+
+    memory = mmap.mmap(-1, mmap.PAGESIZE)
+    claims = loop_module.Claims(memory, 8, 4)
+    try:
+        declared = declared_methods(_interface.ClaimsAPI)
+        assert public_methods(claims) == set(declared)
+        assert claims.ring == 4
+    finally:
+        claims.release()
+        memory.close()
 
 
 def test_the_constructors_take_the_declared_arguments(loop_module):

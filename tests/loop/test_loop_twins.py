@@ -27,11 +27,13 @@ def test_same_public_names_and_signatures():
         sorted(compiled.__all__)
         == sorted(pure.__all__)
         == [
+            "Claims",  # the compiled twin's compare-and-swap; None in the pure one
             "FrameReader",
             "PipeLoop",
             "chunk_results",
         ]
     )
+    assert pure.Claims is None and inspect.isclass(compiled.Claims)
     for name in CLASSES:
         spec, twin = getattr(pure, name), getattr(compiled, name)
         methods = [m for m, v in vars(spec).items() if not m.startswith("_") and callable(v)]

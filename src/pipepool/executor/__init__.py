@@ -60,6 +60,7 @@ from ._lifecycle import _signal_process
 from ._reap import EXIT_GRACE as EXIT_GRACE
 from ._reap import REAP_INTERVAL, Reaper
 from ._state import _PARENT_FDS as _PARENT_FDS  # the fork registry (docs/design.md cites it)
+from ._state import _Worker
 
 _FAILED = State.FAILED  # a plain name: events.py says why
 TERM_GRACE = 1.0  # s between SIGTERM and SIGKILL in terminate()
@@ -220,13 +221,16 @@ class LocalExecutor(Reaper, Dispatcher):
         Started dispatches of the key run on (``kill`` stops them).
 
         Queued: it fails with ``concurrent.futures.CancelledError`` now. Sent to a worker
-        and not started (the adaptive depth sends tasks ahead): the worker is told to
-        skip that task (CANCEL, at any ``prefetch``); it fails with ``CancelledError``
-        once the worker confirms, a round or so later, and the tasks behind it stay on
-        that worker, not sent again. (When every task a worker holds and has not started
-        is cancelled, one REVOKE tells it, and nothing is sent again either.) A worker
-        that started it first runs it on, and it reports as usual: started or
-        cancelled, never both. Its event says which.
+        and not started (the adaptive depth sends tasks ahead): with the compiled loop it
+        is claimed in memory shared with the worker, and fails with ``CancelledError``
+        now, unless the worker decided to start it first (docs/design.md, "Cancel
+        claims"); else (the pure loop, or a task sent too far ahead to be claimed) the
+        worker is told to skip that task (CANCEL, at any ``prefetch``) and it fails with
+        ``CancelledError`` once the worker confirms, a round or so later. Either way the
+        tasks behind it stay on that worker, not sent again. (When every task a worker
+        holds and has not started is cancelled, one REVOKE tells it, and nothing is sent
+        again either.) A worker that started it first runs it on, and it reports as
+        usual: started or cancelled, never both. Its event says which.
         """
         deferred = None
         try:
@@ -268,12 +272,37 @@ class LocalExecutor(Reaper, Dispatcher):
             self._read_marks(time.monotonic())  # a task that began since the last round runs
             for w in self._workers.values():
                 doomed = [t for t in w.in_flight.values() if t.tid in sent and not t.started]
+                if doomed and w.claims is not None:
+                    doomed = self._claim(w, doomed, cancelling)
                 if doomed:
                     for t in doomed:
                         t.cancelling = True
                     cancelling += doomed
                     self._send_cancels(w, doomed)
         return cancelling
+
+    def _claim(self, w: _Worker, tasks: list[_Task], cancelled: list[_Task]) -> list[_Task]:
+        """Cancel ``w``'s unstarted ``tasks`` by claiming them in shared memory, without
+        asking ``w`` (docs/design.md, "Cancel claims"): each claimed one ends cancelled
+        now (into ``cancelled``), as a CANCELLED answer would end it; one ``w`` decided
+        to start first is left to run. Returns the rest, to cancel by asking ``w``."""
+        claims = w.claims
+        assert claims is not None
+        rest = []
+        for t in tasks:
+            if t.cancelling or t.seq in w.asked:  # asked already: its answer decides
+                rest.append(t)
+                continue
+            claimed = claims.claim(t.seq)
+            if claimed is None:  # not decidable in memory (prefetched deep, or skipped)
+                rest.append(t)
+            elif claimed:  # it never runs: out of w's tasks, the ones behind stay
+                del w.in_flight[t.tid]
+                w.sent -= 1
+                self._finish(t, _FAILED, exception=cancelled_error(t.key))
+                cancelled.append(t)
+            # else w decided to start it: it runs (its start mark follows)
+        return rest
 
     def _next_tasks(self) -> set[int]:
         """The task each worker slot runs or starts next: a busy worker's first, then as

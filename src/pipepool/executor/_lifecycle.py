@@ -47,7 +47,7 @@ class WorkerLifecycle(LocalState):
             _preload_the_worker(forkserver)
             forkserver.ensure_running()
         self._loop = self._loop_class()
-        self._marks = MarkTable(self.parallelism)
+        self._marks = MarkTable(self.parallelism, self._claims_type)
         _PARENT_FDS.add(self._marks.fd)
         lifeline_r, lifeline_w = os.pipe()
         _PARENT_FDS.update((lifeline_r, lifeline_w))
@@ -99,6 +99,7 @@ class WorkerLifecycle(LocalState):
             lifeline=ChildFd(self._lifeline[0]),
             marks=ChildFd(self._marks.fd),
             mark_slot=slot,
+            claims_at=self._marks.claims_at,
             crash=ChildFd(crash_fd),
             region=ChildFd(region_fd) if region_fd is not None else None,
             close_fds=close_fds,
@@ -185,6 +186,7 @@ class WorkerLifecycle(LocalState):
             wid, proc, (activity_w, result_r), control_w, crash_fd, slot, self._init_failures
         )
         w.region = region  # mapped here until the worker is removed; its fd is closed
+        w.claims = self._marks.ring(slot)
         w.oom_at = oom_at
         assert self._loop is not None
         self._loop.add(wid, activity_w, result_r)

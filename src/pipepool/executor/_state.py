@@ -31,7 +31,7 @@ from ..worker._zygote import Zygote, ZygoteChild
 from ._depth import DepthPolicy
 
 if TYPE_CHECKING:
-    from ..loop._interface import PipeLoopAPI
+    from ..loop._interface import ClaimsAPI, PipeLoopAPI
 
 # Every parent-side pipepool fd open in this process. A forked worker closes all of them
 # but its own, so that no worker holds another's pipe ends: otherwise one worker's EOF or
@@ -44,6 +44,7 @@ class _Worker:
 
     __slots__ = (
         "asked",
+        "claims",
         "close_error",
         "closed_at",
         "closing",
@@ -87,6 +88,8 @@ class _Worker:
         self.control_fd = control_fd  # write end of its control pipe (REVOKE), non-blocking
         self.crash_fd = crash_fd  # its faulthandler's file (``worker._fault``), read at death
         self.slot = slot  # its start-mark slot in the pool's MarkTable
+        # Its ring of cancel claims there (the compiled loop's; None: cancel by CANCEL):
+        self.claims: ClaimsAPI | None = None
         self.region: Region | None = None  # its shared payload rings, unmapped at removal
         self.mark = 0  # the last start mark read from it
         self.init_round = init_round  # initializer failures counted when it started
@@ -138,6 +141,7 @@ class LocalState(SchedulerAPI):
         self.start_method: str = self._context.get_start_method()
         self.implementation, loop_module = _impl.load(loop_impl)  # "cython" or "python"
         self._loop_class = loop_module.PipeLoop
+        self._claims_type = loop_module.Claims  # None: the pure loop has no CAS
         # -- what start() opens and _close() closes ---------------------------------------
         self._loop: PipeLoopAPI | None = None  # the PipeLoop: every parent-side pipe end
         self._marks: MarkTable | None = None  # the page of start marks, a slot per worker

@@ -24,9 +24,10 @@ futures to the LocalExecutor at most ``max_workers + EXTRA_QUEUED`` tasks ahead 
 workers, plus ``depth - 1`` per worker while the adaptive dispatch depth is above 1
 (tiny tasks: up to 63 more per worker), and the LocalExecutor sends them ahead to the
 workers. ``cancel()`` of a future still waiting in ``_pending`` is immediate; of one
-handed over, the LocalExecutor cancels it (queued there) or revokes it from its worker,
-and ``cancel()`` waits for the worker's answer (``CANCEL_WAIT`` at most): started or
-cancelled, never both. A cancelled future's function therefore never runs.
+handed over, the LocalExecutor cancels it (queued there), claims it in memory shared
+with its worker (the compiled loop: no answer to wait for), or asks the worker, and
+``cancel()`` waits for the answer (``CANCEL_WAIT`` at most): started or cancelled,
+never both. A cancelled future's function therefore never runs.
 Done-callbacks run in the thread
 that holds the token when the result comes in, the driver or a waiting caller (the
 stdlib runs them in its manager thread); they may submit more work, and wait for it.

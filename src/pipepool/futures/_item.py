@@ -172,11 +172,18 @@ class PoolFuture(Record, Future):  # type: ignore[misc]  # (Future's done/cancel
     done = Record.done
 
     def cancel(self) -> bool:
-        """Cancel it unless it has started: True if it is cancelled.
+        """Cancel it unless it has started: True if it is cancelled (it never runs),
+        False if it started or ran.
 
-        Handed over to the pool (sent to a worker, maybe) and not started, its worker is
-        told to skip it, and this waits for the answer (within ``CANCEL_WAIT``, else the
-        cancel is withdrawn and this returns False): started or cancelled, never both.
+        Handed over to the pool and sent to a worker, not started: with the compiled
+        loop the pool claims it in memory it shares with the worker (a compare-and-swap
+        against the worker's own start decision), without asking the worker, so the
+        answer comes at once whatever the worker's task does. With the pure-Python loop
+        (or a task sent more than 64 ahead) the worker is told to skip it and this waits
+        for its answer, within ``CANCEL_WAIT``; past it (the task before holds the GIL)
+        the cancel is withdrawn and this returns False, and it runs in its turn. The
+        outcomes follow one rule on both loops, started or cancelled, never both; only
+        how soon they come differs (docs/design.md, "Cancel claims").
         """
         driver = self.driver
         if self.cancel_pending():

@@ -23,9 +23,11 @@ SUBMIT_CANCEL = "cancel"  # a command: cancel this record's call if it has not s
 SUBMIT_CANCEL_REST = "cancel-rest"  # the same, but each worker's next call runs (shutdown)
 PIDS_EVERY = 0.01  # s between two looks at the live workers' pids (worker_pids())
 CANCEL_WAIT = 1.0  # s a cancel of a future handed over and not started waits for its
-# worker's answer to CANCEL. Its watcher thread answers within a GIL switch (5 ms) unless
-# the task before it holds the GIL (a long C call); past this the cancel is withdrawn
-# (the task runs when its turn comes) and cancel() returns False rather than hang.
+# worker's answer to CANCEL (the pure loop, or a task sent too far ahead to be claimed:
+# with the compiled loop a claim decides without the worker, docs/design.md, "Cancel
+# claims"). Its watcher thread answers within a GIL switch (5 ms) unless the task before
+# it holds the GIL (a long C call); past this the cancel is withdrawn (the task runs when
+# its turn comes) and cancel() returns False rather than hang.
 
 
 class Round(DriverState):

@@ -10,7 +10,7 @@ checking and that test import this module: a worker never pays for it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from ..frames import MAX_PAYLOAD
@@ -51,9 +51,26 @@ class FrameReaderAPI(Protocol):
     def read(self) -> tuple[int, int, bytes] | None: ...
 
 
+class ClaimsAPI(Protocol):
+    """The compiled twin's ``Claims``: one worker's ring of cancel claims in shared memory,
+    decided by compare-and-swap (docs/design.md, "Cancel claims")."""
+
+    ring: int
+
+    def decide(self, seq: int) -> bool: ...
+    def skip(self, seq: int) -> None: ...
+    def claim(self, seq: int) -> bool | None: ...
+    def read(self, seq: int) -> int: ...
+    def release(self) -> None: ...
+
+
 class LoopModule(Protocol):
-    """A twin's module as ``load()`` returns it: its two classes, by their constructors, and
-    ``chunk_results`` (a chunked map's results handed out in C)."""
+    """A twin's module as ``load()`` returns it: its two classes, by their constructors,
+    ``chunk_results`` (a chunked map's results handed out in C) and ``Claims``."""
+
+    Claims: Callable[[Any, int, int], ClaimsAPI] | None
+    """``Claims(buffer, offset, ring)`` in the compiled twin; None in the pure one, which
+    has no compare-and-swap: its pools cancel a task sent to a worker by asking it."""
 
     def PipeLoop(self, max_payload: int = MAX_PAYLOAD) -> PipeLoopAPI: ...
     def FrameReader(self, fd: int, max_payload: int = MAX_PAYLOAD) -> FrameReaderAPI: ...

@@ -35,7 +35,7 @@ import math
 import os
 import select
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..errors import FrameError
@@ -50,9 +50,14 @@ from ..frames import (
 )
 
 if TYPE_CHECKING:  # what pump() returns, declared with the twins' interface
-    from ._interface import Closed, Frame
+    from ._interface import ClaimsAPI, Closed, Frame
 
-__all__ = ["FrameReader", "PipeLoop", "chunk_results"]  # the twins export exactly these
+__all__ = ["Claims", "FrameReader", "PipeLoop", "chunk_results"]  # the twins export these
+
+# No compare-and-swap in Python: a pool on this twin cancels a task it sent to a worker
+# by asking the worker (CANCEL), never by a claim in shared memory (docs/design.md,
+# "Cancel claims"); the compiled twin's ``Claims`` is in pyx/_claims.pxi.
+Claims: Callable[[Any, int, int], ClaimsAPI] | None = None
 
 READ_SIZE = 1 << 18  # bytes per read(): big enough for large results, one page is wasteful
 READ_BUDGET = 1 << 24  # bytes per channel per pump: one chatty worker cannot starve the rest

@@ -29,6 +29,10 @@ parent must never block). Its invariants (docs/design.md):
   the skipped ones to other workers at once instead of waiting for the long task to end.
   A CANCEL names one task: the thread answers CANCELLED (it will skip that one task) or
   TOO_LATE (it had started it), under the same lock; the tasks around it stay.
+* With the compiled loop, the decision to start a task is also a compare-and-swap on the
+  task's word of the worker's claim ring (``_marks``), which the parent may swap first to
+  cancel the task without asking: the worker then skips it silently. Every skip of its
+  own is written there too (docs/design.md, "Cancel claims").
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from .. import _signals
+from .. import loop as _impl
 from ..frames import Kind
 from . import _fault, _tree
 from ._marks import StartMark
@@ -83,6 +88,7 @@ class WorkerStart(NamedTuple):
     lifeline: ChildFd  # read end of the pool's lifeline: its EOF means the parent died
     marks: ChildFd  # the pool's page of start marks (``_marks``)
     mark_slot: int  # this worker's slot in it
+    claims_at: int  # where the page's claim rings begin (0: none, the pure loop's pools)
     crash: ChildFd  # the file a fatal signal's Python stack goes to (``_fault``)
     region: ChildFd | None  # its shared payload rings (``_region``); None: pipes only
     close_fds: Sequence[int]  # under fork: the parent's other pipepool fds, closed at once
@@ -112,7 +118,8 @@ def main(start: WorkerStart) -> None:
     for fd in start.close_fds:
         with contextlib.suppress(OSError):
             os.close(fd)
-    mark = StartMark(start.marks.fd, start.mark_slot)
+    claims = _impl.load(start.impl)[1].Claims  # None: the pure loop's pools make no rings
+    mark = StartMark(start.marks.fd, start.mark_slot, start.claims_at, claims)
     os.close(start.marks.fd)  # the mapping stays; the fd is not needed any more
     region = None
     if start.region is not None:

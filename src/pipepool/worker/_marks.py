@@ -21,6 +21,11 @@ Why this keeps the bookkeeping exact (docs/design.md, "Start marks"):
 
 The page comes from ``memfd_create`` where the OS has it (Linux), else from an unlinked
 temporary file; its fd reaches spawn and forkserver children like the pipes do.
+
+With the compiled loop the same memory also holds each worker slot's ring of cancel
+claims (``CLAIM_RING`` words after the marks, the loop's ``Claims``): the parent cancels
+a task the worker has not decided yet by a compare-and-swap there, without asking the
+worker (docs/design.md, "Cancel claims").
 """
 
 from __future__ import annotations
@@ -28,11 +33,21 @@ from __future__ import annotations
 import mmap
 import os
 import weakref
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..loop._interface import ClaimsAPI
+
+    ClaimsType = Callable[[mmap.mmap, int, int], ClaimsAPI]
 
 SLOT_SIZE = 8
 SLOTS_PER_WORKER = 4  # slots per unit of parallelism: room for workers that are dying
 # (closed, not yet reaped) while their replacements start; 4x is never reached in practice
+CLAIM_RING = 64  # claim words per worker slot: a task sent this far behind the one the
+# worker decides next cannot be claimed yet (its word still holds an undecided task's
+# predecessor), and is cancelled by asking the worker instead
 
 
 class Unmappable(Protocol):
@@ -78,32 +93,55 @@ def shared_fd(size: int, name: str = "pipepool-marks") -> int:
     return fd
 
 
-class MarkTable:
-    """The parent's side: a shared page of start marks, one slot per live worker."""
+def _pages(size: int) -> int:
+    return -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
 
-    def __init__(self, parallelism: int) -> None:
-        slots = max(16, SLOTS_PER_WORKER * parallelism)
-        size = -(-slots * SLOT_SIZE // mmap.PAGESIZE) * mmap.PAGESIZE
+
+class MarkTable:
+    """The parent's side: a shared page of start marks, one slot per live worker; with a
+    ``claims`` type (the compiled loop's ``Claims``), a ring of claim words per slot too."""
+
+    def __init__(self, parallelism: int, claims: ClaimsType | None = None) -> None:
+        size = _pages(max(16, SLOTS_PER_WORKER * parallelism) * SLOT_SIZE)
+        slots = size // SLOT_SIZE  # the page's worth
+        # Where the claim rings begin (0: none), after the marks, a ring per slot.
+        self.claims_at = size if claims is not None else 0
+        if claims is not None:
+            size += slots * CLAIM_RING * SLOT_SIZE  # (sparse: a ring costs once used)
         self.fd = shared_fd(size)  # kept open: spawn and forkserver children map it
         try:
             self._map = mmap.mmap(self.fd, size)
         except BaseException:
             os.close(self.fd)
             raise
+        self._claims_type = claims
         self._marks = memoryview(self._map).cast("Q")
-        self._free = list(range(len(self._marks) - 1, -1, -1))
+        self._rings: dict[int, ClaimsAPI] = {}  # slot -> its claim ring, while claimed
+        self._free = list(range(slots - 1, -1, -1))
         unmap_in_children(self)
 
     def claim(self) -> int | None:
-        """A free slot set to 0 for a new worker, or None when every slot is taken."""
+        """A free slot set to 0 (its claim ring too) for a new worker, or None when every
+        slot is taken. Its last worker has exited: nobody else writes there."""
         if not self._free:
             return None
         slot = self._free.pop()
         self._marks[slot] = 0
+        if self._claims_type is not None:
+            offset = claims_offset(self.claims_at, slot)
+            self._map[offset : offset + CLAIM_RING * SLOT_SIZE] = bytes(CLAIM_RING * SLOT_SIZE)
+            self._rings[slot] = self._claims_type(self._map, offset, CLAIM_RING)
         return slot
+
+    def ring(self, slot: int) -> ClaimsAPI | None:
+        """The claim ring of a claimed slot (None without claims)."""
+        return self._rings.get(slot)
 
     def release(self, slot: int) -> None:
         """Give back the slot of a worker that has exited."""
+        ring = self._rings.pop(slot, None)
+        if ring is not None:
+            ring.release()
         self._free.append(slot)
 
     def read(self, slot: int) -> int:
@@ -111,6 +149,9 @@ class MarkTable:
         return self._marks[slot]
 
     def unmap(self) -> None:
+        for ring in self._rings.values():  # they hold the mapping: let go of it first
+            ring.release()
+        self._rings.clear()
         self._marks.release()
         self._map.close()
 
@@ -119,15 +160,27 @@ class MarkTable:
         os.close(self.fd)
 
 
+def claims_offset(claims_at: int, slot: int) -> int:
+    """The byte offset of ``slot``'s claim ring in a MarkTable whose rings begin at
+    ``claims_at``."""
+    return claims_at + slot * CLAIM_RING * SLOT_SIZE
+
+
 class StartMark:
-    """The worker's side: the one slot it stores its start marks in."""
+    """The worker's side: the one slot it stores its start marks in, and its claim ring
+    (``claims``, None unless the pool gave it one: ``claims_at`` and the loop's type)."""
 
-    __slots__ = ("__weakref__", "_map", "_marks", "_slot")
+    __slots__ = ("__weakref__", "_map", "_marks", "_slot", "claims")
 
-    def __init__(self, fd: int, slot: int) -> None:
+    def __init__(
+        self, fd: int, slot: int, claims_at: int = 0, claims: ClaimsType | None = None
+    ) -> None:
         self._map = mmap.mmap(fd, 0)
         self._marks = memoryview(self._map).cast("Q")
         self._slot = slot
+        self.claims: ClaimsAPI | None = None
+        if claims_at and claims is not None:
+            self.claims = claims(self._map, claims_offset(claims_at, slot), CLAIM_RING)
         unmap_in_children(self)
 
     def set(self, seq: int) -> None:
@@ -135,5 +188,7 @@ class StartMark:
         self._marks[self._slot] = seq
 
     def unmap(self) -> None:
+        if self.claims is not None:  # it holds the mapping: let go of it first
+            self.claims.release()
         self._marks.release()
         self._map.close()

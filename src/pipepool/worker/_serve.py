@@ -69,6 +69,7 @@ class _Gate:
     frames only, never interleaved) and the start-or-skip decision of each task."""
 
     __slots__ = (
+        "claims",
         "current",
         "lock",
         "mark",
@@ -85,6 +86,9 @@ class _Gate:
         self.lock = threading.Lock()
         self.result_fd = result_fd
         self.mark = mark  # None only in tests that drive serve() without a pool
+        # Its ring of cancel claims (docs/design.md, "Cancel claims"), or None: the
+        # parent then cancels only by CANCEL and REVOKE frames.
+        self.claims = mark.claims if mark is not None else None
         self.region = region  # big payloads' shared rings; None: everything by the pipe
         # A payload this long goes into the ring (its threshold; never without one).
         self.shared_min = region.threshold if region is not None else 1 << 62
@@ -107,14 +111,19 @@ class _Gate:
             _write_all(self.result_fd, buffers)
 
     def start(self, seq: int) -> bool:
-        """Decide task ``seq``: False if it was revoked, else store its start mark and
-        return True; either way atomically with ``revoke``."""
+        """Decide task ``seq``: False if it was revoked, cancelled or claimed by the
+        parent, else store its start mark and return True; either way atomically with
+        ``revoke`` and ``cancel`` (the lock), and with the parent's claim (the claim
+        word's compare-and-swap: exactly one of the two decides)."""
         with self.lock:
-            if seq <= self.revoked_upto:
-                return False
-            if self.skipped and seq in self.skipped:
+            claims = self.claims
+            if seq <= self.revoked_upto or (self.skipped and seq in self.skipped):
                 self.skipped.discard(seq)
+                if claims is not None:
+                    claims.skip(seq)  # the word says skipped, as a claim would
                 return False
+            if claims is not None and not claims.decide(seq):
+                return False  # the parent claimed it: its cancel() said True
             self.current = seq
             if self.mark is not None:
                 self.mark.set(seq)
