@@ -34,6 +34,7 @@ import warnings
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
+from functools import partial
 from typing import Any
 
 import joblib  # type: ignore[import-untyped]  # noqa: F401  (the real joblib)
@@ -221,6 +222,7 @@ class _Session:
         self.pool = pool
         self.futures: set[Future] = set()
         self.batches: dict[Future, Any] = {}
+        self.aborted = False  # abort() ran: joblib hears nothing more of these futures
         self.context_id = context_id
         self.temp = None
         self.reducers = None
@@ -252,8 +254,16 @@ class _Session:
             # The batch it submits then goes out in that thread's next round, with no
             # thread hop on the way (loky hands results to a thread of its own, and so
             # did this backend: a third of its overhead over joblib's sequential run).
-            future.add_done_callback(callback)
+            future.add_done_callback(partial(self._complete, callback))
         return future
+
+    def _complete(self, callback: Callable, future: Future) -> None:
+        """joblib's completion callback, unless this call was aborted: a future of it
+        settled later (cancelled by abort(), its tasks killed) would otherwise reach
+        joblib during the caller's next call with the same ``Parallel`` object, and its
+        error would abort that call (joblib's flag is the object's, reset per call)."""
+        if not self.aborted:
+            callback(future)
 
     def _forget(self, future: Future) -> None:
         self.futures.discard(future)
@@ -272,7 +282,9 @@ class _Session:
 
     def abort(self) -> None:
         """Cancel this call's queued tasks and kill the workers running its others
-        (the pool replaces them); nothing of the call is left running."""
+        (the pool replaces them); nothing of the call is left running, and joblib hears
+        no more of it (``_complete``)."""
+        self.aborted = True
         for future in list(self.futures):
             self.pool.kill(future)
         self.batches.clear()
