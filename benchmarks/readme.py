@@ -16,6 +16,7 @@ pipepool, whose one loop suffers less from load than the peers' helper threads.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -119,19 +120,25 @@ def update_readme(data: dict[str, Any], path: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) not in (1, 2):
-        print("usage: python -m benchmarks.readme RESULTS.json [README.md]", file=sys.stderr)
-        return 2
-    with open(argv[0]) as f:
-        data = json.load(f)
-    path = argv[1] if len(argv) == 2 else README
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.readme",
+        description="Rewrite the README's benchmark block from a saved quiet run "
+        f"(a noisy one is refused with exit status {EXIT_NOISY}).",
+    )
+    parser.add_argument("results", help="the run's results.json (python -m benchmarks --out)")
+    parser.add_argument("readme", nargs="?", default=README, help="the README (default: ours)")
+    args = parser.parse_args(argv)
     try:
-        update_readme(data, path)
+        with open(args.results) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as exc:
+        parser.error(f"cannot read the run {args.results}: {exc}")
+    try:
+        update_readme(data, args.readme)
     except NoisyRunError as exc:
-        print(f"{path} not rewritten: {exc}", file=sys.stderr)
+        print(f"{args.readme} not rewritten: {exc}", file=sys.stderr)
         return EXIT_NOISY
-    print("rewrote the benchmark table in", path)
+    print("rewrote the benchmark table in", args.readme)
     return 0
 
 

@@ -324,3 +324,15 @@ def test_cpu_of_descendants_reaped_by_a_live_child_counts_as_ours(bench: Any) ->
         release.set()
         middle.join(30)
     assert used >= 0.25, used  # /proc counts in clock ticks (10 ms), rounded down
+
+
+def test_readme_writer_answers_help_and_names_a_missing_run(
+    bench: Any, tmp_path: Path, capsys
+) -> None:
+    with pytest.raises(SystemExit) as done:
+        bench.readme.main(["--help"])
+    assert done.value.code == 0 and "results" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as done:
+        bench.readme.main([str(tmp_path / "missing.json")])
+    assert done.value.code == 2
+    assert "cannot read the run" in capsys.readouterr().err
