@@ -14,13 +14,16 @@ process still carrying it via /proc, so "nothing is left running" is checked, no
 
 from __future__ import annotations
 
+import array
 import contextlib
+import fcntl
 import itertools
 import os
 import select
 import signal
 import subprocess
 import sys
+import termios
 import time
 import warnings
 from collections import Counter, defaultdict
@@ -197,6 +200,13 @@ def exactly_one_each(rec: Recorder, keys) -> None:
     missing = set(keys) - set(rec.terminal)
     extra = set(rec.terminal) - set(keys)
     assert not missing and not extra, (sorted(missing, key=str)[:10], sorted(extra, key=str)[:10])
+
+
+def unread_bytes(fd: int) -> int:
+    """Bytes waiting in the pipe ``fd`` reads (FIONREAD: every Unix, no /proc)."""
+    pending = array.array("i", [0])
+    fcntl.ioctl(fd, termios.FIONREAD, pending)
+    return pending[0]
 
 
 def sent_ahead(ex, rec: Recorder, keys) -> None:

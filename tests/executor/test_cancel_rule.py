@@ -7,15 +7,20 @@ method, both loops.
 
 from __future__ import annotations
 
-import array
-import fcntl
-import termios
 from concurrent.futures import CancelledError
 
 import pytest
 
 import tasks
-from helpers import Recorder, asking_only, behind_a_blocked_task, runs, sent_ahead, wait_for
+from helpers import (
+    Recorder,
+    asking_only,
+    behind_a_blocked_task,
+    runs,
+    sent_ahead,
+    unread_bytes,
+    wait_for,
+)
 from pipepool import TaskKilledError
 
 
@@ -72,13 +77,6 @@ def test_cancelling_every_task_a_worker_holds_ahead_cancels_them_all_and_sends_n
     rec.finish()
     assert rec.terminal["block"].exception is None and not runs(log)
     assert not rec.duplicates
-
-
-def unread_bytes(fd: int) -> int:
-    """Bytes waiting in the pipe ``fd`` reads (FIONREAD: every Unix, no /proc)."""
-    pending = array.array("i", [0])
-    fcntl.ioctl(fd, termios.FIONREAD, pending)
-    return pending[0]
 
 
 @pytest.mark.timeout(120)

@@ -71,16 +71,13 @@ tests/); ``pool``, ``pool_on_one_loop`` are conftest's, and
 
 from __future__ import annotations
 
-import array
 import contextlib
-import fcntl
 import itertools
 import os
 import random
 import signal
 import subprocess
 import sys
-import termios
 import textwrap
 import time
 import uuid
@@ -94,7 +91,15 @@ import pytest
 
 import proc_table
 import tasks
-from helpers import START_METHODS, Recorder, exactly_one_each, failures, implementations, runs
+from helpers import (
+    START_METHODS,
+    Recorder,
+    exactly_one_each,
+    failures,
+    implementations,
+    runs,
+    unread_bytes,
+)
 from pipepool import (
     InitializerError,
     LocalExecutor,
@@ -411,11 +416,9 @@ def wait_writing_result(ex: LocalExecutor, pid: int) -> None:
     full pipe, or about to be). FIONREAD on the parent's end of the pipe: the same check
     on every Unix, no /proc."""
     (worker,) = (w for w in ex._workers.values() if w.pid == pid)
-    pending = array.array("i", [0])
     deadline = time.monotonic() + 30
     while True:
-        fcntl.ioctl(worker.fds[1], termios.FIONREAD, pending)
-        if pending[0] > 1024:
+        if unread_bytes(worker.fds[1]) > 1024:
             return
         assert time.monotonic() < deadline, "the worker never began writing its result"
         time.sleep(0.005)

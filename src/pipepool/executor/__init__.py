@@ -297,8 +297,7 @@ class LocalExecutor(Reaper, Dispatcher):
             if claimed is None:  # not decidable in memory (prefetched deep, or skipped)
                 rest.append(t)
             elif claimed:  # it never runs: out of w's tasks, the ones behind stay
-                del w.in_flight[t.tid]
-                w.sent -= 1
+                self._take_back(w, t)
                 self._finish(t, _FAILED, exception=cancelled_error(t.key))
                 cancelled.append(t)
             # else w decided to start it: it runs (its start mark follows)

@@ -269,9 +269,7 @@ class Collector(WorkerLifecycle):
         # may get one once its queue drained) runs where it is.
         back = [t for t in w.in_flight.values() if last_started < t.seq <= upto and not t.started]
         for t in back:
-            del w.in_flight[t.tid]
-            t.phase = _QUEUED
-        w.sent -= len(back)
+            self._take_back(w, t)
         self._requeue_or_cancel(back, revoked=True)
 
     def _on_cancel_answer(self, w: _Worker, seq: int, skipped: bool, now: float) -> None:
@@ -283,17 +281,24 @@ class Collector(WorkerLifecycle):
         if t is None or t.started:
             return  # taken back already (a REVOKE's answer came first), or ended
         if skipped:
-            del w.in_flight[t.tid]
-            if w.current is t:
-                w.current = None
-            t.phase = _QUEUED
-            w.sent -= 1
+            self._take_back(w, t)
             self._requeue_or_cancel([t])
         else:  # started: a mark read before may have passed over it (above)
             current = w.current
             self._mark_started_but_asked(w, seq, now)
             if w.mark > seq:  # a later task began since: that one is the current one
                 w.current = current
+
+    @staticmethod
+    def _take_back(w: _Worker, t: _Task) -> None:
+        """``t`` leaves ``w`` unstarted (revoked, skipped, claimed or refused): no longer
+        one of its tasks, and queued as far as its phase says, until the caller requeues
+        or ends it. A start mark read before may have covered it: it never ran."""
+        del w.in_flight[t.tid]
+        if w.current is t:
+            w.current = None
+        t.phase = _QUEUED
+        w.sent -= 1
 
     def _requeue_or_cancel(self, back: list[_Task], *, revoked: bool = False) -> None:
         """Tasks taken back unstarted: to the front of the queue, in their order, but
@@ -313,15 +318,10 @@ class Collector(WorkerLifecycle):
         that cannot be unpickled fails (with its own TaskUnpicklingError)."""
         back = [t for t in w.in_flight.values() if t.batch == first]
         for t in back:
-            del w.in_flight[t.tid]
-            # A start mark read before this frame may have covered them: they never ran.
-            if w.current is t:
-                w.current = None
+            self._take_back(w, t)
             t.started = False
             t.deadline = None
-            t.phase = _QUEUED
             t.solo = True
-        w.sent -= len(back)
         self._requeue_or_cancel(back)
 
 
