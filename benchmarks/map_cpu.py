@@ -3,18 +3,30 @@
     python -m benchmarks.map_cpu                       # 1,000,000 tiny calls, chunks of 10,000
     python -m benchmarks.map_cpu --items 200000 --chunks 1000,10000 --iterables 2
     python -m benchmarks.map_cpu --peers              # multiprocessing.Pool.map beside it
+    python -m benchmarks.map_cpu --peers --fresh --floor   # the suite's way, and the floor
 
 CPU time (``getrusage`` for the parent, every thread; ``/proc/<pid>/schedstat`` for the
 workers) moves little with the machine's load, where items per second do not: use it to
 develop the chunk path on a busy machine, and the suite's quiet runs for throughput.
-``--iterables 2`` maps ``fn(x, y)`` over two lists (``zip`` semantics, a tuple per item).
+``--iterables 2`` maps ``fn(x, y)`` over two lists (``zip`` semantics, a tuple per item);
+``--source range`` maps over a ``range`` instead of a list.
+
+``--fresh`` measures each map on a new pool (warmed with a few calls), as the suite does:
+the input list was made before the pool forked, so the parent's first touch of each of its
+pages (the reference counts that slicing and pickling change) copies that page, which it
+shares with the workers (copy-on-write); a pool reused for several maps pays that once.
+``--floor`` prints what the parent cannot avoid without a pool: slicing and pickling the
+arguments, unpickling the results and handing them out into the caller's list, in one
+process with no pipe (the floor of any pool that pickles, for the parent CPU target).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import multiprocessing
 import multiprocessing.pool
+import pickle
 import time
 from collections.abc import Callable
 from typing import Any
@@ -46,6 +58,24 @@ def measure(
     return 1e6 * (c1 - c0) / n, 1e6 * _cpu.used_since(w0, w1) / n, n / (t1 - t0)
 
 
+def floor(inputs: list[Any], chunk: int) -> float:
+    """Parent CPU µs per item a pickling pool cannot avoid: a chunk sliced and pickled,
+    the same bytes unpickled as its results and handed out into one list (the first
+    input only)."""
+    source = inputs[0]
+    n = len(source)
+    c0 = _cpu.parent_seconds()
+    out = list(
+        itertools.chain.from_iterable(
+            pickle.loads(pickle.dumps(source[i : i + chunk], pickle.HIGHEST_PROTOCOL))
+            for i in range(0, n, chunk)
+        )
+    )
+    used = _cpu.parent_seconds() - c0
+    del out
+    return 1e6 * used / n
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=1_000_000)
@@ -54,34 +84,45 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("-p", "--parallelism", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--peers", action="store_true", help="multiprocessing.Pool too")
+    parser.add_argument("--source", choices=("list", "range"), default="list")
+    parser.add_argument("--fresh", action="store_true", help="a new pool for each map")
+    parser.add_argument("--floor", action="store_true", help="the parent's floor, no pool")
     args = parser.parse_args(argv)
     import pipepool
 
     ctx = multiprocessing.get_context("fork")
     fn = noop if args.iterables == 1 else add
-    inputs = [list(range(args.items)) for _ in range(args.iterables)]
+    inputs: list[Any] = [list(range(args.items)) for _ in range(args.iterables)]
+    if args.source == "range":
+        inputs = [range(args.items) for _ in range(args.iterables)]
     pools: list[tuple[str, Callable[[], Any]]] = [
         ("pipepool", lambda: pipepool.ProcessPoolExecutor(args.parallelism, mp_context=ctx))
     ]
     if args.peers:
         pools.append(("multiprocessing.Pool", lambda: ctx.Pool(args.parallelism)))
     print(f"{args.items} calls of {fn.__name__}, p={args.parallelism}, CPU µs per item")
+    chunks = [int(c) for c in args.chunks.split(",")]
+    if args.floor:
+        for chunk in chunks:
+            median = sorted(floor(inputs, chunk) for _ in range(args.repeat))[args.repeat // 2]
+            print(f"{'floor (one process)':22s} chunksize={chunk:<7d} parent {median:.3f}")
     for name, make in pools:
-        with make() as pool:
-            warm = [i[: 20 * args.parallelism] for i in inputs]
-            measure(pool, [], fn, warm, 1)
-            pids = (
-                pool.worker_pids()
-                if hasattr(pool, "worker_pids")
-                else [p.pid for p in pool._pool]  # multiprocessing.Pool's own list
-            )
-            for chunk in (int(c) for c in args.chunks.split(",")):
-                for _ in range(args.repeat):
-                    parent, workers, rate = measure(pool, pids, fn, inputs, chunk)
-                    print(
-                        f"{name:22s} chunksize={chunk:<7d} parent {parent:.3f}  "
-                        f"workers {workers:.3f}  ({rate / 1e6:.2f}M items/s, load-bound)"
+        for chunk in chunks:
+            # One pool for every repeat, or (--fresh) a new pool for each.
+            for maps in [1] * args.repeat if args.fresh else [args.repeat]:
+                with make() as pool:
+                    measure(pool, [], fn, [seq[: 20 * args.parallelism] for seq in inputs], 1)
+                    pids = (
+                        pool.worker_pids()
+                        if hasattr(pool, "worker_pids")
+                        else [p.pid for p in pool._pool]  # multiprocessing.Pool's own list
                     )
+                    for _ in range(maps):
+                        parent, workers, rate = measure(pool, pids, fn, inputs, chunk)
+                        print(
+                            f"{name:22s} chunksize={chunk:<7d} parent {parent:.3f}  "
+                            f"workers {workers:.3f}  ({rate / 1e6:.2f}M items/s, load-bound)"
+                        )
 
 
 if __name__ == "__main__":

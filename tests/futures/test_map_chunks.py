@@ -161,3 +161,19 @@ def test_max_tasks_per_child_counts_chunks(impl, monkeypatch):
         pids = list(pool.map(mt.pid, range(6), chunksize=3, timeout=WAIT))
     assert len(set(pids[:3])) == 1 and len(set(pids[3:])) == 1
     assert pids[0] != pids[3]
+
+
+def test_a_range_travels_as_ranges():
+    """A range's chunks are ranges, pickled as three numbers whatever their length, not
+    lists of its items (the parent neither makes nor pickles the items)."""
+    from pipepool.futures import _map
+
+    sent: list[object] = []
+
+    def submit(task, chunk):
+        sent.append(chunk)
+        return None
+
+    _map.map_calls(submit, mt.square, (range(10),), chunksize=4)
+    assert sent == [range(0, 4), range(4, 8), range(8, 10)]
+    assert sent[0] != [0, 1, 2, 3]  # a range is not equal to the list of its items

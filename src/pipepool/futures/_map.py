@@ -75,8 +75,8 @@ def map_calls(
         task = fn
     elif len(iterables) == 1:
         source = iterables[0]
-        if type(source) is list or type(source) is tuple:
-            calls = _slices(source, chunksize)  # a slice is a copy in C: no item iterated
+        if type(source) in _SLICEABLE:
+            calls = _slices(source, chunksize)  # no item iterated in Python
         else:
             calls = _chunks(iter(source), chunksize)
         task = MapChunk(fn)
@@ -102,8 +102,13 @@ def _chunks(it: Iterator[Any], size: int) -> Iterator[list[Any]]:
         yield chunk
 
 
+_SLICEABLE = (list, tuple, range)  # exact types: a subclass's slice may not be a copy
+
+
 def _slices(seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
-    """``_chunks`` of a list or tuple, by slicing (a tuple's chunks are tuples)."""
+    """``_chunks`` of a list, tuple or range, by slicing: a copy in C for a list or
+    tuple, and a range's chunks are ranges, which pickle as three numbers whatever their
+    length (the worker makes the items)."""
     for start in range(0, len(seq), size):
         yield seq[start : start + size]
 
