@@ -121,9 +121,13 @@ def read() -> Reading:
     return Reading(time.monotonic(), loadavg(), machine_busy(), tree_seconds())
 
 
-def verdict(start: Reading, end: Reading, cores: int) -> dict[str, Any]:
+def verdict(start: Reading, end: Reading, cores: int, within_run: bool = False) -> dict[str, Any]:
     """What the run's header says about the machine between two readings, and whether
-    it was too busy for the run's figures to count (``noisy``, with its ``reasons``)."""
+    it was too busy for the run's figures to count (``noisy``, with its ``reasons``).
+
+    ``within_run``: one measure of a run, whose start's load average (it lags a minute)
+    is mostly the run's own earlier measures; where other processes' CPU is measured,
+    that alone decides."""
     elapsed = max(end.at - start.at, 1e-9)
     out: dict[str, Any] = {
         "load_1min_start": start.load,
@@ -149,7 +153,8 @@ def verdict(start: Reading, end: Reading, cores: int) -> dict[str, Any]:
             method=PROC_METHOD,
         )
     reasons = []
-    if start.load is not None and start.load > LOAD_SHARE * cores:
+    load_decides = not (within_run and out["other_share"] is not None)
+    if load_decides and start.load is not None and start.load > LOAD_SHARE * cores:
         reasons.append(
             f"1-minute load average {start.load:.2f} at the start, above half the {cores} cores"
         )

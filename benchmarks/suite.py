@@ -316,7 +316,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m benchmarks") -> i
         if name in measures:
             before = _noise.read()
             step()
-            by_measure[name] = _noise.verdict(before, _noise.read(), cores)
+            by_measure[name] = _noise.verdict(before, _noise.read(), cores, within_run=True)
         if name == "tiny":
             log(f"LocalExecutor configuration for the other measures: {suite.local_why}")
     noise = _noise.verdict(start, _noise.read(), cores)

@@ -254,11 +254,19 @@ def test_verdict_marks_load_above_half_the_cores_or_other_cpu_above_5_percent(
     assert busy_start["noisy"] and "load average 2.01" in busy_start["reasons"][0]
     others = n.verdict(_reading(n, 0, 0.1, 100, 50), _reading(n, 10, 0.1, 110.2, 58), 4)
     assert others["noisy"] and "5.5% of the CPU" in others["reasons"][0], others
+    # One measure of a run: the load at its start is the run's own (it lags), so only
+    # other processes' CPU decides, where it is measured.
+    inside = n.verdict(_reading(n, 0, 2.01, 100, 50), _reading(n, 10, 0, 108, 58), 4, True)
+    assert not inside["noisy"] and inside["reasons"] == []
+    inside_busy = n.verdict(_reading(n, 0, 2.01, 100, 50), _reading(n, 10, 0.1, 110.2, 58), 4, True)
+    assert inside_busy["noisy"] and "5.5% of the CPU" in inside_busy["reasons"][0]
     # No /proc (macOS): the load alone decides, and the header says what was not measured.
     no_proc = n.Reading(at=0, load=0.5, busy=None, ours=None)
     mac = n.verdict(no_proc, n.Reading(at=5, load=0.5, busy=None, ours=None), 4)
     assert not mac["noisy"] and mac["other_share"] is None
     assert "os.getloadavg only" in n.describe(mac)
+    mac_busy = n.verdict(n.Reading(at=0, load=2.5, busy=None, ours=None), no_proc, 4, True)
+    assert mac_busy["noisy"]  # within a run too: without /proc the load is all there is
 
 
 def test_results_of_a_noisy_full_run_do_not_replace_the_published_ones(bench: Any) -> None:
