@@ -174,6 +174,6 @@ def test_a_range_travels_as_ranges():
         sent.append(chunk)
         return None
 
-    _map.map_calls(submit, mt.square, (range(10),), chunksize=4)
+    _map.map_calls(submit, iter, mt.square, (range(10),), chunksize=4)
     assert sent == [range(0, 4), range(4, 8), range(8, 10)]
     assert sent[0] != [0, 1, 2, 3]  # a range is not equal to the list of its items

@@ -142,6 +142,7 @@ class LocalState(SchedulerAPI):
         self.implementation, loop_module = _impl.load(loop_impl)  # "cython" or "python"
         self._loop_class = loop_module.PipeLoop
         self._claims_type = loop_module.Claims  # None: the pure loop has no CAS
+        self.chunk_results = loop_module.chunk_results  # a chunked map's hand-out
         # -- what start() opens and _close() closes ---------------------------------------
         self._loop: PipeLoopAPI | None = None  # the PipeLoop: every parent-side pipe end
         self._marks: MarkTable | None = None  # the page of start marks, a slot per worker

@@ -185,7 +185,15 @@ class ProcessPoolExecutor(Executor):
         flat. Without it the iterables are read at once. A chunk is one task for
         ``with_options(timeout=)``, ``max_tasks_per_child`` and cancellation.
         """
-        return map_calls(self._map_submitter(None), fn, iterables, timeout, chunksize, buffersize)
+        return map_calls(
+            self._map_submitter(None),
+            self._driver.executor.chunk_results,
+            fn,
+            iterables,
+            timeout,
+            chunksize,
+            buffersize,
+        )
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Stop taking work; finish what was submitted (or cancel the pending part with
@@ -358,7 +366,9 @@ class _PoolView:
     ) -> Iterator[Any]:
         """``ProcessPoolExecutor.map`` (its ``timeout``, ``chunksize`` and ``buffersize``)
         with this view's options."""
-        return map_calls(self._pool._map_submitter(self._timeout), fn, iterables, **options)
+        pool = self._pool
+        submit = pool._map_submitter(self._timeout)
+        return map_calls(submit, pool._driver.executor.chunk_results, fn, iterables, **options)
 
 
 # -- interpreter exit ----------------------------------------------------------------------

@@ -20,7 +20,6 @@ from concurrent.futures import CancelledError
 from concurrent.futures._base import CANCELLED, FINISHED, PENDING
 from typing import Any, cast
 
-from .. import loop as _impl
 from .._outcome import encode_failure, load_exception
 from ._item import Record
 
@@ -54,13 +53,15 @@ class MapItem(Record):
 
 def map_calls(
     submit: Callable[..., MapItem],
+    handout: Callable[[list[Any]], Iterator[Any]],
     fn: Callable[..., Any],
     iterables: tuple[Iterable[Any], ...],
     timeout: float | None = None,
     chunksize: int = 1,
     buffersize: int | None = None,
 ) -> Iterator[Any]:
-    """The stdlib's ``Executor.map`` (3.14, with ``buffersize``) over chunks."""
+    """The stdlib's ``Executor.map`` (3.14, with ``buffersize``) over chunks; ``handout``
+    is the pool's loop's ``chunk_results`` (compiled or its pure twin)."""
     if chunksize < 1:
         raise ValueError("chunksize must be >= 1.")
     if buffersize is not None and not isinstance(buffersize, int):
@@ -76,7 +77,7 @@ def map_calls(
     elif len(iterables) == 1:
         source = iterables[0]
         if type(source) in _SLICEABLE:
-            calls = _slices(source, chunksize)  # no item iterated in Python
+            calls = _slices(cast(Sequence[Any], source), chunksize)  # no item in Python
         else:
             calls = _chunks(iter(source), chunksize)
         task = MapChunk(fn)
@@ -91,7 +92,7 @@ def map_calls(
     refill = calls if buffersize else None
     if chunksize == 1:
         return _results(items, submit, task, refill, end_time)
-    chunks = _chunk_results(items, submit, task, refill, end_time)
+    chunks = _chunk_results(items, submit, handout, task, refill, end_time)
     return MapResults.over(chunks, items)
 
 
@@ -223,6 +224,7 @@ def _results(
 def _chunk_results(
     items: deque[MapItem],
     submit: Callable[..., MapItem],
+    handout: Callable[[list[Any]], Iterator[Any]],
     task: Callable[..., Any],
     calls: Iterator[Any] | None,
     end_time: float | None,
@@ -232,7 +234,6 @@ def _chunk_results(
     ``_chain_from_iterable_of_lists``): the loop's ``chunk_results``, compiled or its
     pure twin. After a stopped chunk's results, raises its failure. Resumed once per
     chunk by ``MapResults``."""
-    handout = _impl.load()[1].chunk_results  # the loop this process runs (PIPEPOOL_IMPL)
     try:
         while items:
             if calls is not None:

@@ -9,8 +9,8 @@ room off another room's private names.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Sequence
-from typing import Protocol
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from typing import Any, Protocol
 
 from .._task import Task
 from ..errors import InitializerError
@@ -35,6 +35,10 @@ class Executor(Protocol):
     def make_do_with(self, workers: int) -> None: ...
     @property
     def broken(self) -> InitializerError | None: ...
+    @property
+    def chunk_results(self) -> Callable[[list[Any]], Iterator[Any]]:
+        """The executor's loop's hand-out of a chunked map's results."""
+        ...
 
     # -- a turn: hand over, run a round, take back ---------------------------------------
     def hand_over(self, tasks: Sequence[Record]) -> None: ...
