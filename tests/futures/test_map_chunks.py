@@ -177,3 +177,12 @@ def test_a_range_travels_as_ranges():
     _map.map_calls(submit, iter, mt.square, (range(10),), chunksize=4)
     assert sent == [range(0, 4), range(4, 8), range(8, 10)]
     assert sent[0] != [0, 1, 2, 3]  # a range is not equal to the list of its items
+
+
+def test_a_range_too_long_for_len_maps_lazily_with_buffersize(make_pool):
+    """range(10**20) has no len() (OverflowError): its chunks are sliced one by one,
+    and buffersize keeps the map from reading far ahead, as for any endless input."""
+    pool = make_pool()
+    results = pool.map(mt.square, range(10**20), chunksize=3, buffersize=2, timeout=WAIT)
+    assert [next(results) for _ in range(7)] == [i * i for i in range(7)]
+    results.close()

@@ -109,9 +109,12 @@ _SLICEABLE = (list, tuple, range)  # exact types: a subclass's slice may not be 
 def _slices(seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
     """``_chunks`` of a list, tuple or range, by slicing: a copy in C for a list or
     tuple, and a range's chunks are ranges, which pickle as three numbers whatever their
-    length (the worker makes the items)."""
-    for start in range(0, len(seq), size):
-        yield seq[start : start + size]
+    length (the worker makes the items). No ``len()``: a range may be too long for it."""
+    for start in itertools.count(0, size):
+        chunk = seq[start : start + size]
+        if not chunk:
+            return
+        yield chunk
 
 
 class MapChunk:
