@@ -104,10 +104,7 @@ class _Waiters(list):
     attribute keeps the plain event, served by whoever holds the token.)"""
 
     __slots__ = ("driver",)
-
-    def __init__(self, driver: Driver) -> None:
-        super().__init__()
-        self.driver = driver
+    driver: Driver  # set by _LazyWaiters, not by an __init__: made per future, in C
 
     def append(self, waiter: Any) -> None:
         event = getattr(waiter, "event", None)
@@ -116,7 +113,7 @@ class _Waiters(list):
             if event.is_set():
                 driving.set()
             waiter.event = driving
-        super().append(waiter)
+        list.append(self, waiter)
 
 
 class _LazyWaiters:
@@ -125,7 +122,8 @@ class _LazyWaiters:
     def __get__(self, fut: PoolFuture | None, owner: type | None = None) -> Any:
         if fut is None:
             return self
-        waiters = fut.__dict__["_waiters"] = _Waiters(fut.driver)
+        waiters = fut.__dict__["_waiters"] = _Waiters()
+        waiters.driver = fut.driver
         fut.hooked = True  # the driver tells its waiters when it settles
         return waiters
 
