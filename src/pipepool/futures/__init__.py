@@ -185,14 +185,8 @@ class ProcessPoolExecutor(Executor):
         flat. Without it the iterables are read at once. A chunk is one task for
         ``with_options(timeout=)``, ``max_tasks_per_child`` and cancellation.
         """
-        return map_calls(
-            self._map_submitter(None),
-            self._driver.executor.chunk_results,
-            fn,
-            iterables,
-            timeout,
-            chunksize,
-            buffersize,
+        return self._map(
+            None, fn, iterables, timeout=timeout, chunksize=chunksize, buffersize=buffersize
         )
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
@@ -258,13 +252,21 @@ class ProcessPoolExecutor(Executor):
 
     # -- internals ----------------------------------------------------------------------
 
-    def _map_submitter(self, timeout: float | None) -> Callable[..., MapItem]:
-        """``submit`` for one ``map`` call: its items are ``MapItem``s, not Futures."""
+    def _map(
+        self,
+        task_timeout: float | None,
+        fn: Callable[..., Any],
+        iterables: tuple[Iterable[Any], ...],
+        **options: Any,
+    ) -> Iterator[Any]:
+        """``map`` (``options``: its ``timeout``, ``chunksize``, ``buffersize``) whose
+        tasks have ``task_timeout`` (``with_options``): its items are ``MapItem``s, not
+        Futures, and a chunk's results are handed out by this pool's loop."""
 
         def submit(fn: Callable[..., Any], /, *args: Any) -> MapItem:
-            return self._submit(fn, args, {}, timeout, MapItem)  # type: ignore[no-any-return]
+            return self._submit(fn, args, {}, task_timeout, MapItem)  # type: ignore[no-any-return]
 
-        return submit
+        return map_calls(submit, self._driver.executor.chunk_results, fn, iterables, **options)
 
     def _submit(
         self,
@@ -366,9 +368,7 @@ class _PoolView:
     ) -> Iterator[Any]:
         """``ProcessPoolExecutor.map`` (its ``timeout``, ``chunksize`` and ``buffersize``)
         with this view's options."""
-        pool = self._pool
-        submit = pool._map_submitter(self._timeout)
-        return map_calls(submit, pool._driver.executor.chunk_results, fn, iterables, **options)
+        return self._pool._map(self._timeout, fn, iterables, **options)
 
 
 # -- interpreter exit ----------------------------------------------------------------------
