@@ -94,9 +94,8 @@ def main(argv: list[str] | None = None) -> None:
 
     ctx = multiprocessing.get_context("fork")
     fn = noop if args.iterables == 1 else add
-    inputs: list[Any] = [list(range(args.items)) for _ in range(args.iterables)]
-    if args.source == "range":
-        inputs = [range(args.items) for _ in range(args.iterables)]
+    make_input = range if args.source == "range" else lambda n: list(range(n))
+    inputs: list[Any] = [make_input(args.items) for _ in range(args.iterables)]
     pools: list[tuple[str, Callable[[], Any]]] = [
         ("pipepool", lambda: pipepool.ProcessPoolExecutor(args.parallelism, mp_context=ctx))
     ]
