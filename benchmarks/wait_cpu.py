@@ -27,15 +27,17 @@ import pipepool
 
 from .contenders import SPECS
 from .measures import throughput_sample
+from .targets import WAIT_BEYOND, WAIT_OURS, beyond_value
 from .tasks import noop
 
-KEYS = ("ppe-submit", "ppe-submit-wait", "bare-result", "bare-wait")
+# The suite's wait(fs) row's four samples, in the order a round runs them.
+KEYS = (WAIT_BEYOND[0], WAIT_OURS, WAIT_BEYOND[2], WAIT_BEYOND[1])
 
 
 def beyond(cpu: dict[str, float]) -> float:
-    """µs per future: pipepool's wait() over its result(), minus the stdlib's own."""
-    ours = cpu["ppe-submit-wait"] - cpu["ppe-submit"]
-    return ours - (cpu["bare-wait"] - cpu["bare-result"])
+    """µs per future: pipepool's wait() over its result(), minus the stdlib's own (the
+    suite's row, ``targets.beyond_value``)."""
+    return beyond_value(cpu[WAIT_OURS], *(cpu[key] for key in WAIT_BEYOND))
 
 
 def install_us(futures: list[Any]) -> float:
