@@ -53,9 +53,10 @@ class ZooAdapter(Adapter):
         self.pool.shutdown(wait=True)
 
     def abort(self):
+        # Shut down first: its monitor thread restarts a worker it finds dead until then.
+        self.pool.shutdown(wait=False)
         workers = list(self.pool.workers)
         for p in workers:
             p.kill()
-        self.pool.shutdown(wait=False)
         for p in workers:
             p.join()
