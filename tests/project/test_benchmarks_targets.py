@@ -190,3 +190,13 @@ def test_the_suite_imports_and_notes_its_missing_peers_without_them() -> None:
     for key in ("zoo-submit", "zoo-map", "loky-submit", "mpire-apply", "pebble-schedule"):
         assert f"'{key}'" in skipped, key
     assert "ZooPool submit+result: skipped, zooparallel is not installed" in proc.stdout
+
+
+def test_a_measure_whose_contenders_are_all_missing_is_left_out(bench: Any) -> None:
+    """joblib not installed: its measures run no contender and leave no empty table
+    (the notes name what is missing)."""
+    from benchmarks.measures import Suite
+
+    suite = Suite(bench.config.PRESETS["smoke"], lambda line: None)
+    suite.interleave("joblib-tiny", [2], [], 1, lambda s, p: {})
+    assert "joblib-tiny" not in suite.measures
