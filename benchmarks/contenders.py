@@ -11,29 +11,36 @@ platform default). Then:
 - ``pids()`` (live workers, for their CPU time), ``close()`` (graceful), ``abort()``
   (kill now: the head-of-line measure does not wait out its long task).
 
-``SPECS`` lists every contender; ``available_specs`` drops the optional peers that are not
-installed, with a note saying so.
+``SPECS`` lists every contender; ``missing_requirement`` says why an optional peer is left
+out (its package is not installed, or the interpreter lacks it), and the suite skips it
+with that note. Peers that live in a module of their own (``peers/``) are imported when a
+sample builds them, so benchmarks/ imports without any optional package.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import inspect
+import itertools
 import math
+import mmap
 import multiprocessing
+import pickle
 import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import pipepool
 
 from .peers.airflow_style import AirflowStylePool
-from .peers.raw_pipe import RawPipe
-from .tasks import first, sleep_s
+from .tasks import MIB, first, sleep_s
 
 PIPEPOOL = "pipepool"
+BOUND = "bound"  # the family of the bounds (no pool): copy bound, serialization floor
+COPY_BOUND = "copy"
+MAP_FLOOR = "map-floor"
 MAP_CHUNK = 10_000  # items per chunk of the chunked-map rows (the issue's "10,000")
 
 
@@ -511,6 +518,49 @@ class BareFuturesAdapter(Adapter):
         pass
 
 
+class CopyBound(Adapter):
+    """Not a pool: what the parent cannot avoid for a big result, one copy of it into
+    fresh pages (a new anonymous mmap per result, written once from a payload made
+    before the clock), in this process. ``mib``'s pools are held to a share of it."""
+
+    def __init__(self) -> None:
+        self.payload = bytes(range(256)) * (MIB // 256)  # real bytes, not the zero page
+
+    def run(self, fn, args):
+        out = []
+        for _ in args:
+            fresh = mmap.mmap(-1, MIB)
+            fresh[:] = self.payload  # faults each page in and fills it: the one copy
+            out.append(fresh)
+        return out
+
+    def pids(self):
+        return []
+
+    def close(self):
+        pass
+
+
+class MapFloor(Adapter):
+    """Not a pool: what any pool that pickles spends in the parent on a chunked map
+    (issue 32's floor): each chunk sliced and pickled, the same bytes unpickled as its
+    results and handed out into one list, in this process; the call itself not made."""
+
+    def run(self, fn, args):
+        return list(
+            itertools.chain.from_iterable(
+                pickle.loads(pickle.dumps(args[i : i + MAP_CHUNK], pickle.HIGHEST_PROTOCOL))
+                for i in range(0, len(args), MAP_CHUNK)
+            )
+        )
+
+    def pids(self):
+        return []
+
+    def close(self):
+        pass
+
+
 class AirflowAdapter(Adapter):
     def __init__(self, parallelism: int, start_method: str | None) -> None:
         self.pool = AirflowStylePool(parallelism, start_method)
@@ -553,6 +603,7 @@ class Spec:
     family: str  # "pipepool", or the peer: "stdlib", "multiprocessing", "loky", "airflow"
     make: Callable[[int, str | None], Adapter] = field(repr=False)
     requires: str | None = None  # the optional module it needs
+    absent: Callable[[], str | None] | None = None  # why this interpreter cannot run it
 
     @property
     def is_pipepool(self) -> bool:
@@ -581,6 +632,56 @@ def local_spec(prefetch: Any) -> Spec:
         shown = "default" if prefetch == "default" else f"prefetch={prefetch!r}"
         key, label = "local-adaptive", f"pipepool LocalExecutor (adaptive, {shown})"
     return Spec(key, label, PIPEPOOL, lambda p, m: LocalAdapter(p, m, prefetch))
+
+
+ZOO = "zooparallel"
+
+
+def peer_specs() -> list[Spec]:
+    """The peers in a module of their own (``peers/``), imported when a sample builds
+    one: ZooPool (zooparallel) and CPython 3.14's InterpreterPoolExecutor."""
+
+    def zoo(mode: str) -> Callable[[int, str | None], Adapter]:
+        def make(p: int, m: str | None) -> Adapter:
+            from .peers.zoo import ZooAdapter
+
+            return ZooAdapter(p, m, mode)
+
+        return make
+
+    def interp(mode: str) -> Callable[[int, str | None], Adapter]:
+        def make(p: int, m: str | None) -> Adapter:
+            from .peers.interpreters import InterpreterAdapter
+
+            return InterpreterAdapter(p, m, mode)
+
+        return make
+
+    def no_interpreters() -> str | None:
+        if hasattr(concurrent.futures, "InterpreterPoolExecutor"):
+            return None
+        return "absent (needs Python 3.14)"
+
+    return [
+        Spec("zoo-submit", "ZooPool submit+result", "zooparallel", zoo("submit"), "zooparallel"),
+        Spec(
+            "zoo-map", "ZooPool map (one item at a time)", "zooparallel", zoo("map"), "zooparallel"
+        ),
+        Spec(
+            "interp-submit",
+            "stdlib InterpreterPoolExecutor submit+result",
+            "interpreters",
+            interp("submit"),
+            absent=no_interpreters,
+        ),
+        Spec(
+            "interp-map1",
+            "stdlib InterpreterPoolExecutor map(chunksize=1)",
+            "interpreters",
+            interp("map1"),
+            absent=no_interpreters,
+        ),
+    ]
 
 
 def _ppe(mode: str) -> Callable[[int, str | None], Adapter]:
@@ -774,13 +875,21 @@ SPECS: dict[str, Spec] = {
             "airflow",
             lambda p, m: AirflowAdapter(p, m),
         ),
-        # Not a pool: one child writing into a plain pipe, the ceiling for big results.
+        # Not pools: the bounds a pool's figure is held to, measured in the same run.
         Spec(
-            "raw-pipe",
-            "raw pipe between two processes",
-            "raw pipe",
-            lambda p, m: cast(Adapter, RawPipe(p, m)),  # duck-typed: it has the methods
+            COPY_BOUND,
+            "copy bound: one copy of each 1 MiB result into fresh pages (no pool)",
+            BOUND,
+            lambda p, m: CopyBound(),
         ),
+        Spec(
+            MAP_FLOOR,
+            f"serialization floor: the chunks pickled and unpickled in this process, "
+            f"{MAP_CHUNK:,} per chunk (no pool)",
+            BOUND,
+            lambda p, m: MapFloor(),
+        ),
+        *peer_specs(),
     ]
 }
 
@@ -792,13 +901,20 @@ PEER_COLUMNS = {
     "mpire-apply": "mpire",
     "pebble-schedule": "pebble",
     "airflow": "Airflow-style",
-    "raw-pipe": "raw pipe",
+    "zoo-submit": "ZooPool",
+    "interp-submit": "InterpreterPool",
+    COPY_BOUND: "copy bound",
     "joblib-loky": "joblib loky",  # only in the joblib tables (benchmarks/joblib_adapters.py)
 }
 
 
 def missing_requirement(spec: Spec) -> str | None:
-    """A note if the contender's optional package is not installed, else None."""
+    """A note if the contender cannot run here (its optional package is not installed,
+    or ``spec.absent`` says the interpreter lacks it), else None."""
+    if spec.absent is not None:
+        why = spec.absent()
+        if why:
+            return f"{spec.label}: {why}"
     if spec.requires is None:
         return None
     try:

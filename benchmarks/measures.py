@@ -3,8 +3,10 @@ rounds that run them (``Suite``), and their medians (``summarize``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import faulthandler
 import gc
+import importlib
 import math
 import statistics
 import time
@@ -15,8 +17,11 @@ from . import _cpu
 from ._calls import CallCounter
 from .config import MEASURE_INFO, Config
 from .contenders import (
+    COPY_BOUND,
     MAP_CHUNK,
+    MAP_FLOOR,
     NO_ADAPTIVE,
+    PIPEPOOL,
     SPECS,
     Adapter,
     Spec,
@@ -112,39 +117,6 @@ def calls_sample(
         counter.uninstall()
     n = len(args)
     return {"py_calls": counter.py_calls / n, "c_calls": counter.c_calls / n}
-
-
-def arrays_sample(spec: Spec, parallelism: int, nbytes: int, calls: int) -> dict[str, float]:
-    """One Parallel call of ``calls`` tasks each returning a fresh ``nbytes`` array, then
-    one of ``calls`` tasks each taking the same such array, on a fresh, warm pool."""
-    from .joblib_arrays import checksum, make_array
-
-    adapter = _open(spec, parallelism)
-    try:
-        gc.collect()
-        started = time.perf_counter()
-        results = adapter.run(make_array, [nbytes] * calls)
-        results_s = time.perf_counter() - started
-        if not all(a.nbytes == nbytes for a in results):
-            raise SampleError(f"{spec.label}: wrong results")
-        array = results[0]
-        del results
-        expected = checksum(array)
-        started = time.perf_counter()
-        sums = adapter.run(checksum, [array] * calls)
-        args_s = time.perf_counter() - started
-        if sums != [expected] * calls:
-            raise SampleError(f"{spec.label}: wrong checksums")
-    except BaseException:
-        adapter.abort()
-        raise
-    adapter.close()
-    return {
-        "seconds": results_s,
-        "mb_s": nbytes * calls / results_s / 1e6,
-        "args_seconds": args_s,
-        "args_mb_s": nbytes * calls / args_s / 1e6,
-    }
 
 
 def latency_sample(spec: Spec, parallelism: int, calls: int) -> dict[str, Any]:
@@ -278,9 +250,16 @@ def percentile(values: list[float], q: float) -> float:
 
 
 class Suite:
-    def __init__(self, cfg: Config, log: Callable[[str], None]) -> None:
+    """One run: its configuration, the samples of every measure (``measures``), the
+    contenders met and the notes; ``interleave`` runs a measure's rounds.
+    ``pipepool_only``: pipepool's own contenders alone (an A/B run of two checkouts)."""
+
+    def __init__(
+        self, cfg: Config, log: Callable[[str], None], pipepool_only: bool = False
+    ) -> None:
         self.cfg = cfg
         self.log = log
+        self.pipepool_only = pipepool_only
         self.notes: list[str] = []
         self.measures: dict[str, dict[str, Any]] = {}
         self.latency_times: dict[str, dict[str, list[float]]] = {}
@@ -311,12 +290,26 @@ class Suite:
                     self.notes.append(note)
 
     def specs(self, *keys: str) -> list[Spec]:
+        """The contenders of these keys ("local": the chosen LocalExecutor) that run."""
         chosen = []
         for key in keys:
             spec = self.local if key == "local" else SPECS[key]
-            if spec.key not in self.skipped:
+            if spec.key not in self.skipped and self.runs(spec):
                 chosen.append(spec)
         return chosen
+
+    def runs(self, spec: Spec) -> bool:
+        """Whether this run measures ``spec`` (an A/B run measures pipepool alone), once
+        it can run here (else it is skipped with ``missing_requirement``'s note)."""
+        return spec.family == PIPEPOOL or not self.pipepool_only
+
+    def run(self, measure: str) -> None:
+        """Run one measure of the registry (``config.MEASURE_INFO[measure]["run"]``)."""
+        where, name = MEASURE_INFO[measure]["run"].rsplit(".", 1)
+        if where == "Suite":
+            getattr(self, name)()
+        else:
+            getattr(importlib.import_module(f"{__package__}.{where}"), name)(self)
 
     def interleave(
         self,
@@ -326,7 +319,10 @@ class Suite:
         rounds: int,
         sample: Callable[[Spec, Any], dict[str, Any]],
     ) -> None:
-        """``rounds`` rounds; in each, every param, every contender (rotated per round)."""
+        """``rounds`` rounds; in each, every param, every contender (rotated per round).
+        No contender (their packages all missing: the notes say so): no measure."""
+        if not specs:
+            return
         table = self.measures.setdefault(measure, {"params": {}})["params"]
         for spec in specs:
             self.contenders[spec.key] = {"label": spec.label, "family": spec.family}
@@ -377,6 +373,10 @@ class Suite:
             "mpire-apply",
             "pebble-map1",
             "pebble-schedule",
+            "zoo-submit",
+            "zoo-map",
+            "interp-submit",
+            "interp-map1",
             "airflow",
         ]
         specs = [s for s in self.local_specs if s.key not in self.skipped] + self.specs(*keys)
@@ -431,7 +431,7 @@ class Suite:
         self.interleave(
             "mib",
             self.cfg.parallelism,
-            self.specs(*self.PAYLOAD_KEYS, "raw-pipe"),
+            self.specs(*self.PAYLOAD_KEYS, COPY_BOUND),
             self.cfg.rounds,
             lambda s, p: throughput_sample(
                 s,
@@ -456,46 +456,22 @@ class Suite:
             ),
         )
 
-    def run_joblib(self) -> None:
-        """joblib's Parallel on both process backends, at n_jobs=2 (the issue's row)."""
-        from .joblib_adapters import JOBLIB_SEQUENTIAL, JOBLIB_SPECS, make_mib_array
-
-        specs = [s for s in JOBLIB_SPECS if not missing_requirement(s)]
-        for note in filter(None, map(missing_requirement, JOBLIB_SPECS)):
-            if note not in self.notes:
-                self.notes.append(note)
-        if not specs:
-            return
-        tiny, mib = list(range(self.cfg.tiny_tasks)), list(range(self.cfg.mib_tasks))
-        self.interleave(
-            "joblib-tiny",
-            [2],
-            [*specs, JOBLIB_SEQUENTIAL],
-            self.cfg.rounds,
-            lambda s, p: throughput_sample(s, p, noop, tiny, lambda r: r == tiny),
-        )
-        self.interleave(
-            "joblib-mib",
-            [2],
-            specs,
-            self.cfg.rounds,
-            lambda s, p: throughput_sample(
-                s, p, make_mib_array, mib, lambda r: all(a.nbytes == MIB for a in r), nbytes=MIB
-            ),
-        )
-        self.interleave(
-            "joblib-arrays",
-            [2],
-            specs,
-            self.cfg.rounds,
-            lambda s, p: arrays_sample(s, p, self.cfg.array_mb * 10**6, self.cfg.array_calls),
-        )
-
-    PEERS_ONE = ("mpire-apply", "pebble-schedule")  # mpire's and pebble's one-call idiom
+    # One call at a time: every pool's own idiom (latency and start-up)
+    ONE_KEYS = (
+        "local",
+        "ppe-submit",
+        "std-submit",
+        "mp-apply",
+        "loky-submit",
+        "mpire-apply",
+        "pebble-schedule",
+        "zoo-submit",
+        "interp-submit",
+        "airflow",
+    )
 
     def run_latency(self) -> None:
-        keys = ["local", "ppe-submit", "std-submit", "mp-apply", "loky-submit", *self.PEERS_ONE]
-        keys.append("airflow")
+        keys = self.ONE_KEYS
         self.interleave(
             "latency",
             self.cfg.parallelism,
@@ -505,8 +481,7 @@ class Suite:
         )
 
     def run_startup(self) -> None:
-        keys = ["local", "ppe-submit", "std-submit", "mp-apply", "loky-submit", *self.PEERS_ONE]
-        keys.append("airflow")
+        keys = self.ONE_KEYS
         params = [(m, p) for m in self.cfg.methods for p in self.cfg.parallelism]
         self.interleave(
             "startup",
@@ -556,6 +531,7 @@ class Suite:
         keys = [f"{f}-chunks" for f in self.MAP_FAMILIES]
         keys += ["mp-map-default", "mpire-map-default"]
         keys += [f"{f}-chunks2" for f in self.MAP_FAMILIES]
+        keys.append(MAP_FLOOR)  # the parent's floor, held to in the targets
         self.interleave(
             "map",
             [2],
@@ -615,44 +591,26 @@ def _brief(sample: dict[str, Any]) -> str:
 
 def summarize(suite: Suite, cfg: Config) -> None:
     """Medians (and min/max of the primary field) of every measure/param/contender."""
+    fields = dataclasses.asdict(cfg)
     for measure, data in suite.measures.items():
         info = MEASURE_INFO[measure]
-        data.update(info)
-        n = {
-            "tiny": cfg.tiny_tasks,
-            "mib": cfg.mib_tasks,
-            "kib64": cfg.kib_tasks,
-            "latency": cfg.latency_calls,
-            "sweep": cfg.sweep_tasks,
-            "hol": cfg.hol_count,
-            "startup": 1,
-            "calls": cfg.tiny_tasks,
-            "joblib-tiny": cfg.tiny_tasks,
-            "joblib-mib": cfg.mib_tasks,
-            "joblib-arrays": cfg.array_calls,
-            "map": cfg.map_items,
-            "timeouts": cfg.timeout_tasks,
-            "cancel": cfg.cancel_calls,
-        }[measure]
+        data.update({k: v for k, v in info.items() if k not in ("run", "n", "columns")})
         data["title"] = info["title"].format(
-            n=n,
-            long=cfg.hol_long,
-            short=cfg.hol_short,
-            w=cfg.hol_workers,
-            mb=cfg.array_mb,
+            **fields,
+            n=fields[info["n"]] if info["n"] else 1,
             chunk=MAP_CHUNK,
-            sleep=cfg.timeout_sleep,
-            limit=cfg.timeout_limit,
             batch=CANCEL_BATCH,
             nap=CANCEL_NAP * 1e3,
         )
+        if "columns" in info:
+            data["columns"] = info["columns"]
         for by_key in data["params"].values():
             for key, samples in list(by_key.items()):
                 good = [s for s in samples if "error" not in s]
                 entry: dict[str, Any] = {"samples": samples, "ok": len(good)}
                 if good:
-                    fields = [k for k in good[0] if not k.startswith("_")]
-                    entry["median"] = {f: statistics.median(s[f] for s in good) for f in fields}
+                    names = [k for k in good[0] if not k.startswith("_")]
+                    entry["median"] = {f: statistics.median(s[f] for s in good) for f in names}
                     primary = [s[info["field"]] for s in good]
                     entry["min"], entry["max"] = min(primary), max(primary)
                 errors = sorted({s["error"] for s in samples if "error" in s})

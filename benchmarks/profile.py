@@ -1,8 +1,9 @@
-"""Where a contender's time goes: cProfile of the parent, CPU per task of each side.
+"""The suite's profile mode: where a contender's time goes, cProfile of the parent and
+CPU per task of each side.
 
-    python -m benchmarks.profile ppe-submit                 # tiny tasks, parallelism 2
-    python -m benchmarks.profile local-adaptive --measure mib -p 8
-    python -m benchmarks.profile ppe-map1 --tasks 50000 --top 30 --sort cumulative
+    python -m benchmarks profile ppe-submit                 # tiny tasks, parallelism 2
+    python -m benchmarks profile local-adaptive --measure mib -p 8
+    python -m benchmarks profile ppe-map1 --tasks 50000 --top 30 --sort cumulative
 
 One warm pool, one timed run (the suite's own sample), profiled: the calling thread
 with cProfile, and for pipepool's ProcessPoolExecutor its driver thread too (a profiler
@@ -86,7 +87,7 @@ class DriverProfile:
     def install(self) -> None:
         from pipepool import futures
 
-        original = self._original = futures._Driver.run
+        original = self._original = futures.Driver.run
         me = self
 
         def run(driver: Any) -> None:
@@ -97,13 +98,13 @@ class DriverProfile:
             finally:
                 me.profile.disable()
 
-        futures._Driver.run = run  # type: ignore[method-assign,assignment]
+        futures.Driver.run = run  # type: ignore[method-assign,assignment]
 
     def uninstall(self) -> None:
         if self._original is not None:
             from pipepool import futures
 
-            futures._Driver.run = self._original  # type: ignore[method-assign]
+            futures.Driver.run = self._original  # type: ignore[method-assign]
 
 
 # From 3.12 cProfile is built on sys.monitoring, whose profiler slot holds one profiler
@@ -127,10 +128,8 @@ def _stats_text(profile: cProfile.Profile, sort: str, top: int) -> str:
     return buf.getvalue()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.profile", description=__doc__.split("\n\n")[0]
-    )
+def main(argv: list[str] | None = None, prog: str = "python -m benchmarks profile") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("contender", help="a contender key (ppe-submit, local-p16, ...)")
     parser.add_argument("--measure", choices=sorted(MEASURES), default="tiny")
     parser.add_argument("-p", "--parallelism", type=int, default=2)
@@ -246,7 +245,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== parent, driver thread: top {args.top} by {args.sort} ==")
         print(_stats_text(driver.profile, args.sort, args.top))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -62,6 +62,8 @@ def _fmt(value: float | None, unit: str) -> str:
         return f"{value:,.2f}" if value >= 1 else f"{value:.3g}"
     if unit == "calls/task":
         return f"{value:,.1f}"
+    if unit == "switches/s":
+        return f"{value:,.1f}"
     return f"{value:,.3g}"
 
 
@@ -120,23 +122,29 @@ def _better(m: dict[str, Any], a: float, b: float) -> float:
     return a / b if m["better"] == "higher" else b / a
 
 
+CPU_MEASURES = ("tiny", "mib", "kib64", "sweep", "map", "joblib-tiny", "joblib-mib")
+SPECIAL = ("sweep", "hol")  # measures with a section of their own (below)
+
+
 def _measure_sections(data: dict[str, Any], name: str) -> list[str]:
+    """One table per parameter: each contender's median, its spread, the measure's
+    extra columns (CPU per task, ``columns`` of the registry) and its ratio to each peer."""
     m = data["measures"][name]
     unit, fld = m["unit"], m["field"]
+    columns = [tuple(c) for c in m.get("columns", [])]
     out = [f"## {m['title']}"]
     for param, by_key in m["params"].items():
         peers = [k for k in PEER_COLUMNS if by_key.get(k, {}).get("median")]
         header = ["contender", f"{unit} (median)", "min to max"]
-        if name in ("tiny", "mib", "kib64", "sweep", "joblib-tiny", "joblib-mib"):
+        if name in CPU_MEASURES:
             header += ["parent CPU µs/task", "worker CPU µs/task"]
         if name in ("latency", "cancel"):
             header = ["contender", "p50 µs", "p99 µs", "mean µs", "p50 min to max"]
         if name == "cancel":
             header += ["cancelled"]
-        if name == "startup":
-            header += ["close ms"]
         if name == "calls":
             header = ["contender", "Python calls/task", "min to max", "builtin calls/task"]
+        header += [title for title, _, _ in columns]
         header += [f"vs {PEER_COLUMNS[k]}" for k in peers]
         rows = []
         for key, entry in by_key.items():
@@ -158,14 +166,13 @@ def _measure_sections(data: dict[str, Any], name: str) -> list[str]:
                 ]
             else:
                 row = [_label(data, key), _fmt(med[fld], unit), spread]
-            if name in ("tiny", "mib", "kib64", "sweep", "joblib-tiny", "joblib-mib"):
-                row += [f"{med['parent_cpu_us']:,.1f}", f"{med['worker_cpu_us']:,.1f}"]
-            if name == "startup":
-                row += [_fmt(med["close_ms"], "ms")]
+            if name in CPU_MEASURES:
+                row += [f"{med['parent_cpu_us']:,.3g}", f"{med['worker_cpu_us']:,.3g}"]
             if name == "cancel":
                 row += [f"{med['cancelled']:.0%}"]
             if name == "calls":
                 row += [_fmt(med["c_calls"], unit)]
+            row += [_fmt(med.get(field), col_unit) for _, field, col_unit in columns]
             for peer in peers:
                 row.append(_ratio(_better(m, med[fld], by_key[peer]["median"][fld])))
             if len(entry.get("errors", [])):
@@ -214,12 +221,14 @@ def cost_markdown(data: dict[str, Any]) -> str:
 
 
 def _param_title(measure: str, param: str) -> str:
-    if measure == "startup":
+    if measure in ("startup", "startup-map"):
         method, p = param.split(":")
         return f"{method}, parallelism {p}"
     if measure == "hol":
         state, workers = param.split(":")
         return f"{state} pool, {workers} workers"
+    if measure == "recycle":
+        return f"{param}, one worker"
     return f"parallelism {param}"
 
 
@@ -361,18 +370,8 @@ def markdown(data: dict[str, Any]) -> str:
         "and the workers' (from /proc/<pid>/schedstat), divided by the tasks.",
         "",
     ]
-    for name in (
-        "tiny",
-        "mib",
-        "kib64",
-        "latency",
-        "startup",
-        "calls",
-        "joblib-tiny",
-        "joblib-mib",
-        "cancel",
-    ):
-        if name in data["measures"]:
+    for name in data["measures"]:  # in the order they ran: the registry's
+        if name not in SPECIAL:
             lines += ["\n\n".join(_measure_sections(data, name)), ""]
     if "latency" in data["measures"] and plots.get("files"):
         lines += [f"Latency distribution: `{LATENCY_PNG}`.", ""]

@@ -1,43 +1,52 @@
 """The benchmark suite: pipepool against the pools a user would pick instead, in one run.
 
-Measures (at each parallelism of ``--parallelism``, 2 and 8 by default):
+Measures (the registry: ``config.MEASURE_INFO``; at each parallelism of
+``--parallelism``, 2 and 8 by default, where they take one):
 
-=========  ============================================================================
-tiny       20,000 no-op calls submitted one by one and all collected: tasks/s, and the
-           CPU time per task of the parent (all its threads) and of the workers
-mib        200 tasks each returning 1 MiB: MB/s (10^6 bytes)
-kib64      2,000 tasks each sending 64 KiB: MB/s
-latency    one no-op at a time, 2,000 round trips: p50 and p99 in µs
-startup    pool construction + first result, with fork, forkserver and spawn: ms
-calls      Python-level calls per task in the parent over a tiny-task batch (a profile
-           function in every parent thread): a count, which load does not move
-sweep      tiny tasks (fewer per point) at parallelism 1, 2, 4, ... 64: tasks/s
-map        one chunked map of 1,000,000 no-op calls from a list at p=2: 10,000 per chunk
-           for every pool with a map, the automatic default of multiprocessing.Pool and
-           mpire, and two iterables (a pair per call): items/s and CPU per item
-timeouts   a burst of 16 tasks of 30 s each limited to 0.2 s, at p=2: seconds until all
-           have failed (with_options(timeout=), pebble's schedule(timeout=), mpire's
-           task_timeout)
-hol        one 10 s task, then 1,000 tasks of 1 ms, on 4 workers: seconds until the
-           short ones are done (head-of-line blocking), on a fresh pool (cold) and on
-           one that ran no-ops first (warm: an adaptive dispatch depth has seen tiny tasks)
-joblib-*   joblib's Parallel(n_jobs=2), backend "pipepool" vs "loky" (benchmarks/
-           joblib_adapters.py): the tiny calls (auto-batching, the pool reused from a
-           warm-up call), joblib's sequential backend on the same calls (what the
-           backends' overhead is counted above), 200 calls each returning a 1 MiB
-           numpy array, and 8 calls each returning a fresh 100 MB array, then 8
-           taking one (memmapped by both)
-=========  ============================================================================
+===========  ==========================================================================
+tiny         20,000 no-op calls submitted one by one and all collected: tasks/s, and the
+             CPU time per task of the parent (all its threads) and of the workers
+mib          200 tasks each returning 1 MiB: MB/s (10^6 bytes), beside the copy bound
+kib64        2,000 tasks each sending 64 KiB: MB/s
+latency      one no-op at a time, 2,000 round trips: p50 and p99 in µs
+startup      pool construction + first result, with fork, forkserver and spawn: ms
+startup-map  pool made, map of 200 no-op calls, shutdown(wait=True) returned, per start
+             method, p=2: ms (``pool_life.py``)
+recycle      max_tasks_per_child=1, one worker, tasks whose module imports numpy: the
+             gap from one task's end to the next one's start, per start method
+             (``pool_life.py``)
+idle         36 tasks of 0.05-0.3 s on 2 workers, waited on: the parent's voluntary
+             context switches per second (``idle.py``)
+calls        Python-level calls per task in the parent over a tiny-task batch (a profile
+             function in every parent thread): a count, which load does not move
+sweep        tiny tasks (fewer per point) at parallelism 1, 2, 4, ... 64: tasks/s
+hol          one 10 s task, then 1,000 tasks of 1 ms, on 4 workers: seconds until the
+             short ones are done (head-of-line blocking), on a fresh pool (cold) and on
+             one that ran no-ops first (warm: an adaptive dispatch depth has seen tiny
+             tasks)
+map          one chunked map of 1,000,000 no-op calls from a list at p=2: 10,000 per
+             chunk for every pool with a map, the automatic default of
+             multiprocessing.Pool and mpire, two iterables (a pair per call), and the
+             serialization floor (no pool): items/s and CPU per item
+timeouts     a burst of 16 tasks of 30 s each limited to 0.2 s, at p=2: seconds until
+             all have failed (with_options(timeout=), pebble's schedule(timeout=),
+             mpire's task_timeout)
+cancel       Future.cancel() of a future handed over and not started (pipepool's only)
+joblib-*     joblib's Parallel(n_jobs=2), backend "pipepool" vs "loky"
+             (``joblib_adapters.py``): tiny calls (and joblib's sequential backend, what
+             the backends' overhead is counted above), 1 MiB numpy results, 100 MB
+             numpy results and arguments (memmapped by both)
+===========  ==========================================================================
 
 Every measure runs its contenders interleaved (round 1: A B C, round 2: B C A, ...),
 each sample on a fresh pool whose workers are up before the clock starts (except for
-``startup``), and reports medians: on a shared machine noise then hits everyone alike.
-Contenders whose package is missing (loky, mpire, pebble) are skipped with a note.
+the start-up measures), and reports medians: on a shared machine noise then hits
+everyone alike. Contenders whose package is missing (loky, mpire, pebble, zooparallel)
+or that the interpreter lacks (InterpreterPoolExecutor before 3.14) are skipped with a
+note.
 
-One job per module: ``config`` (measures, presets), ``contenders`` (one adapter per pool
-and idiom), ``measures`` (the samples, the interleaved rounds, the medians), ``targets``
-(the ratios and their goals), ``report`` (results.md, results.json, plots) and ``readme``
-(the README's headline block); this module is the command line and the machine's state.
+This module is the command line and the machine's state; ``benchmarks/__init__.py``
+names the other modules and how a family of measures is added.
 
 Every run records how busy the machine was (``benchmarks/_noise.py``): the 1-minute load
 average at its start and end, and the CPU time other processes used while it ran. A run
@@ -151,6 +160,7 @@ def machine() -> dict[str, Any]:
         "kernel": f"{platform.system()} {platform.release()}",
         "machine": platform.machine(),
         "pipepool": f"{pipepool.__version__} ({pipepool.IMPLEMENTATION} loop)",
+        "pipepool_path": os.path.dirname(os.path.dirname(os.path.abspath(pipepool.__file__))),
         "default_start_method": __import__("multiprocessing").get_start_method(),
     }
     with contextlib.suppress(AttributeError):  # not on Linux
@@ -201,7 +211,10 @@ def build_parser(prog: str = "python -m benchmarks") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
         description=__doc__.split("\n\n")[0],
-        epilog="Measures: " + ", ".join(MEASURES) + ". See benchmarks/suite.py.",
+        epilog="Measures: "
+        + ", ".join(MEASURES)
+        + ". See benchmarks/suite.py. Where a contender's time goes: "
+        + f"{prog} profile CONTENDER --help.",
     )
     preset = parser.add_mutually_exclusive_group()
     preset.add_argument(
@@ -221,10 +234,20 @@ def build_parser(prog: str = "python -m benchmarks") -> argparse.ArgumentParser:
     parser.add_argument(
         "--only",
         nargs="+",
-        choices=MEASURES,
+        type=_measure_names,
         metavar="MEASURE",
-        help="run only these measures (targets that need others show n/a)",
+        help="run only these measures, by name or comma-separated (targets that need "
+        "others show n/a)",
     )
+    parser.add_argument(
+        "--ab",
+        metavar="REV",
+        help="A/B mode: run the --only measures against REV (a git commit or tag, built "
+        "once into build/ab/, or a built source tree's path) in interleaved rounds, "
+        "pipepool's contenders only; report each side's medians and the same-round "
+        "ratios (benchmarks/ab.py)",
+    )
+    parser.add_argument("--pipepool-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
         "-p", "--parallelism", type=int, nargs="+", help="parallelism levels (default: 2 8)"
     )
@@ -264,22 +287,52 @@ def results_dir(out: str | None, preset: str, noisy: bool) -> str:
     return os.path.join(HERE, "results", preset)
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m benchmarks") -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser(prog).parse_args(argv)
-    preset = args.preset or "full"
-    cfg = dataclasses.replace(PRESETS[preset])
+def _measure_names(value: str) -> list[str]:
+    """``--only``'s words: measure names, one or comma-separated."""
+    names = [v for v in value.split(",") if v]
+    unknown = [n for n in names if n not in MEASURES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown measure {', '.join(unknown) or value!r} (one of {', '.join(MEASURES)})"
+        )
+    return names
+
+
+def config(args: argparse.Namespace) -> Config:
+    """The preset with the command line's overrides."""
+    cfg = dataclasses.replace(PRESETS[args.preset or "full"])
     if args.parallelism:
         cfg.parallelism = args.parallelism
     if args.rounds:
         cfg.rounds = cfg.startup_rounds = args.rounds
         cfg.sweep_rounds = min(cfg.sweep_rounds, args.rounds)
         cfg.hol_rounds = min(cfg.hol_rounds, args.rounds)
+        cfg.map_rounds = min(cfg.map_rounds, args.rounds)
     if args.tasks:
         cfg.tiny_tasks = args.tasks
     if args.prefetch:
         cfg.prefetches = args.prefetch
-    measures = args.only or list(MEASURES)
+    return cfg
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m benchmarks") -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["profile"]:
+        from . import profile
+
+        return profile.main(argv[1:], prog=f"{prog} profile")
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    preset = args.preset or "full"
+    cfg = config(args)
+    chosen = {name for names in args.only or [MEASURES] for name in names}
+    measures = [m for m in MEASURES if m in chosen]
+    if args.ab:
+        from . import ab
+
+        if args.only is None:
+            parser.error("--ab needs --only: the measures to compare")
+        return ab.main(args.ab, argv, measures, prog)
 
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -290,33 +343,16 @@ def main(argv: list[str] | None = None, prog: str = "python -m benchmarks") -> i
     cores = os.cpu_count() or 1
     log("machine at the start: " + _noise.describe(_noise.verdict(start, start, cores)))
     compiled = byte_compile()
-    suite = Suite(cfg, log)
+    suite = Suite(cfg, log, pipepool_only=args.pipepool_only)
     if compiled:
         suite.notes.append(compiled)
     for note in suite.notes:
         log("note: " + note)
-    steps = {
-        "tiny": suite.run_tiny,
-        "mib": suite.run_mib,
-        "kib64": suite.run_kib64,
-        "latency": suite.run_latency,
-        "startup": suite.run_startup,
-        "calls": suite.run_calls,
-        "sweep": suite.run_sweep,
-        "hol": suite.run_hol,
-        "map": suite.run_map,
-        "timeouts": suite.run_timeouts,
-        "cancel": suite.run_cancel,
-        "joblib-tiny": suite.run_joblib,  # runs every joblib measure
-    }
-    if {"joblib-mib", "joblib-arrays"} & set(measures) and "joblib-tiny" not in measures:
-        measures.append("joblib-tiny")
     by_measure: dict[str, Any] = {}  # how busy the machine was during each measure
-    for name, step in steps.items():
-        if name in measures:
-            before = _noise.read()
-            step()
-            by_measure[name] = _noise.verdict(before, _noise.read(), cores, within_run=True)
+    for name in measures:  # in the registry's order: tiny first (it chooses `local`)
+        before = _noise.read()
+        suite.run(name)
+        by_measure[name] = _noise.verdict(before, _noise.read(), cores, within_run=True)
         if name == "tiny":
             log(f"LocalExecutor configuration for the other measures: {suite.local_why}")
     noise = _noise.verdict(start, _noise.read(), cores)

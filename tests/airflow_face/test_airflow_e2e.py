@@ -17,8 +17,7 @@ Reintroduced once (PipepoolExecutor._read_events reporting success with
 DAG (190 ``ok_*``, 199 task instances, 205 s) runs in
 ``test_dags_test_with_the_executor_full`` and the scheduler run in
 ``test_scheduler_runs_the_dag_with_the_executor`` with PIPEPOOL_SLOW=1 (the nightly
-workflow); PIPEPOOL_E2E_SCHEDULER_OK sets the scheduler run's count;
-``benchmarks/airflow_scheduler.py`` runs all of it.
+workflow); PIPEPOOL_E2E_SCHEDULER_OK sets the scheduler run's count.
 
 Every task instance must end in the state Airflow should give it, and no process of the
 run may outlive it.

@@ -31,6 +31,9 @@ MEASURES = {
     "kib64",
     "latency",
     "startup",
+    "startup-map",
+    "recycle",
+    "idle",
     "calls",
     "sweep",
     "hol",
@@ -89,6 +92,8 @@ def test_json_has_every_measure_with_medians(smoke_run: tuple[Path, str]) -> Non
         assert measure["params"], name
         for param, by_key in measure["params"].items():
             assert any(data["contenders"][k]["family"] == "pipepool" for k in by_key), name
+            if name in ("startup-map", "idle"):  # each beside the stdlib's, same rounds
+                assert any(data["contenders"][k]["family"] == "stdlib" for k in by_key), name
             for key, entry in by_key.items():
                 assert "errors" not in entry, (name, param, key, entry.get("errors"))
                 assert entry["median"][measure["field"]] > 0, (name, param, key)
@@ -113,8 +118,11 @@ def test_every_target_has_a_ratio_and_a_verdict(smoke_run: tuple[Path, str]) -> 
         "round-trip latency p99",
         "parent CPU per task, LocalExecutor vs the Airflow-style pair",
         "parent CPU per task, ProcessPoolExecutor vs LocalExecutor",
-        "1 MiB results",
+        "1 MiB results vs the copy bound",
+        "chunked map, parent CPU per item vs the serialization floor",
         "start-up + first task, fork",
+        "short-lived pool: made, map of 20 calls, shut down, fork",
+        "idle wake-ups per second, tasks running, waited on with result()",
         "long tasks, no head-of-line blocking",
     ):
         assert any(n.startswith(expected) for n in names), expected
@@ -143,13 +151,17 @@ def test_markdown_has_a_table_per_measure(smoke_run: tuple[Path, str]) -> None:
         "## Payload: 20 tasks each sending 64 KiB",
         "## Round-trip latency",
         "## Start-up",
+        "## Short-lived pool",
+        "## Recycle gap",
+        "## Idle waiting",
+        "## Chunked map",
         "## Parallelism sweep",
         "## Long tasks",
     ):
         assert heading in table, heading
     rows = [line for line in table.splitlines() if line.startswith("|")]
     assert all(line.endswith("|") for line in rows)
-    assert "vs stdlib PPE" in table and "vs Airflow-style" in table
+    assert "vs stdlib PPE" in table and "vs Airflow-style" in table and "vs copy bound" in table
 
 
 def test_plots_are_pngs_or_a_note(smoke_run: tuple[Path, str]) -> None:

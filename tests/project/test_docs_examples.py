@@ -52,7 +52,8 @@ NOT_RUN = {
     "(tests/project/test_benchmarks.py runs it small, on a faked quiet and a faked busy machine)",
     "python -m benchmarks.readme benchmarks/results/results.json": "it rewrites the "
     "README's table (refused for the committed run: it recorded no load figures)",
-    "python benchmarks/loop_bench.py": "about a minute of benchmarks on 2 cores",
+    "python -m benchmarks --ab main --only tiny,latency": "builds another checkout's "
+    "wheel, then minutes of benchmarks (tests/project/test_benchmarks_ab.py runs it small)",
     "dask scheduler --host 10.0.0.1": "a server on another machine's address, until stopped",
     "dask worker tcp://10.0.0.1:8786 --nworkers 8 --nthreads 1": "a server, until stopped",
     "pipepool run --cluster tcp://10.0.0.1:8786 --joblog log.tsv -a jobs.txt": "needs the "

@@ -1,4 +1,4 @@
-"""``python -m benchmarks.profile`` (a command docs/benchmarks.md gives) runs on every
+"""``python -m benchmarks profile`` (a command docs/benchmarks.md gives) runs on every
 Python the suite runs on: from 3.12 cProfile allows one profiler at a time (issue 35)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-COMMAND = [sys.executable, "-m", "benchmarks.profile", "ppe-submit", "--measure", "tiny"]
+COMMAND = [sys.executable, "-m", "benchmarks", "profile", "ppe-submit", "--measure", "tiny"]
 
 
 def profile(*args: str) -> subprocess.CompletedProcess[str]:

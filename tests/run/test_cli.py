@@ -174,7 +174,7 @@ def test_sigkill_runner_leaves_no_job_running(mark: str) -> None:
 
 def test_thousand_true_jobs() -> None:
     """A thousand jobs through the real CLI all succeed and are counted once. How fast
-    is measured by benchmarks/cli_jobs.py, not asserted here (CI machines vary)."""
+    is a dated figure in docs/benchmarks.md, not asserted here (CI machines vary)."""
     proc = run_cli("run", "--no-summary", "--json", input="true\n" * 1000)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["succeeded"] == 1000
