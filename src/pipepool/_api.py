@@ -261,14 +261,20 @@ class SchedulerAPI:
         return keys
 
     def running_counts(self) -> dict[Hashable, int]:
-        """``{key: dispatches not yet ended}`` for each key in ``running`` (queued ones
-        included)."""
+        """``{key: dispatches not yet ended}`` for each key in ``running``: its dispatches
+        handed over, plus its queued ones. A key whose only dispatch is queued (never
+        handed over) is not running, so not here: it is in ``queued``."""
         counts: dict[Hashable, int] = {}
         for t in self._dispatched():
             counts[t.key] = counts.get(t.key, 0) + 1
-        queued = [t.key for t in self._queue]
-        for key in {t.key for t in self._queue if t.dispatch > 1}.union(counts):
-            counts[key] = counts.get(key, 0) + queued.count(key)
+        queued: dict[Hashable, int] = {}
+        again = set()  # keys queued again: running until that dispatch ends
+        for t in self._queue:
+            queued[t.key] = queued.get(t.key, 0) + 1
+            if t.dispatch > 1:
+                again.add(t.key)
+        for key in again.union(counts):
+            counts[key] = counts.get(key, 0) + queued.get(key, 0)
         return counts
 
     def _holding(self, key: Hashable) -> str:
