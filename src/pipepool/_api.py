@@ -494,10 +494,9 @@ class SchedulerAPI:
 
 def wait_timeout(timeout: float) -> float:
     """``sync``'s ``timeout`` (seconds to wait at most, a finite number >= 0), checked by
-    the rule of its kind (``_checks.seconds``) on every face: a round's call, so the
-    common case (a float or an int in range) costs two type tests and a comparison."""
-    kind = type(timeout)
-    if (kind is float or kind is int) and 0 <= timeout < _INF:
+    the rule of its kind (``_checks.seconds``) on every face. A round's call: a caller
+    tests the common case (a float in range) inline and calls this for the rest."""
+    if type(timeout) is float and 0.0 <= timeout < _INF:
         return timeout
     return _checks.seconds(timeout, "timeout")
 

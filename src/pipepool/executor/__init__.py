@@ -152,9 +152,8 @@ class LocalExecutor(Reaper, Dispatcher):
         """
         if self._state != "started":
             self._require_started()
-        kind = type(timeout)
-        if not ((kind is float or kind is int) and 0 <= timeout < _INF):
-            timeout = wait_timeout(timeout)  # the common case passed above: no call
+        if type(timeout) is not float or not 0.0 <= timeout < _INF:
+            timeout = wait_timeout(timeout)  # an int, or an error: a float costs no call
         if ready is not None and not callable(ready):
             _checks.function(ready, "ready", none=True)
         published = self._published
