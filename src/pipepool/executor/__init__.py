@@ -445,12 +445,19 @@ class LocalExecutor(Reaper, Dispatcher):
         return self._depth.depth()
 
     def _wait_bound(self) -> float:
-        """How long a wait may last before a step in this object has work to do."""
-        bound = REAP_INTERVAL
+        """How long a wait may last before a step in this object has work to do.
+
+        No bound of its own while nothing is due: every worker's exit wakes the loop (its
+        pipe's EOF, or its exit fd when a child holds that pipe open), outcomes do, and
+        ``wake()`` does. Only a worker with no exit fd (no pidfd here) needs the periodic
+        reap to look for an exit nothing would wake us for (``REAP_INTERVAL``)."""
+        bound = _INF
         if any(w.closing for w in self._workers.values()):
             bound = 0.001  # an exit code is due any moment
         else:  # a start mark may move without waking us
             for w in self._workers.values():
+                if w.exit_fd < 0:
+                    bound = min(bound, REAP_INTERVAL)
                 if w.in_flight and w.current is None:
                     if w.heard:
                         bound = START_POLL

@@ -52,6 +52,7 @@ class _Worker:
         "crash_fd",
         "crash_report",
         "current",
+        "exit_fd",
         "fds",
         "heard",
         "in_flight",
@@ -87,6 +88,7 @@ class _Worker:
         self.fds = fds  # the parent's ends, owned by the loop from add() to remove()
         self.control_fd = control_fd  # write end of its control pipe (REVOKE), non-blocking
         self.crash_fd = crash_fd  # its faulthandler's file (``worker._fault``), read at death
+        self.exit_fd = -1  # its pidfd, owned by the loop (``_lifecycle.exit_fd``), or -1
         self.slot = slot  # its start-mark slot in the pool's MarkTable
         # Its ring of cancel claims there (the compiled loop's; None: cancel by CANCEL):
         self.claims: ClaimsAPI | None = None
