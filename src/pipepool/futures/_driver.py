@@ -102,7 +102,7 @@ class Driver(Round):
                 return
             self.poller = threading.get_ident()
             self.caller_drove = time.monotonic()
-            self.linger = True  # callers drive: the driver thread looks every LINGER
+            self.linger = True  # callers drive: the driver thread looks within LINGER
         try:
             self._step(self._turn)
         except KeyboardInterrupt:  # between steps, as everywhere: the state is whole
