@@ -247,6 +247,7 @@ def run_command(args: argparse.Namespace, groups: list, parser: argparse.Argumen
     from ._gate import GateError
     from ._inputs import InputError, Source, group_rows, rows_from_sources
     from ._joblog import JoblogError
+    from ._paths import OutputPathError
     from ._runner import Runner, RunOptions
     from ._template import Template, build_jobs
 
@@ -322,8 +323,11 @@ def run_command(args: argparse.Namespace, groups: list, parser: argparse.Argumen
         for i, job in enumerate(jobs):
             print(job.bind_slot(i % max(at_once, 1) + 1).command)
         return 0
-    if args.results:
-        os.makedirs(args.results, exist_ok=True)
+    try:
+        _check_outputs(args)
+    except OutputPathError as exc:
+        print(f"pipepool run: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     options = RunOptions(
         jobs=at_once,
         cluster=args.cluster,
@@ -362,11 +366,7 @@ def run_command(args: argparse.Namespace, groups: list, parser: argparse.Argumen
         # says how), more -j than --pin has cores for, --resume on a file not a joblog
         print(f"pipepool run: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    try:
-        _export(args, summary)
-    except OSError as exc:
-        print(f"pipepool run: cannot write the export: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+    failures = _export(args, summary)  # checked before the run: a place gone since
     try:
         if args.json:  # the last line of stdout, whatever the jobs printed before it
             from ._machine import machine_metadata
@@ -376,20 +376,52 @@ def run_command(args: argparse.Namespace, groups: list, parser: argparse.Argumen
         sys.stdout.flush()
     except BrokenPipeError:  # `| head`: the reader left; the exit status still tells
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    for failure in failures:  # after the JSON line: the run's results are not lost
+        print(f"pipepool run: {failure}", file=sys.stderr)
+    if failures:
+        return EXIT_ERROR
     return summary.exit_status()
 
 
-def _export(args: argparse.Namespace, summary) -> None:
-    """--export-pyperf / --export-hyperfine: the run's times in their formats."""
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Every file and directory the run will write, checked before the first job runs."""
+    from ._paths import check_file, make_directory
+
+    if args.results:
+        make_directory("--results", args.results)
+    for option, path in (
+        ("--joblog", args.joblog),
+        ("--export-pyperf", args.export_pyperf),
+        ("--export-hyperfine", args.export_hyperfine),
+    ):
+        if path:
+            check_file(option, path)
+
+
+def _export(args: argparse.Namespace, summary) -> list[str]:
+    """--export-pyperf / --export-hyperfine: the run's times in their formats; what
+    could not be written, each naming its option (the other export is still written)."""
     if not (args.export_pyperf or args.export_hyperfine):
-        return
+        return []
     from ._export import hyperfine_document, pyperf_document, write_json
     from ._machine import machine_metadata
+    from ._paths import OutputPathError
 
-    if args.export_pyperf:
-        write_json(args.export_pyperf, pyperf_document(summary, machine_metadata()))
-    if args.export_hyperfine:
-        write_json(args.export_hyperfine, hyperfine_document(summary))
+    failures = []
+    for option, path, document in (
+        (
+            "--export-pyperf",
+            args.export_pyperf,
+            lambda: pyperf_document(summary, machine_metadata()),
+        ),
+        ("--export-hyperfine", args.export_hyperfine, lambda: hyperfine_document(summary)),
+    ):
+        if path:
+            try:
+                write_json(path, document())
+            except OSError as exc:
+                failures.append(str(OutputPathError(option, path, exc)))
+    return failures
 
 
 def _show_plan(args: argparse.Namespace, jobs: int) -> int:
@@ -530,14 +562,12 @@ def _add_gnu_options(run: argparse.ArgumentParser) -> None:
 
 
 def _timeout(text: str) -> float:
+    """``--timeout``, ``--wait-quiet``: a duration above 0 (``_duration``'s rule)."""
     if text.strip().endswith("%"):  # GNU parallel's --timeout N% of the median runtime
         raise argparse.ArgumentTypeError(
             f"{text}: a share of the median runtime is not supported; give seconds"
         )
-    value = _duration(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
-    return value
+    return _duration(text, above_zero=True)
 
 
 def _fraction(text: str) -> float:
@@ -550,11 +580,11 @@ def _fraction(text: str) -> float:
     return value
 
 
-def _duration(text: str) -> float:
+def _duration(text: str, *, above_zero: bool = False) -> float:
     from ._compat import parse_duration
 
     try:
-        return parse_duration(text)
+        return parse_duration(text, above_zero=above_zero)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

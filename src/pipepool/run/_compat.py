@@ -121,7 +121,7 @@ _NUMBER_OPTIONS = (
     # and every other option that takes a number: ``--repeat -1`` is then refused for
     # its value ("must be at least 1"), not as "expected one argument"
     *("--repeat", "--retries", "--timeout", "--delay", "--cpus-per-job", "--memfree"),
-    "--noise-threshold",
+    *("--noise-threshold", "--wait-quiet"),
     *("-N", "-n", "--max-args", "--max-replace-args"),
 )
 
@@ -135,7 +135,8 @@ def join_negative_values(head: list[str]) -> list[str]:
     for word in words:
         if word in _NUMBER_OPTIONS:
             value = next(words, None)
-            if value is not None and re.fullmatch(r"-\d+(\.\d+)?%?", value):
+            # a negative number, or a negative duration (-1m30s): refused for its value
+            if value is not None and re.fullmatch(r"-\.?\d[\d.a-z]*%?", value):
                 out.append(f"{word}={value}")
                 continue
             out.append(word)
@@ -194,24 +195,33 @@ def parse_size(text: str) -> int:
 _DURATION = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def parse_duration(text: str) -> float:
-    """``--delay``, ``--timeout``: seconds, or with ms, s, m, h, d suffixes that add up
-    (1.5s, 1m30s, 250ms)."""
-    text = text.strip()
+def parse_duration(text: str, *, above_zero: bool = False) -> float:
+    """``--delay``, ``--timeout``, ``--wait-quiet``: seconds, or with ms, s, m, h, d
+    suffixes that add up (1.5s, 1m30s, 250ms). One rule for every duration: at least 0
+    (``above_zero``: more than 0, for a bound), and one message, the form the whole
+    numbers' options give ("must be 0 or more, not -1")."""
+    shown = text.strip()
+    text = shown.removeprefix("-")  # a negative duration is refused for its sign below
     if text.endswith("auto"):
-        raise ValueError(f"{text!r}: --delay ...auto is not supported; give a fixed duration")
+        raise ValueError(f"{shown!r}: --delay ...auto is not supported; give a fixed duration")
     try:
         value = float(text)
+        if value != value:  # nan
+            raise ValueError(text)
     except ValueError:
         parts = re.findall(r"(\d+(?:\.\d+)?|\.\d+)(ms|[smhd])", text)
         if not parts or "".join(n + u for n, u in parts) != text:
             raise ValueError(
-                f"{text!r} is not a duration: expected seconds (30, 1.5) or a duration "
+                f"{shown!r} is not a duration: expected seconds (30, 1.5) or a duration "
                 "such as 1.5s, 1m30s, 250ms"
             ) from None
         value = sum(float(n) * _DURATION[u] for n, u in parts)
+    if shown.startswith("-"):
+        value = -value
+    if above_zero and not value > 0:
+        raise ValueError(f"must be above 0, not {shown}")
     if value < 0:
-        raise ValueError(f"{text!r}: must be 0 or more")
+        raise ValueError(f"must be 0 or more, not {shown}")
     return value
 
 

@@ -84,7 +84,8 @@ class JoblogRow:
 
 
 class JoblogError(Exception):
-    """``--resume`` was given a file that is not a joblog."""
+    """The joblog cannot be used: ``--resume`` was given a file that is not a joblog, or
+    the file cannot be opened (a message for the user, naming the option)."""
 
 
 class Joblog:
@@ -99,7 +100,10 @@ class Joblog:
         self.path = path
         self.fsync = fsync
         self.torn = 0
-        self._fd = os.open(path, flags, 0o644)
+        try:
+            self._fd = os.open(path, flags, 0o644)
+        except OSError as exc:  # checked before the run (_paths): gone since, or a race
+            raise JoblogError(f"--joblog {path}: cannot write there: {exc.strerror}") from None
         try:
             regular = stat.S_ISREG(os.fstat(self._fd).st_mode)  # not /dev/null, a FIFO
             if regular and append:
