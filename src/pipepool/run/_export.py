@@ -2,8 +2,11 @@
 ``pyperf stats``, ``pyperf compare_to`` read it) and hyperfine's ``--export-json``.
 
 One benchmark per job (the job's command; with ``--repeat`` its runs are the
-repetitions), wall time in seconds; runs that failed are left out, as neither format
-has a place for them. The machine's metadata goes into pyperf's common metadata.
+repetitions), wall time in seconds. pyperf's format has no place for a failed run: it
+gets the successful runs. hyperfine's has one: it gets every run that ended, with its
+exit code (128 + N for a run signal N ended, the timeout's included), as ``hyperfine
+--ignore-failure`` writes them. The machine's metadata goes into pyperf's common
+metadata.
 """
 
 from __future__ import annotations
@@ -14,10 +17,12 @@ import statistics
 from ._summary import Outcome, Summary
 
 
-def _by_job(summary: Summary) -> list[list[Outcome]]:
+def _by_job(summary: Summary, *, failed: bool = False) -> list[list[Outcome]]:
+    """Each job's runs in run order: the successful ones (``failed``: every one that
+    ended, the runner's kills left out)."""
     jobs: dict[int, list[Outcome]] = {}
     for o in sorted(summary.outcomes, key=lambda o: o.seq):
-        if o.status == "ok":
+        if o.status == "ok" or (failed and o.status == "failed"):
             jobs.setdefault(o.origin or o.seq, []).append(o)
     return [jobs[k] for k in sorted(jobs)]
 
@@ -63,7 +68,7 @@ def hyperfine_document(summary: Summary) -> dict:
     """hyperfine's --export-json: {"results": [{"command", "mean", "stddev", "median",
     "user", "system", "min", "max", "times", "exit_codes"}]}."""
     results = []
-    for runs in _by_job(summary):
+    for runs in _by_job(summary, failed=True):
         times = [o.runtime for o in runs]
         results.append(
             {
@@ -76,10 +81,18 @@ def hyperfine_document(summary: Summary) -> dict:
                 "min": min(times),
                 "max": max(times),
                 "times": times,
-                "exit_codes": [o.exitval for o in runs],
+                "exit_codes": [_exit_code(o) for o in runs],
             }
         )
     return {"results": results}
+
+
+def _exit_code(o: Outcome) -> int | None:
+    """The run's exit code as hyperfine records it: 128 + N where signal N ended it (the
+    timeout's included); None where none is known (its worker was lost)."""
+    if o.signal:
+        return 128 + o.signal
+    return o.exitval if o.exitval >= 0 else None
 
 
 def write_json(path: str, document: dict) -> None:

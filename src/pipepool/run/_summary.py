@@ -198,37 +198,14 @@ class Summary:
         return sorted(ran, key=lambda o: -o.maxrss)[:n]
 
     def repetitions(self) -> list[dict[str, object]]:
-        """``--repeat``: per job, the median and spread of its wall times."""
-        import statistics  # only with --repeat: it costs a run's start-up ~10 ms
-
+        """``--repeat``: per job, the median and spread of its successful runs' wall
+        times, and how many of its runs failed (``failed_runs``) or timed out
+        (``timed_out_runs``): those are counted, never measured."""
         times: dict[int, list[Outcome]] = {}
         for o in [*self.earlier, *self.outcomes]:
             if o.status != "aborted":
                 times.setdefault(o.origin or o.seq, []).append(o)
-        stats = []
-        for job, runs in sorted(times.items()):
-            walls = sorted(o.runtime for o in runs)
-            median = statistics.median(walls)
-            measured = [o for o in runs if not o.logged]  # the joblog has no CPU time
-            stats.append(
-                {
-                    "job": job,
-                    "command": runs[0].command,
-                    "runs": len(walls),
-                    "from_joblog": len(runs) - len(measured),
-                    "median": round(median, 6),
-                    "min": round(walls[0], 6),
-                    "max": round(walls[-1], 6),
-                    "spread": round((walls[-1] - walls[0]) / median, 6) if median else 0.0,
-                    "user_median": (
-                        round(statistics.median(o.user for o in measured), 6) if measured else None
-                    ),
-                    "maxrss_max": max((o.maxrss for o in measured), default=None),
-                    "noisy_runs": sum(1 for o in runs if o.noisy),
-                    "warnings": _instability(walls, sum(1 for o in runs if o.noisy)),
-                }
-            )
-        return stats
+        return [_job_statistics(job, runs) for job, runs in sorted(times.items())]
 
     def text(self) -> str:
         ran = len(self.outcomes)
@@ -283,8 +260,9 @@ class Summary:
         if comparison is not None:
             from ._compare import describe
 
-            commands = [str(st["command"]) for st in self.repetitions()]
-            lines += describe(comparison, _short(commands[0]), _short(commands[1]))
+            commands = {st["job"]: str(st["command"]) for st in self.repetitions()}
+            a, b = (_short(commands.get(side, "(did not run)")) for side in (1, 2))
+            lines += describe(comparison, a, b)
         lines.append(f"exit status {self.exit_status()}")
         return "\n".join(lines) + "\n"
 
@@ -303,39 +281,49 @@ class Summary:
         }
 
     def comparison(self) -> dict[str, object] | None:
-        """``--compare``: B (the second job) against A (the first), over their runs."""
+        """``--compare``: B (the second job) against A (the first), over their successful
+        runs; without a verdict (``verdict`` null) when a side has none, ``why`` says so."""
         if not self.compare:
             return None
-        runs: dict[int, list[float]] = {}
-        for o in self.outcomes:
-            if o.status == "ok":
-                runs.setdefault(o.origin or o.seq, []).append(o.runtime)
-        if sorted(runs) != [1, 2]:
-            return None  # a side has no successful run: nothing to compare
-        from ._compare import compare
+        from ._compare import compare, no_verdict
 
-        return compare(runs[1], runs[2])
+        runs: dict[int, list[float]] = {1: [], 2: []}
+        failed = {1: 0, 2: 0}
+        for o in self.outcomes:
+            side = o.origin or o.seq
+            if o.status == "ok":
+                runs.setdefault(side, []).append(o.runtime)
+            elif o.status == "failed":
+                failed[side] = failed.get(side, 0) + 1
+        missing = []
+        for side, name in ((1, "A"), (2, "B")):
+            if not runs[side]:
+                ran = f"{failed[side]} failed" if failed[side] else "none ran"
+                missing.append(f"{name} had no successful run ({ran})")
+        counts = [len(runs[1]), len(runs[2])]
+        if missing:
+            return no_verdict(counts, "; ".join(missing))
+        try:
+            return compare(runs[1], runs[2])
+        except ValueError as exc:  # a time of 0: no ratio to take
+            return no_verdict(counts, str(exc))
 
     def _repetition_lines(self) -> list[str]:
-        """``--repeat``: each job's median over the runs it had (after Ctrl-C or
-        ``--halt`` some had fewer than N; with ``--resume`` the joblog's count too)."""
+        """``--repeat``: each job's median over the successful runs it had (after Ctrl-C
+        or ``--halt`` some had fewer than N; with ``--resume`` the joblog's count too),
+        and how many of its runs failed or timed out."""
         stats = self.repetitions()
-        counts = {st["runs"] for st in stats}
-        if counts == {self.repeat}:
+        every = {st["runs"] for st in stats} == {self.repeat}
+        if every:
             head = f"per job over {self.repeat} runs: median wall time (min-max, spread)"
+        elif any(st["failed_runs"] or st["timed_out_runs"] for st in stats):
+            head = f"per job, over its successful runs (of {self.repeat}): median wall time"
+            head += " (min-max, spread)"
         else:
             head = f"per job, over the runs it had (of {self.repeat}): median wall time"
             head += " (min-max, spread)"
         lines = [head]
-        for st in stats[:SHOWN_FAILURES]:
-            runs = "" if counts == {self.repeat} else f", {st['runs']} run"
-            runs += "s" if runs and st["runs"] != 1 else ""
-            if st["from_joblog"]:
-                runs += f", {st['from_joblog']} from the joblog"
-            lines.append(
-                f"  job {st['job']:<5} {st['median']:.3f} s ({st['min']:.3f}-"
-                f"{st['max']:.3f} s, {st['spread']:.0%}{runs})  {_short(str(st['command']))}"
-            )
+        lines += [_repetition_line(st, every) for st in stats[:SHOWN_FAILURES]]
         if len(stats) > SHOWN_FAILURES:
             lines.append(f"  ... and {len(stats) - SHOWN_FAILURES} more (see --json)")
         for st in stats:
@@ -368,6 +356,61 @@ class Summary:
             "comparison": self.comparison(),
             "records": [o.as_dict() for o in sorted(self.outcomes, key=_by_seq)],
         }
+
+
+def _job_statistics(job: int, runs: list[Outcome]) -> dict[str, object]:
+    """One job's ``--repeat`` statistics: over its successful runs only."""
+    import statistics  # only with --repeat: it costs a run's start-up ~10 ms
+
+    good = [o for o in runs if o.status == "ok"]
+    walls = sorted(o.runtime for o in good)
+    median = statistics.median(walls) if walls else None
+    measured = [o for o in good if not o.logged]  # the joblog has no CPU time
+    noisy = sum(1 for o in good if o.noisy)
+    spread = None
+    if median is not None:
+        spread = round((walls[-1] - walls[0]) / median, 6) if median else 0.0
+    return {
+        "job": job,
+        "command": runs[0].command,
+        "runs": len(walls),
+        "failed_runs": sum(1 for o in runs if o.status != "ok" and not o.timed_out),
+        "timed_out_runs": sum(1 for o in runs if o.status != "ok" and o.timed_out),
+        "from_joblog": len(good) - len(measured),
+        "median": round(median, 6) if median is not None else None,
+        "min": round(walls[0], 6) if walls else None,
+        "max": round(walls[-1], 6) if walls else None,
+        "spread": spread,
+        "user_median": (
+            round(statistics.median(o.user for o in measured), 6) if measured else None
+        ),
+        "maxrss_max": max((o.maxrss for o in measured), default=None),
+        "noisy_runs": noisy,
+        "warnings": _instability(walls, noisy) if walls else [],
+    }
+
+
+def _repetition_line(st: dict[str, object], every: bool) -> str:
+    """A job's line under ``--repeat``'s head: its median (min-max, spread), and the runs
+    it had when not all N had every job, the failed and timed-out ones, those read from
+    the joblog."""
+    notes = []
+    runs = st["runs"]
+    if not every and runs:
+        notes.append(f"{runs} run{'' if runs == 1 else 's'}")
+    if st["failed_runs"]:
+        notes.append(f"{st['failed_runs']} failed")
+    if st["timed_out_runs"]:
+        notes.append(f"{st['timed_out_runs']} timed out")
+    if st["from_joblog"]:
+        notes.append(f"{st['from_joblog']} from the joblog")
+    command = _short(str(st["command"]))
+    if not runs:
+        return f"  job {st['job']:<5} no successful run ({', '.join(notes)})  {command}"
+    return (
+        f"  job {st['job']:<5} {st['median']:.3f} s ({st['min']:.3f}-{st['max']:.3f} s, "
+        f"{st['spread']:.0%}{''.join(', ' + n for n in notes)})  {command}"
+    )
 
 
 def _instability(walls: list[float], noisy: int) -> list[str]:
