@@ -18,12 +18,19 @@ it reaped it (Linux; elsewhere nothing is sampled and a job is never called nois
 A job is *noisy* when it lasted at least ``JUDGED_FROM`` s and either its
 ``contention`` is above ``CONTENTION`` (``--noise-threshold``), or the cgroup throttled
 it for more than ``THROTTLED`` of its wall time, or steal took more than ``STEAL`` of
-its CPUs' time. ``contention`` is the smaller of two shares of the job's CPU time
-budget (wall time x its CPUs): the share it did not use, and the share other
-processes used. A CPU-bound job that got half of its CPU scores 0.5; a job that sleeps
-while a neighbour burns its CPU scores high too (the neighbour may yet slow it); a
-job on a CPU no one else used scores 0, however long it slept. Ratios, not seconds:
-long and short jobs are judged alike.
+its CPUs' time, or the whole machine was busy: some task waited for a CPU more than
+``PRESSURE`` of the job's wall time (PSI), or at its start and at its end the processes
+runnable besides the worker that looked filled every CPU of the machine (the job's own
+makes one too many). The kernel may keep a pinned job's CPU for it while others queue
+on the rest, and the job still runs slower (shared caches, memory bandwidth, SMT
+siblings, frequency): others' CPU on its own CPUs misses that, the machine's measures
+do not. Wall over CPU time is given in the reason beside them.
+
+``contention`` is the smaller of two shares of the job's CPU time budget (wall time x
+its CPUs): the share it did not use, and the share other processes used. A CPU-bound job
+that got half of its CPU scores 0.5; a job that sleeps while a neighbour burns its CPU
+scores high too (the neighbour may yet slow it); a job on a CPU no one else used scores
+0, however long it slept. Ratios, not seconds: long and short jobs are judged alike.
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ from dataclasses import dataclass
 CONTENTION = 0.5  # others ran on the job's CPUs more than half the time it did not run
 STEAL = 0.1
 THROTTLED = 0.1
+PRESSURE = 0.2  # some task waited for a CPU this share of the job's wall time, machine-
+# wide: a quiet machine stays near 0, a CPU-bound process per core beside the job ~0.5
 JUDGED_FROM = 0.1  # s: /proc/stat counts in clock ticks (10 ms); shorter jobs are not judged
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -101,8 +110,11 @@ def measure(
     cpu_time: float,
     width: int,
     threshold: float = CONTENTION,
+    machine_cpus: int | None = None,
 ) -> dict:
-    """The noise record of a job between two samples; {} when not sampled."""
+    """The noise record of a job between two samples; {} when not sampled.
+    ``machine_cpus``: the CPUs of the whole machine, which ``procs_running`` counts
+    against (default: ``os.cpu_count()``)."""
     if before is None or after is None:
         return {}
     wall = max(after.t - before.t, 1e-9)
@@ -147,9 +159,33 @@ def measure(
         throttled = record["throttled"]
         if isinstance(throttled, float) and throttled > THROTTLED * wall:
             reasons.append(f"its cgroup was throttled {throttled:.2f} s")
+        busy = _machine_busy(record, before, after, machine_cpus or os.cpu_count() or 1)
+        if busy:
+            reasons.append(busy)
     record["noisy"] = bool(reasons)
     record["why"] = "; ".join(reasons) or None
     return record
+
+
+def _machine_busy(record: dict, before: Sample, after: Sample, cpus: int) -> str:
+    """Why the whole machine was too busy for the job's time to count ("" if it was
+    not): CPU pressure above ``PRESSURE``, or every CPU taken by others at both looks.
+    The sampling worker counts itself in ``procs_running``: it is left out."""
+    found = []
+    pressure = record["cpu_pressure"]
+    if isinstance(pressure, float) and pressure > PRESSURE:
+        found.append(f"CPU pressure {pressure:.0%} (some task waited for a CPU)")
+    if (
+        before.running is not None
+        and after.running is not None
+        and min(before.running, after.running) - 1 >= cpus
+    ):
+        found.append(f"{before.running}-{after.running} runnable on {cpus} CPUs")
+    if not found:
+        return ""
+    ratio = record["wall_over_cpu"]
+    ratio_note = f"; its wall time {ratio:.2f}x its CPU time" if ratio is not None else ""
+    return f"the machine was busy: {', '.join(found)}{ratio_note}"
 
 
 def _pressure() -> float | None:

@@ -242,8 +242,8 @@ class Summary:
         if judged:
             noisy = sorted((o for o in judged if o.noisy), key=_by_seq)
             lines.append(
-                f"noisy: {len(noisy)} of {len(judged)} jobs had others on their CPUs"
-                + (" (see --json's noise)" if noisy else "")
+                f"noisy: {len(noisy)} of {len(judged)} jobs had others on their CPUs or a "
+                "busy machine" + (" (see --json's noise)" if noisy else "")
             )
             if noisy:
                 lines += _listing(noisy, lambda o: str((o.noise or {}).get("why") or ""))
