@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from helpers import TOPOLOGIES, captured_topology
+from pipepool.host import parse_cpu_list, parse_cpu_mask, read_topology
 from pipepool.run._placement import RULES, PlacementError, plan
-from pipepool.run._topology import parse_cpu_list, parse_cpu_mask, read_topology
 
 DATA = TOPOLOGIES
 WITH_ORACLE = sorted(p.stem for p in DATA.glob("*.console"))

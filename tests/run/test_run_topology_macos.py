@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import pytest
 
+from pipepool.host import TopologyError, macos_topology, read_macos
 from pipepool.run._placement import plan
-from pipepool.run._topology import TopologyError, macos_topology, read_macos
 
 M1_PRO = """\
 hw.ncpu: 10

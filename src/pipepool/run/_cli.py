@@ -426,9 +426,9 @@ def _export(args: argparse.Namespace, summary) -> list[str]:
 
 def _show_plan(args: argparse.Namespace, jobs: int) -> int:
     """``--show-plan``: the placement ``--pin`` would use, on stdout (JSON with --json)."""
+    from ..host import TopologyError, read_topology
     from ._lease import holders
     from ._placement import PlacementError, plan
-    from ._topology import TopologyError, read_topology
 
     try:
         if args.sysfs_root:

@@ -27,16 +27,14 @@ import sys
 import time
 from collections.abc import Callable
 
+from .. import host
+from ..host import TopologyError, read_topology
 from ._lease import Leases, holders
 from ._placement import PlacementError, Plan, plan
-from ._topology import TopologyError, read_topology
 
-PROC_STAT = "/proc/stat"
-MEMINFO = "/proc/meminfo"
 LEASE_POLL = 0.2  # s between looks for CPUs other runs released (--lease wait)
 SAMPLE_INTERVAL = 0.1  # s between samples of load and free memory while waiting: prompt
 # enough for jobs that last seconds, and one small /proc read per sample
-_FREE_FIELDS = (b"MemFree:", b"Buffers:", b"Cached:", b"SwapCached:")
 
 
 class GateError(ValueError):
@@ -46,12 +44,13 @@ class GateError(ValueError):
 def usable_cpus() -> list[int]:
     """The cores this process may run on, sorted; GateError where there is no affinity
     API (macOS, Windows)."""
-    if not hasattr(os, "sched_getaffinity") or not hasattr(os, "sched_setaffinity"):
+    allowed = host.allowed_cpus()
+    if allowed is None or not hasattr(os, "sched_setaffinity"):
         raise GateError(
             f"--pin needs CPU affinity (os.sched_setaffinity), which {sys.platform} does "
             "not have; run without --pin to run the jobs unpinned"
         )
-    return sorted(os.sched_getaffinity(0))
+    return sorted(allowed)
 
 
 class Gate:
@@ -67,8 +66,8 @@ class Gate:
         reserve: bool = False,
         lease: str = "wait",
         on_wait: Callable[[str], None] | None = None,
-        proc_stat: str = PROC_STAT,
-        meminfo: str = MEMINFO,
+        proc_stat: str | None = None,
+        meminfo: str | None = None,
     ) -> None:
         self.jobs = jobs
         self.cpus: list[tuple[int, ...]] | None = None
@@ -85,15 +84,16 @@ class Gate:
                 raise GateError(str(exc)) from None
             self.cpus = self.plan.slots
             slots = True
-        for path, option, wanted in ((proc_stat, "--load", load), (meminfo, "--memfree", memfree)):
-            if wanted is not None and not os.path.exists(path):
-                raise GateError(f"{option} reads {path}, which this system does not have")
+        self.proc_stat = proc_stat or host.proc_stat()  # tests: files they control
+        self.meminfo = meminfo or host.meminfo()
+        if load is not None and host.running_processes(self.proc_stat) is None:
+            raise GateError(f"--load reads {self.proc_stat}, which this system does not have")
+        if memfree is not None and host.free_memory(self.meminfo) is None:
+            raise GateError(f"--memfree reads {self.meminfo}, which this system does not have")
         self.slots = slots
         self.delay = delay
         self.load = load
         self.memfree = memfree
-        self.proc_stat = proc_stat
-        self.meminfo = meminfo
         self.exclusive = slots or delay > 0 or load is not None or memfree is not None
         self._free = list(range(jobs, 0, -1))  # a stack: the lowest number on top
         self._next_start = 0.0
@@ -160,13 +160,13 @@ class Gate:
             return False
         self._next_sample = now + SAMPLE_INTERVAL
         if self.load is not None:
-            load = running_processes(self.proc_stat)
-            if load >= self.load:
+            load = host.running_processes(self.proc_stat)
+            if load is not None and load >= self.load:  # None: gone meanwhile, no say
                 self.waiting = f"--load {self.load:g}: {load} processes running"
                 return False
         if self.memfree is not None:
-            free = free_memory(self.meminfo)
-            if free < self.memfree:
+            free = host.free_memory(self.meminfo)
+            if free is not None and free < self.memfree:
                 self.waiting = f"--memfree {_size(self.memfree)}: {_size(free)} free"
                 return False
         self._next_sample = 0.0  # the next job decides on a fresh sample
@@ -195,29 +195,10 @@ class Gate:
 
     def memory_low(self) -> bool:
         """Free memory is below half of ``--memfree``: time to kill the youngest job."""
-        return self.memfree is not None and free_memory(self.meminfo) < self.memfree / 2
-
-
-def running_processes(path: str = PROC_STAT) -> int:
-    """GNU parallel's load: tasks running or blocked on I/O right now, less this one."""
-    running = blocked = 0
-    with open(path, "rb") as f:
-        for line in f:
-            if line.startswith(b"procs_running "):
-                running = int(line.split()[1])
-            elif line.startswith(b"procs_blocked "):
-                blocked = int(line.split()[1])
-    return max(running + blocked - 1, 0)
-
-
-def free_memory(path: str = MEMINFO) -> int:
-    """Bytes free as GNU parallel counts them: MemFree + Buffers + Cached + SwapCached."""
-    total = 0
-    with open(path, "rb") as f:
-        for line in f:
-            if line.startswith(_FREE_FIELDS):
-                total += int(line.split()[1]) * 1024
-    return total
+        if self.memfree is None:
+            return False
+        free = host.free_memory(self.meminfo)
+        return free is not None and free < self.memfree / 2
 
 
 def _size(n: float) -> str:

@@ -38,6 +38,7 @@ import time
 from dataclasses import dataclass
 
 from .. import _oom
+from ..host import allowed_cpus
 from . import _noise
 from ._quiet import wait_quiet
 from ._reaper import (
@@ -73,7 +74,7 @@ class JobSpec:
     noise_threshold: float = _noise.CONTENTION  # --noise-threshold
     wait_quiet: float | None = None  # --wait-quiet MAX: s to wait for quiet CPUs first
     quiet_allowance: int = 0  # CPUs the run's other jobs may be using (no --pin: -j - 1)
-    quiet_stat: str = "/proc/stat"  # where --wait-quiet looks (tests: a file they control)
+    quiet_stat: str | None = None  # where --wait-quiet looks, if not /proc/stat (a test's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,10 +272,8 @@ def run_job_on_cluster(spec: JobSpec) -> JobResult:
 
 
 def _usable() -> set[int]:
-    try:
-        return os.sched_getaffinity(0)
-    except AttributeError:  # macOS
-        return set(range(os.cpu_count() or 1))
+    allowed = allowed_cpus()
+    return set(range(os.cpu_count() or 1)) if allowed is None else allowed  # None: macOS
 
 
 def _read(path: str) -> bytes:

@@ -15,6 +15,10 @@ it reaped it (Linux; elsewhere nothing is sampled and a job is never called nois
   and then the record says null, never a guess. A change is reported, not judged:
   turbo and power saving move it on a quiet machine too.
 
+The samples, and others' CPU between two of them, are the host room's
+(``pipepool.host.sample``, ``others_cpu``: the benchmark suite's noise reads the same);
+this module judges them.
+
 A job is *noisy* when it lasted at least ``JUDGED_FROM`` s and either its
 ``contention`` is above ``CONTENTION`` (``--noise-threshold``), or the cgroup throttled
 it for more than ``THROTTLED`` of its wall time, or steal took more than ``STEAL`` of
@@ -36,8 +40,10 @@ scores high too (the neighbour may yet slow it); a job on a CPU no one else used
 from __future__ import annotations
 
 import os
-import time
-from dataclasses import dataclass
+
+from ..host import Sample, frequency, others_cpu, sample
+
+__all__ = ["Sample", "frequency", "measure", "sample"]
 
 CONTENTION = 0.5  # others ran on the job's CPUs more than half the time it did not run
 STEAL = 0.1
@@ -45,63 +51,6 @@ THROTTLED = 0.1
 PRESSURE = 0.2  # some task waited for a CPU this share of the job's wall time, machine-
 # wide: a quiet machine stays near 0, a CPU-bound process per core beside the job ~0.5
 JUDGED_FROM = 0.1  # s: /proc/stat counts in clock ticks (10 ms); shorter jobs are not judged
-_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-@dataclass(frozen=True, slots=True)
-class Sample:
-    t: float
-    busy: float  # s of non-idle time on the CPUs sampled
-    steal: float
-    pressure: float | None  # s of "some" CPU pressure, machine-wide
-    throttled: float | None  # s the worker's cgroup was throttled
-    running: int | None  # procs_running
-    freq: float | None = None  # MHz: the mean current frequency of the CPUs, if readable
-
-
-def sample(cpus, stat: str = "/proc/stat", sysfs: str = "/") -> Sample | None:
-    """The counters now, for ``cpus`` (None: every CPU); None where there is no /proc.
-    ``stat``: where /proc/stat is, ``sysfs``: the root of /sys (tests point them at
-    files they control)."""
-    t = time.monotonic()
-    try:
-        with open(stat, "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    wanted = None if cpus is None else {f"cpu{c}".encode() for c in cpus}
-    busy = steal = 0.0
-    running = None
-    seen = []
-    for line in data.split(b"\n"):
-        if line.startswith(b"cpu") and line[3:4].isdigit():
-            fields = line.split()
-            if wanted is not None and fields[0] not in wanted:
-                continue
-            seen.append(int(fields[0][3:]))
-            v = [int(x) for x in fields[1:9]]  # user nice system idle iowait irq softirq steal
-            busy += (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / _TICK
-            steal += v[7] / _TICK
-        elif line.startswith(b"procs_running "):
-            running = int(line.split()[1])
-    freq = frequency(seen, sysfs)
-    return Sample(t, busy, steal, _pressure(), _throttled(), running, freq)
-
-
-def frequency(cpus, root: str = "/") -> float | None:
-    """The mean current frequency of ``cpus`` in MHz, from each one's
-    ``cpufreq/scaling_cur_freq`` (kHz) under ``root``; None unless every one is read."""
-    if not cpus:
-        return None
-    khz = 0
-    for cpu in cpus:
-        path = os.path.join(root, f"sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_cur_freq")
-        try:
-            with open(path, "rb") as f:
-                khz += int(f.read().strip())
-        except (OSError, ValueError):
-            return None
-    return khz / len(cpus) / 1000
 
 
 def measure(
@@ -119,9 +68,9 @@ def measure(
         return {}
     wall = max(after.t - before.t, 1e-9)
     room = wall * max(width, 1)  # CPU seconds the job's CPUs had while it ran
-    others = max(after.busy - before.busy - cpu_time, 0.0)
+    others, others_share = others_cpu(after.busy - before.busy, cpu_time, wall, width)
     idle_share = max(1.0 - cpu_time / room, 0.0)
-    contention = min(idle_share, others / room)
+    contention = min(idle_share, others_share)
     steal = after.steal - before.steal
     record: dict[str, object] = {
         "others_cpu": round(others, 4),
@@ -153,7 +102,7 @@ def measure(
     reasons = []
     if wall >= JUDGED_FROM:
         if contention > threshold:
-            reasons.append(f"others used {others / room:.0%} of its CPUs' time")
+            reasons.append(f"others used {others_share:.0%} of its CPUs' time")
         if steal > STEAL * room:
             reasons.append(f"steal took {steal / room:.0%} of its CPUs' time")
         throttled = record["throttled"]
@@ -186,43 +135,3 @@ def _machine_busy(record: dict, before: Sample, after: Sample, cpus: int) -> str
     ratio = record["wall_over_cpu"]
     ratio_note = f"; its wall time {ratio:.2f}x its CPU time" if ratio is not None else ""
     return f"the machine was busy: {', '.join(found)}{ratio_note}"
-
-
-def _pressure() -> float | None:
-    try:
-        with open("/proc/pressure/cpu", "rb") as f:
-            first = f.readline()  # some avg10=... total=<microseconds>
-    except OSError:
-        return None
-    for field in first.split():
-        if field.startswith(b"total="):
-            return int(field[6:]) / 1e6
-    return None
-
-
-_CPU_STAT: str | None = None  # the worker's cgroup's cpu.stat, found once ("" if none)
-
-
-def _throttled() -> float | None:
-    global _CPU_STAT
-    if _CPU_STAT is None:
-        _CPU_STAT = ""
-        try:
-            with open("/proc/self/cgroup") as f:
-                for line in f:
-                    if line.startswith("0::"):
-                        path = os.path.join("/sys/fs/cgroup", line[3:].strip().lstrip("/"))
-                        if os.path.exists(os.path.join(path, "cpu.stat")):
-                            _CPU_STAT = os.path.join(path, "cpu.stat")
-        except OSError:
-            pass
-    if not _CPU_STAT:
-        return None
-    try:
-        with open(_CPU_STAT, "rb") as stat:
-            for row in stat:
-                if row.startswith(b"throttled_usec "):
-                    return int(row.split()[1]) / 1e6
-    except OSError:
-        return None
-    return None

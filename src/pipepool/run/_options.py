@@ -36,5 +36,5 @@ class RunOptions:
     ungroup: bool = False
     repeat: int = 1
     compare: bool = False  # --compare: the two jobs' ratio with its interval
-    proc_stat: str = "/proc/stat"  # where --load, --wait-quiet, --memfree look (tests point them
-    meminfo: str = "/proc/meminfo"  # at files they control)
+    proc_stat: str | None = None  # where --load, --wait-quiet, --memfree look instead of the
+    meminfo: str | None = None  # host's /proc/stat and /proc/meminfo (tests: files they control)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from ._topology import Topology
+from ..host import Topology
 
 RULES = (
     "a core left for pipepool",
