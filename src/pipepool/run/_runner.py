@@ -40,7 +40,15 @@ from ..errors import TaskKilledError
 from ..events import Event, State
 from ..executor import LocalExecutor
 from ._gate import Gate
-from ._job import KILL_GRACE, JobResult, JobSpec, file_size, run_job, run_job_on_cluster
+from ._job import (
+    KILL_GRACE,
+    JobResult,
+    JobSpec,
+    file_size,
+    prepare_worker,
+    run_job,
+    run_job_on_cluster,
+)
 from ._joblog import (
     HOST,
     Joblog,
@@ -73,7 +81,7 @@ def make_executor(options: RunOptions) -> LocalExecutor | ClusterExecutor:
     """A LocalExecutor, or with ``--cluster`` a ClusterExecutor: both drive the same loop
     (both are the ``_executor.JobExecutor`` the runner is typed against)."""
     if options.cluster is None:
-        return LocalExecutor(options.jobs, prefetch=1)
+        return LocalExecutor(options.jobs, prefetch=1, initializer=prepare_worker)
     import logging
 
     from ..cluster import ClusterExecutor
