@@ -3,7 +3,7 @@
 Every read of ``/proc`` and ``/sys`` in the package is in this room (and the answers
 of ``sysctl`` and ``ps`` where those files do not exist); the rest of the package asks
 it. Each reader takes ``root``, the directory the kernel's files are read under ("/" in
-use): a test points it at a captured tree (``tests/run/topologies/``), and a file that
+use): a test points it at a captured tree (``tests/host/topologies/``), and a file that
 cannot be read is an unknown (None), never an error. Only the standard library.
 
 ``_files`` is the one reader under a root; ``_process``: this process and one other

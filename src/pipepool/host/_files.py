@@ -1,6 +1,6 @@
 """Reading the kernel's files under a root: the one reader every host fact uses.
 
-``root`` is "/" in use; a test points it at a captured tree (``tests/run/topologies/``
+``root`` is "/" in use; a test points it at a captured tree (``tests/host/topologies/``
 holds sysfs and procfs trees of other machines), so every reader of the room takes it.
 A file that cannot be read is None, never an exception: a fact the kernel does not give
 here (no /proc on macOS, no cpufreq in many VMs, a process gone meanwhile) is unknown.

@@ -11,6 +11,8 @@ import argparse
 import os
 import re
 
+from ..measure import NUMBER_OPTIONS
+
 _REMOTE = "pipepool runs jobs on this machine or on a Dask cluster: use --cluster ADDRESS"
 _PIPE = (
     "pipepool runs one job per argument, not per block of stdin: split the input first "
@@ -118,11 +120,12 @@ class _Refuse(argparse.Action):
 
 _NUMBER_OPTIONS = (
     *("-j", "-P", "--jobs", "--max-procs", "--load", "--halt"),
-    # and every other option that takes a number: ``--repeat -1`` is then refused for
-    # its value ("must be at least 1"), not as "expected one argument"
-    *("--repeat", "--retries", "--timeout", "--delay", "--cpus-per-job", "--memfree"),
-    *("--noise-threshold", "--wait-quiet"),
+    # and every other option that takes a number: ``--retries -1`` is then refused for
+    # its value ("must be 0 or more"), not as "expected one argument"; the measuring
+    # room names its own (``--repeat``, ``--wait-quiet`` ...)
+    *("--retries", "--timeout", "--delay", "--memfree"),
     *("-N", "-n", "--max-args", "--max-replace-args"),
+    *NUMBER_OPTIONS,
 )
 
 
@@ -190,39 +193,6 @@ def parse_size(text: str) -> int:
     if not match:
         raise ValueError(f"{text!r}: expected a size such as 500M or 2G")
     return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
-
-
-_DURATION = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_duration(text: str, *, above_zero: bool = False) -> float:
-    """``--delay``, ``--timeout``, ``--wait-quiet``: seconds, or with ms, s, m, h, d
-    suffixes that add up (1.5s, 1m30s, 250ms). One rule for every duration: at least 0
-    (``above_zero``: more than 0, for a bound), and one message, the form the whole
-    numbers' options give ("must be 0 or more, not -1")."""
-    shown = text.strip()
-    text = shown.removeprefix("-")  # a negative duration is refused for its sign below
-    if text.endswith("auto"):
-        raise ValueError(f"{shown!r}: --delay ...auto is not supported; give a fixed duration")
-    try:
-        value = float(text)
-        if value != value:  # nan
-            raise ValueError(text)
-    except ValueError:
-        parts = re.findall(r"(\d+(?:\.\d+)?|\.\d+)(ms|[smhd])", text)
-        if not parts or "".join(n + u for n, u in parts) != text:
-            raise ValueError(
-                f"{shown!r} is not a duration: expected seconds (30, 1.5) or a duration "
-                "such as 1.5s, 1m30s, 250ms"
-            ) from None
-        value = sum(float(n) * _DURATION[u] for n, u in parts)
-    if shown.startswith("-"):
-        value = -value
-    if above_zero and not value > 0:
-        raise ValueError(f"must be above 0, not {shown}")
-    if value < 0:
-        raise ValueError(f"must be 0 or more, not {shown}")
-    return value
 
 
 def parse_delimiter(text: str) -> bytes:

@@ -8,10 +8,10 @@ job's slot, cores and start time are known when it is sent:
 * **slots** (``{%}``, ``$PARALLEL_JOBSLOT``, ``--pin``): the lowest free number in
   1..-j; a slot is freed only by its job's final event, which comes after the job's
   whole process tree was killed and reaped, so two running jobs never share one.
-* ``--pin``/``--cpus-per-job K``: slot s owns the CPUs the placement plan gives it
-  (``_placement``: by the machine's topology, among those this process may use); the
-  worker pins itself there before it starts the job, so the job and all it starts
-  inherit the mask.
+* ``--pin``/``--cpus-per-job K``: slot s owns the CPUs the measuring room's plan gives
+  it (``pipepool.measure``: by the machine's topology, among those this process may
+  use and no other run leases); the job's probe pins its worker there before it starts
+  the job, so the job and all it starts inherit the mask.
 * ``--delay D``: no job starts within D seconds of the previous one.
 * ``--load MAX``: no job starts while the number of running processes (GNU parallel's
   instant "load": tasks running or in uninterruptible sleep, less the one counting)
@@ -22,17 +22,8 @@ job's slot, cores and start time are known when it is sent:
 
 from __future__ import annotations
 
-import os
-import sys
-import time
-from collections.abc import Callable
-
 from .. import host
-from ..host import TopologyError, read_topology
-from ._lease import Leases, holders
-from ._placement import PlacementError, Plan, plan
 
-LEASE_POLL = 0.2  # s between looks for CPUs other runs released (--lease wait)
 SAMPLE_INTERVAL = 0.1  # s between samples of load and free memory while waiting: prompt
 # enough for jobs that last seconds, and one small /proc read per sample
 
@@ -41,49 +32,22 @@ class GateError(ValueError):
     """The options cannot be honoured here (a message for the user)."""
 
 
-def usable_cpus() -> list[int]:
-    """The cores this process may run on, sorted; GateError where there is no affinity
-    API (macOS, Windows)."""
-    allowed = host.allowed_cpus()
-    if allowed is None or not hasattr(os, "sched_setaffinity"):
-        raise GateError(
-            f"--pin needs CPU affinity (os.sched_setaffinity), which {sys.platform} does "
-            "not have; run without --pin to run the jobs unpinned"
-        )
-    return sorted(allowed)
-
-
 class Gate:
     def __init__(
         self,
         jobs: int,
         *,
         slots: bool = False,
-        cpus_per_job: int | None = None,
+        cpus: list[tuple[int, ...]] | None = None,
         delay: float = 0.0,
         load: float | None = None,
         memfree: int | None = None,
-        reserve: bool = False,
-        lease: str = "wait",
-        on_wait: Callable[[str], None] | None = None,
         proc_stat: str | None = None,
         meminfo: str | None = None,
     ) -> None:
         self.jobs = jobs
-        self.cpus: list[tuple[int, ...]] | None = None
-        self.plan: Plan | None = None
-        self.leases: Leases | None = None
-        if cpus_per_job is not None:
-            usable_cpus()  # refused first where there is no affinity API
-            try:
-                top = read_topology()
-                self.plan = plan(top, jobs, cpus_per_job, reserve=reserve)  # could it fit?
-                if lease != "ignore":
-                    self.plan = self._lease(top, jobs, cpus_per_job, reserve, lease, on_wait)
-            except (PlacementError, TopologyError) as exc:
-                raise GateError(str(exc)) from None
-            self.cpus = self.plan.slots
-            slots = True
+        self.cpus = cpus  # slot s's CPUs (--pin: the measuring room's plan): cpus[s - 1]
+        slots = slots or cpus is not None
         self.proc_stat = proc_stat or host.proc_stat()  # tests: files they control
         self.meminfo = meminfo or host.meminfo()
         if load is not None and host.running_processes(self.proc_stat) is None:
@@ -99,38 +63,6 @@ class Gate:
         self._next_start = 0.0
         self._next_sample = 0.0
         self.waiting = ""  # why the last ready() said no, for a note to the user
-
-    def _lease(self, top, jobs: int, width: int, reserve: bool, mode: str, on_wait) -> Plan:
-        """The plan on the CPUs no other run holds, with their leases taken: waiting
-        (``--lease wait``) or refusing (``fail``) while too few are free."""
-        leases = self.leases = Leases()
-        noted = False
-        while True:
-            free = leases.take(top.cpus)
-            try:
-                placed = plan(top.restricted(free), jobs, width, reserve=reserve)
-            except PlacementError:
-                leases.release()
-                taken = holders(set(top.cpus) - free, leases.directory)
-                who = "; ".join(h.describe() for h in taken) or "(released just now)"
-                if mode == "fail":
-                    raise GateError(
-                        f"--pin: {len(free)} of {len(top.cpus)} CPUs free, too few for -j "
-                        f"{jobs} x {width}; leased by other runs: {who} (--lease wait to "
-                        "wait for them, --lease ignore to pin anyway)"
-                    ) from None
-                if not noted and on_wait is not None:
-                    noted = True
-                    on_wait(f"--pin: waiting for CPUs leased by other runs: {who}")
-                time.sleep(LEASE_POLL)
-                continue
-            leases.keep({c for s in placed.slots for c in s} | set(placed.reserved))
-            return placed
-
-    def close(self) -> None:
-        """The run is over: give back the CPU leases."""
-        if self.leases is not None:
-            self.leases.release()
 
     # -- slots ----------------------------------------------------------------------------
 

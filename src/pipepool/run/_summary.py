@@ -13,14 +13,15 @@ import signal as _signal
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from .._cli_common import listing
 from ..errors import TaskKilledError, TaskTimeoutError, WorkerLostError
 from ._halt import Halt
 
 if TYPE_CHECKING:
     from ._job import JobResult, JobSpec
+    from ._seam import Measuring
     from ._template import Job
 
-SHOWN_FAILURES = 20  # failures listed by name in the text summary (all are in the JSON)
 SHOWN_SLOWEST = 5
 
 
@@ -45,14 +46,8 @@ class Outcome:
     start: float = 0.0  # epoch seconds
     oom: str = ""  # SIGKILL (or exit 137) while a count of OOM kills rose: how it rose
     logged: bool = False  # read back from the joblog (--resume): no CPU time or RSS known
-    cpus: tuple[int, ...] | None = None  # --pin: the CPUs its slot was pinned to
-    noise: dict | None = None  # what else ran meanwhile (_noise.measure), if measured
-    quiet: dict | None = None  # --wait-quiet: the wait before it started (_quiet)
-
-    @property
-    def noisy(self) -> bool | None:
-        """Whether others disturbed the job (None: not measured)."""
-        return None if not self.noise else bool(self.noise.get("noisy"))
+    measured: dict = field(default_factory=dict)  # the measuring room's part of its
+    # record (its CPUs, noise, wait for quiet: Measuring.record)
 
     def describe(self) -> str:
         if self.status == "aborted":
@@ -91,10 +86,7 @@ class Outcome:
             "maxrss": self.maxrss,
             "job": self.origin or self.seq,
             "rep": self.rep,
-            "cpus": list(self.cpus) if self.cpus is not None else None,
-            "noisy": self.noisy,
-            "noise": self.noise or None,
-            "wait_quiet": self.quiet,
+            **self.measured,
         }
 
     def usage(self) -> str:
@@ -152,17 +144,16 @@ def lost_outcome(job: Job, spec: JobSpec, exc: BaseException | None, runtime: fl
 @dataclass(slots=True)
 class Summary:
     total: int  # jobs in the input
+    measuring: Measuring  # what it says of what was measured (the measuring room)
     skipped: int = 0  # already in the joblog (--resume)
     elapsed: float = 0.0
     jobs: int = 0  # -j
     stopped: str = ""  # why no further job started: "interrupted", "halt: ...", "terminated"
     outcomes: list[Outcome] = field(default_factory=list)
-    repeat: int = 1  # --repeat N: each job ran N times
     halt: Halt = field(default_factory=Halt)
     halt_status: int | None = None  # the exit status decided when --halt's condition was met
-    compare: bool = False  # --compare: the two jobs' ratio, interval and verdict
     earlier: list[Outcome] = field(default_factory=list)  # --resume: the joblog's rows of
-    # the jobs skipped, for the per-job statistics of --repeat (not counted as run now)
+    # the jobs skipped, for the measuring room's statistics (not counted as run now)
 
     @property
     def succeeded(self) -> list[Outcome]:
@@ -197,16 +188,6 @@ class Summary:
         ran = [o for o in self.outcomes if o.status != "aborted" and o.maxrss]
         return sorted(ran, key=lambda o: -o.maxrss)[:n]
 
-    def repetitions(self) -> list[dict[str, object]]:
-        """``--repeat``: per job, the median and spread of its successful runs' wall
-        times, and how many of its runs failed (``failed_runs``) or timed out
-        (``timed_out_runs``): those are counted, never measured."""
-        times: dict[int, list[Outcome]] = {}
-        for o in [*self.earlier, *self.outcomes]:
-            if o.status != "aborted":
-                times.setdefault(o.origin or o.seq, []).append(o)
-        return [_job_statistics(job, runs) for job, runs in sorted(times.items())]
-
     def text(self) -> str:
         ran = len(self.outcomes)
         rate = ran / self.elapsed if self.elapsed > 0 else 0.0
@@ -225,112 +206,22 @@ class Summary:
                 f"  killed by the runner: {len(self.aborted)} (no joblog row; "
                 "--resume runs them again)"
             )
-            lines += _listing(self.aborted, lambda o: o.describe())
+            lines += listing(self.aborted, lambda o: o.describe())
         failed = self.failed
         if failed:
             lines.append(f"failed ({len(failed)}):")
-            lines += _listing(failed, lambda o: o.describe())
+            lines += listing(failed, lambda o: o.describe())
         slowest = self.slowest()
         if len(self.outcomes) > 1 and slowest:
             lines.append("slowest:")
-            lines += _listing(slowest, lambda o: f"{o.runtime:.3f} s ({o.usage()})")
+            lines += listing(slowest, lambda o: f"{o.runtime:.3f} s ({o.usage()})")
         hungriest = self.hungriest()
         if len(self.outcomes) > 1 and hungriest:
             lines.append("most memory:")
-            lines += _listing(hungriest, lambda o: f"{_mib(o.maxrss)} max RSS")
-        judged = [o for o in self.outcomes if o.noisy is not None]
-        if judged:
-            noisy = sorted((o for o in judged if o.noisy), key=_by_seq)
-            lines.append(
-                f"noisy: {len(noisy)} of {len(judged)} jobs had others on their CPUs or a "
-                "busy machine" + (" (see --json's noise)" if noisy else "")
-            )
-            if noisy:
-                lines += _listing(noisy, lambda o: str((o.noise or {}).get("why") or ""))
-        waits = self.quiet_waits()
-        if waits is not None:
-            lines.append(
-                f"wait for quiet: {waits['held']} of {waits['jobs']} jobs found their CPUs "
-                f"busy and waited; {waits['seconds']:.2f} s in all; {waits['not_quiet']} "
-                "started without quiet (--wait-quiet's bound ran out)"
-            )
-        if self.repeat > 1:
-            lines += self._repetition_lines()
-        comparison = self.comparison()
-        if comparison is not None:
-            from ._compare import describe
-
-            commands = {st["job"]: str(st["command"]) for st in self.repetitions()}
-            a, b = (_short(commands.get(side, "(did not run)")) for side in (1, 2))
-            lines += describe(comparison, a, b)
+            lines += listing(hungriest, lambda o: f"{_mib(o.maxrss)} max RSS")
+        lines += self.measuring.summary_lines(self.outcomes, self.earlier)
         lines.append(f"exit status {self.exit_status()}")
         return "\n".join(lines) + "\n"
-
-    def quiet_waits(self) -> dict[str, object] | None:
-        """``--wait-quiet``: how many jobs found their CPUs busy (``held``: more than one
-        look), how long all waited, how many started only because the bound ran out
-        (None: not asked)."""
-        waits = [o.quiet for o in self.outcomes if o.quiet is not None]
-        if not waits:
-            return None
-        return {
-            "jobs": len(waits),
-            "held": sum(1 for w in waits if w["looks"] > 1 or w["quiet"] is False),
-            "seconds": round(sum(w["waited"] for w in waits), 3),
-            "not_quiet": sum(1 for w in waits if w["quiet"] is False),
-        }
-
-    def comparison(self) -> dict[str, object] | None:
-        """``--compare``: B (the second job) against A (the first), over their successful
-        runs; without a verdict (``verdict`` null) when a side has none, ``why`` says so."""
-        if not self.compare:
-            return None
-        from ._compare import compare, no_verdict
-
-        runs: dict[int, list[float]] = {1: [], 2: []}
-        failed = {1: 0, 2: 0}
-        for o in self.outcomes:
-            side = o.origin or o.seq
-            if o.status == "ok":
-                runs.setdefault(side, []).append(o.runtime)
-            elif o.status == "failed":
-                failed[side] = failed.get(side, 0) + 1
-        missing = []
-        for side, name in ((1, "A"), (2, "B")):
-            if not runs[side]:
-                ran = f"{failed[side]} failed" if failed[side] else "none ran"
-                missing.append(f"{name} had no successful run ({ran})")
-        counts = [len(runs[1]), len(runs[2])]
-        if missing:
-            return no_verdict(counts, "; ".join(missing))
-        try:
-            return compare(runs[1], runs[2])
-        except ValueError as exc:  # a time of 0: no ratio to take
-            return no_verdict(counts, str(exc))
-
-    def _repetition_lines(self) -> list[str]:
-        """``--repeat``: each job's median over the successful runs it had (after Ctrl-C
-        or ``--halt`` some had fewer than N; with ``--resume`` the joblog's count too),
-        and how many of its runs failed or timed out."""
-        stats = self.repetitions()
-        every = {st["runs"] for st in stats} == {self.repeat}
-        if every:
-            head = f"per job over {self.repeat} runs: median wall time (min-max, spread)"
-        elif any(st["failed_runs"] or st["timed_out_runs"] for st in stats):
-            head = f"per job, over its successful runs (of {self.repeat}): median wall time"
-            head += " (min-max, spread)"
-        else:
-            head = f"per job, over the runs it had (of {self.repeat}): median wall time"
-            head += " (min-max, spread)"
-        lines = [head]
-        lines += [_repetition_line(st, every) for st in stats[:SHOWN_FAILURES]]
-        if len(stats) > SHOWN_FAILURES:
-            lines.append(f"  ... and {len(stats) - SHOWN_FAILURES} more (see --json)")
-        for st in stats:
-            warnings = st["warnings"]
-            for warning in warnings if isinstance(warnings, list) else ():
-                lines.append(f"  warning: job {st['job']} may be unstable: {warning}")
-        return lines
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -349,111 +240,9 @@ class Summary:
             "aborted_jobs": [o.as_dict() for o in self.aborted],
             "slowest": [o.as_dict() for o in self.slowest()],
             "most_memory": [o.as_dict() for o in self.hungriest()],
-            "noisy": sum(1 for o in self.outcomes if o.noisy),
-            "wait_quiet": self.quiet_waits(),
-            "repeat": self.repeat,
-            "repetitions": self.repetitions() if self.repeat > 1 else None,
-            "comparison": self.comparison(),
+            **self.measuring.summary_fields(self.outcomes, self.earlier),
             "records": [o.as_dict() for o in sorted(self.outcomes, key=_by_seq)],
         }
-
-
-def _job_statistics(job: int, runs: list[Outcome]) -> dict[str, object]:
-    """One job's ``--repeat`` statistics: over its successful runs only."""
-    import statistics  # only with --repeat: it costs a run's start-up ~10 ms
-
-    good = [o for o in runs if o.status == "ok"]
-    walls = sorted(o.runtime for o in good)
-    median = statistics.median(walls) if walls else None
-    measured = [o for o in good if not o.logged]  # the joblog has no CPU time
-    noisy = sum(1 for o in good if o.noisy)
-    spread = None
-    if median is not None:
-        spread = round((walls[-1] - walls[0]) / median, 6) if median else 0.0
-    return {
-        "job": job,
-        "command": runs[0].command,
-        "runs": len(walls),
-        "failed_runs": sum(1 for o in runs if o.status != "ok" and not o.timed_out),
-        "timed_out_runs": sum(1 for o in runs if o.status != "ok" and o.timed_out),
-        "from_joblog": len(good) - len(measured),
-        "median": round(median, 6) if median is not None else None,
-        "min": round(walls[0], 6) if walls else None,
-        "max": round(walls[-1], 6) if walls else None,
-        "spread": spread,
-        "user_median": (
-            round(statistics.median(o.user for o in measured), 6) if measured else None
-        ),
-        "maxrss_max": max((o.maxrss for o in measured), default=None),
-        "noisy_runs": noisy,
-        "warnings": _instability(walls, noisy) if walls else [],
-    }
-
-
-def _repetition_line(st: dict[str, object], every: bool) -> str:
-    """A job's line under ``--repeat``'s head: its median (min-max, spread), and the runs
-    it had when not all N had every job, the failed and timed-out ones, those read from
-    the joblog."""
-    notes = []
-    runs = st["runs"]
-    if not every and runs:
-        notes.append(f"{runs} run{'' if runs == 1 else 's'}")
-    if st["failed_runs"]:
-        notes.append(f"{st['failed_runs']} failed")
-    if st["timed_out_runs"]:
-        notes.append(f"{st['timed_out_runs']} timed out")
-    if st["from_joblog"]:
-        notes.append(f"{st['from_joblog']} from the joblog")
-    command = _short(str(st["command"]))
-    if not runs:
-        return f"  job {st['job']:<5} no successful run ({', '.join(notes)})  {command}"
-    return (
-        f"  job {st['job']:<5} {st['median']:.3f} s ({st['min']:.3f}-{st['max']:.3f} s, "
-        f"{st['spread']:.0%}{''.join(', ' + n for n in notes)})  {command}"
-    )
-
-
-def _instability(walls: list[float], noisy: int) -> list[str]:
-    """pyperf's warnings for a result that may be unstable, for one job's wall times."""
-    import statistics
-
-    found = []
-    mean = statistics.fmean(walls)
-    if len(walls) < 3:
-        found.append(f"only {len(walls)} run{'s' if len(walls) != 1 else ''}: too few to judge")
-    elif mean > 0:
-        stdev = statistics.stdev(walls)
-        if stdev > 0.1 * mean:
-            found.append(
-                f"the standard deviation ({stdev:.3g} s) is {stdev / mean:.0%} of the mean"
-            )
-        if walls[-1] > 1.5 * mean:
-            found.append(
-                f"the maximum ({walls[-1]:.3g} s) is {walls[-1] / mean - 1:.0%} above the mean"
-            )
-        if walls[0] < 0.5 * mean:
-            found.append(
-                f"the minimum ({walls[0]:.3g} s) is {1 - walls[0] / mean:.0%} below the mean"
-            )
-    if walls and walls[0] < 0.001:
-        found.append(f"the shortest run took {walls[0] * 1e6:.0f} us: start-up and timer dominate")
-    if noisy:
-        found.append(f"{noisy} of {len(walls)} runs were noisy")
-    return found
-
-
-def _listing(outcomes: list[Outcome], what) -> list[str]:
-    shown = outcomes[:SHOWN_FAILURES]
-    width = max(len(what(o)) for o in shown)
-    lines = [f"  #{o.seq:<5} {what(o):<{width}}  {_short(o.command)}" for o in shown]
-    if len(outcomes) > len(shown):
-        lines.append(f"  ... and {len(outcomes) - len(shown)} more (see --joblog or --json)")
-    return lines
-
-
-def _short(command: str, limit: int = 60) -> str:
-    command = command.replace("\n", "\\n")
-    return command if len(command) <= limit else command[: limit - 3] + "..."
 
 
 def _by_seq(o: Outcome) -> int:

@@ -76,6 +76,31 @@ def measure(
         "others_cpu": round(others, 4),
         "contention": round(contention, 4),
         "steal": round(steal, 4),
+        **_machine_measures(before, after, wall),
+        "wall_over_cpu": round(wall / cpu_time, 3) if cpu_time > 0 else None,
+    }
+    reasons = []
+    if wall >= JUDGED_FROM:
+        if contention > threshold:
+            reasons.append(f"others used {others_share:.0%} of its CPUs' time")
+        if steal > STEAL * room:
+            reasons.append(f"steal took {steal / room:.0%} of its CPUs' time")
+        throttled = record["throttled"]
+        if isinstance(throttled, float) and throttled > THROTTLED * wall:
+            reasons.append(f"its cgroup was throttled {throttled:.2f} s")
+        busy = _machine_busy(record, before, after, machine_cpus or os.cpu_count() or 1)
+        if busy:
+            reasons.append(busy)
+    record["noisy"] = bool(reasons)
+    record["why"] = "; ".join(reasons) or None
+    return record
+
+
+def _machine_measures(before: Sample, after: Sample, wall: float) -> dict[str, object]:
+    """The record's measures beyond the job's CPUs (null where not read): CPU pressure
+    as a share of the wall time, the cgroup's throttling, runnable processes at the
+    start and the end, the CPUs' frequency and its change."""
+    return {
         "cpu_pressure": (
             round((after.pressure - before.pressure) / wall, 4)
             if after.pressure is not None and before.pressure is not None
@@ -97,23 +122,7 @@ def measure(
             if before.freq and after.freq is not None
             else None
         ),
-        "wall_over_cpu": round(wall / cpu_time, 3) if cpu_time > 0 else None,
     }
-    reasons = []
-    if wall >= JUDGED_FROM:
-        if contention > threshold:
-            reasons.append(f"others used {others_share:.0%} of its CPUs' time")
-        if steal > STEAL * room:
-            reasons.append(f"steal took {steal / room:.0%} of its CPUs' time")
-        throttled = record["throttled"]
-        if isinstance(throttled, float) and throttled > THROTTLED * wall:
-            reasons.append(f"its cgroup was throttled {throttled:.2f} s")
-        busy = _machine_busy(record, before, after, machine_cpus or os.cpu_count() or 1)
-        if busy:
-            reasons.append(busy)
-    record["noisy"] = bool(reasons)
-    record["why"] = "; ".join(reasons) or None
-    return record
 
 
 def _machine_busy(record: dict, before: Sample, after: Sample, cpus: int) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 
 from pipepool.host import TopologyError, macos_topology, read_macos
-from pipepool.run._placement import plan
+from pipepool.measure._placement import plan
 
 M1_PRO = """\
 hw.ncpu: 10

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from helpers import ENV, wait_for
-from pipepool.run._noise import Sample, measure
+from pipepool.measure._noise import Sample, measure
 
 
 def sample(t: float, busy: float, pressure: float | None, running: int | None) -> Sample:

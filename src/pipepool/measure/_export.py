@@ -13,26 +13,41 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Sequence
+from typing import Protocol
 
-from ._summary import Outcome, Summary
+from ._report import RunRecord, noisy
 
 
-def _by_job(summary: Summary, *, failed: bool = False) -> list[list[Outcome]]:
+class ExportedRun(RunRecord, Protocol):
+    """A run as the exports read it: its record, and when and how it ended."""
+
+    @property
+    def start(self) -> float: ...  # epoch seconds
+    @property
+    def sys(self) -> float: ...
+    @property
+    def exitval(self) -> int: ...
+    @property
+    def signal(self) -> int: ...
+
+
+def _by_job(outcomes: Sequence[ExportedRun], *, failed: bool = False) -> list[list[ExportedRun]]:
     """Each job's runs in run order: the successful ones (``failed``: every one that
     ended, the runner's kills left out)."""
-    jobs: dict[int, list[Outcome]] = {}
-    for o in sorted(summary.outcomes, key=lambda o: o.seq):
+    jobs: dict[int, list[ExportedRun]] = {}
+    for o in sorted(outcomes, key=lambda o: o.seq):
         if o.status == "ok" or (failed and o.status == "failed"):
             jobs.setdefault(o.origin or o.seq, []).append(o)
     return [jobs[k] for k in sorted(jobs)]
 
 
-def pyperf_document(summary: Summary, machine: dict[str, object]) -> dict:
+def pyperf_document(outcomes: Sequence[ExportedRun], machine: dict[str, object]) -> dict:
     """pyperf's format 1.0: {"version", "metadata", "benchmarks": [{"metadata",
     "runs": [{"metadata", "values"}]}]}."""
     benchmarks = []
     names: dict[str, int] = {}
-    for runs in _by_job(summary):
+    for runs in _by_job(outcomes):
         name = runs[0].command
         names[name] = names.get(name, 0) + 1
         if names[name] > 1:  # pyperf's names are unique in a suite
@@ -53,22 +68,24 @@ def pyperf_document(summary: Summary, machine: dict[str, object]) -> dict:
     return {"version": "1.0", "metadata": common, "benchmarks": benchmarks}
 
 
-def _run_metadata(o: Outcome) -> dict[str, object]:
+def _run_metadata(o: ExportedRun) -> dict[str, object]:
     meta: dict[str, object] = {"date": _date(o.start), "duration": round(o.runtime, 9)}
-    if o.cpus:
-        from ._placement import _list
+    cpus = o.measured.get("cpus")
+    if cpus:
+        from ._placement import cpu_list
 
-        meta["cpu_affinity"] = _list(o.cpus)
-    if o.noisy is not None:
-        meta["pipepool_noisy"] = str(o.noisy).lower()
+        meta["cpu_affinity"] = cpu_list(cpus)
+    flag = noisy(o)
+    if flag is not None:
+        meta["pipepool_noisy"] = str(flag).lower()
     return meta
 
 
-def hyperfine_document(summary: Summary) -> dict:
+def hyperfine_document(outcomes: Sequence[ExportedRun]) -> dict:
     """hyperfine's --export-json: {"results": [{"command", "mean", "stddev", "median",
     "user", "system", "min", "max", "times", "exit_codes"}]}."""
     results = []
-    for runs in _by_job(summary, failed=True):
+    for runs in _by_job(outcomes, failed=True):
         times = [o.runtime for o in runs]
         results.append(
             {
@@ -87,7 +104,7 @@ def hyperfine_document(summary: Summary) -> dict:
     return {"results": results}
 
 
-def _exit_code(o: Outcome) -> int | None:
+def _exit_code(o: ExportedRun) -> int | None:
     """The run's exit code as hyperfine records it: 128 + N where signal N ended it (the
     timeout's included); None where none is known (its worker was lost)."""
     if o.signal:

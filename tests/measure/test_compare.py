@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from helpers import run_cli
-from pipepool.run._compare import compare
+from pipepool.measure._compare import compare
 
 
 def comparison(*args: str) -> dict:

@@ -46,6 +46,6 @@ def machine_metadata(root: str = host.ROOT) -> dict[str, object]:
 
 
 def _ranges(cpus: list[int]) -> str:
-    from ._placement import _list
+    from ._placement import cpu_list
 
-    return _list(cpus)
+    return cpu_list(cpus)
