@@ -147,6 +147,15 @@ def test_backend_name_resolves_inside_workers(start_method):
         assert any("setting n_jobs=1" in m for m in messages)
 
 
+@pytest.mark.parametrize("backend", ["loky", "multiprocessing"])
+def test_joblibs_process_backends_nest_inside_a_pipepool_worker(backend):
+    # A pipepool worker may have children (docs/containment.md, "Pools inside tasks"):
+    # joblib's own process backends start their nested pool there, without a warning.
+    with parallel_config(backend="pipepool", n_jobs=2):
+        results = Parallel()(delayed(nested)(backend) for _ in range(2))
+    assert results == [([0, 1, 4, 9], [])] * 2
+
+
 def test_name_resolves_inside_a_loky_worker():
     # This module imports pipepool.joblib, so a loky worker that unpickles ``nested``
     # (by reference) imports it too: the nested call runs on a pipepool pool started

@@ -60,6 +60,7 @@ from joblib.parallel import (  # type: ignore[import-untyped]
 from pipepool.errors import DeathCause, WorkerLostError, describe_exit
 from pipepool.futures import ProcessPoolExecutor
 from pipepool.joblib._wire import _Cloudpickled, _Job, _worker_init, np
+from pipepool.worker._bootstrap import WORKER_NAME
 
 __all__ = ["BACKEND_NAME", "PipepoolBackend", "WorkerCrashedError", "shutdown_pool"]
 
@@ -364,19 +365,30 @@ class PipepoolBackend(AutoBatchingMixin, ParallelBackendBase):
 
     def effective_n_jobs(self, n_jobs: int | None) -> int:
         """As loky's: 0 is an error, None means 1, negative counts back from the CPUs;
-        1 inside a daemonic process (a worker) or below threads of a nested call."""
+        1 inside a daemonic process, inside a pipepool worker (docs/joblib.md, "Nested
+        calls") or below threads of a nested call."""
         import multiprocessing
 
         if n_jobs == 0:
             raise ValueError("n_jobs == 0 in Parallel has no meaning")
         if n_jobs is None:
             return 1
-        if multiprocessing.current_process().daemon:
+        process = multiprocessing.current_process()
+        if process.daemon:
             if n_jobs != 1:
                 where = "a Dask worker" if inside_dask_worker() else "a daemonic process"
                 warnings.warn(
-                    f"pipepool-backed parallel loops cannot run inside {where} "
-                    "(a pipepool worker is one), setting n_jobs=1",
+                    f"pipepool-backed parallel loops cannot run inside {where}, setting n_jobs=1",
+                    stacklevel=3,
+                )
+            return 1
+        if process.name.startswith(WORKER_NAME):
+            # A pipepool worker may start a pool, but a call that each of n workers
+            # runs would start n more: the nested call runs in the task, as documented.
+            if n_jobs != 1:
+                warnings.warn(
+                    "pipepool-backed parallel loops do not nest inside a pipepool worker, "
+                    "setting n_jobs=1",
                     stacklevel=3,
                 )
             return 1

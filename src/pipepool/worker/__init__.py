@@ -103,6 +103,7 @@ def main(start: WorkerStart) -> None:
     # First of all: a process group of our own, which every process a task starts joins,
     # so that killing the worker kills them too (``_tree``).
     _tree.lead_own_group()
+    _tree.may_have_children()
     _fault.enable(start.crash.fd)  # before the initializer: a crash there is reported too
     # A parent thread may have had every signal blocked, or its handlers deferred, while
     # it started us; undo both, and leave Ctrl-C to the parent, which decides what
@@ -140,3 +141,6 @@ def main(start: WorkerStart) -> None:
             sys.stderr.flush()
             os._exit(EXIT_INIT_FAILED)
     serve(start.activity.fd, start.result.fd, start.max_tasks, start.impl, gate)
+    # A normal exit: what its tasks left running through multiprocessing goes now, or
+    # multiprocessing's exit would wait for it (``_tree``).
+    _tree.end_children()
