@@ -123,3 +123,15 @@ def still_running(record: dict) -> dict[str, list[int]]:
         if alive:
             left[kind] = alive
     return left
+
+
+def make_shared_memory(record: str) -> None:
+    """Create a shared memory segment (registered with the resource tracker), write its
+    name to ``record``, and wait for ever."""
+    from multiprocessing import shared_memory
+
+    segment = shared_memory.SharedMemory(create=True, size=4096)
+    with open(record + ".part", "w") as f:
+        f.write(segment.name)
+    os.replace(record + ".part", record)
+    time.sleep(3600)

@@ -208,3 +208,46 @@ def test_a_nested_pool_goes_when_the_parent_is_killed(impl, start_method, tmp_pa
         proc.kill()
         proc.wait(10)
         proc.stdout.close()
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="shared memory is not in /dev/shm")
+def test_shared_memory_of_a_killed_task_is_unlinked(tmp_path):
+    """Under fork the pool starts multiprocessing's resource tracker before its workers,
+    as spawn and forkserver pools do. Else a task's shared memory (or its spawn pool's
+    semaphores) was registered with a tracker its worker started, in its group, which
+    the task's kill killed before it unlinked them: left in /dev/shm until reboot."""
+    path = tmp_path / "segment"
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
+    script = SHARED_MEMORY.format(path=[here, *sys.path], record=str(path))
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    segment = "/dev/shm/" + path.read_text().lstrip("/")
+    try:
+        assert wait_for(lambda: not os.path.exists(segment), GONE_WITHIN), "left in /dev/shm"
+    finally:
+        if os.path.exists(segment):
+            os.unlink(segment)
+
+
+SHARED_MEMORY = r"""
+import os, sys, time
+sys.path[:0] = {path!r}
+import nested_tasks
+from pipepool import LocalExecutor
+
+if __name__ == "__main__":
+    ex = LocalExecutor(1, start_method="fork")
+    ex.start()
+    ex.queue("segment", nested_tasks.make_shared_memory, {record!r})
+    deadline = time.monotonic() + 60
+    while not ex.running or not os.path.exists({record!r}):
+        ex.sync(timeout=0.05)
+        if time.monotonic() > deadline:
+            sys.exit("the segment never came")
+    ex.kill("segment")
+    while ex.has_work():
+        ex.sync(timeout=0.05)
+    ex.end()
+"""
