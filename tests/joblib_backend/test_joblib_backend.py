@@ -236,7 +236,7 @@ def test_a_killed_worker_fails_its_batch_with_a_named_error_and_the_pool_goes_on
     first, last = (int(c.split("(")[1].split(",")[0]) for c in (err.calls[0], err.calls[-1]))
     assert first <= 500 <= last
     assert "kill_self_at(" in str(err) and "SIGKILL" in str(err)
-    assert err.cause == "signal" and "Cause: a signal from outside the pool" in str(err)
+    assert err.cause == "signal" and "Cause: a signal, sent by the task itself" in str(err)
     pool = pj._pool
     # The next call runs on the same pool: no restart.
     assert Parallel(n_jobs=2, backend="pipepool")(delayed(square)(i) for i in range(10)) == [

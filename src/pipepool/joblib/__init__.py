@@ -114,7 +114,9 @@ def _rebuild_crashed(
 CAUSE_SAID = {
     DeathCause.OOM: "Cause: the kernel's OOM killer (a count of OOM kills rose while it ran).",
     DeathCause.CRASH: "Cause: a crash in native code (a fatal signal, its stack reported).",
-    DeathCause.SIGNAL: "Cause: a signal from outside the pool (kill -9, a supervisor).",
+    DeathCause.SIGNAL: (
+        "Cause: a signal, sent by the task itself or from outside the pool (kill -9, a supervisor)."
+    ),
     DeathCause.EXIT: "Cause: the process ended itself (os._exit(), or exit() in native code).",
 }
 
@@ -320,8 +322,8 @@ def _crashed(lost: WorkerLostError, batch: Any) -> WorkerCrashedError:
         "failed; the pool replaced the worker. "
         + CAUSE_SAID.get(
             lost.cause,
-            "Likely cause: a crash in native code (segfault), the OOM killer, or a kill "
-            "from outside.",
+            "Likely cause: a crash in native code (segfault), the OOM killer, or a "
+            "signal (sent by the task itself or from outside).",
         ),
         pid=lost.pid,
         exitcode=lost.exitcode,
