@@ -126,7 +126,7 @@ BAD_FRAMES = {
     "result-past-header-limit": BadFrame(
         (tasks.return_above_frame_limit, 1000, 5000),
         TaskPicklingError,
-        "could not be sent back",
+        "which cannot be sent back to the parent: its pickle is too big for a frame",
         worker_killed=False,
     ),
 }
