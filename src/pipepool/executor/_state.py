@@ -128,7 +128,16 @@ class LocalState(SchedulerAPI):
         oom_counters: tuple[_oom.Counter, ...] | None,
     ) -> None:
         super().__init__(
-            ("done", "failed", "lost", "crashes", "recycles", "started_workers", "revoked")
+            (
+                "done",
+                "failed",
+                "lost",
+                "crashes",
+                "killed",
+                "recycles",
+                "started_workers",
+                "revoked",
+            )
         )
         # -- configuration, as given (validated by LocalExecutor) -------------------------
         self.parallelism = parallelism  # workers at most (ProcessPoolExecutor may lower it)
