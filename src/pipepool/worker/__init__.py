@@ -21,6 +21,10 @@ parent must never block). Its invariants (docs/design.md):
   breaks the loop; only the process dying does, and the parent sees that as EOF.
 * The parent's death ends the worker even while a task runs: a thread blocks on the
   lifeline pipe, whose only writer is the parent, and exits the process at its EOF.
+* A task may start processes and pools through ``multiprocessing``, as in the stdlib's
+  workers; they are in the worker's process group, or (a nested pipepool pool's
+  workers) see the worker as their lifeline, and a worker leaving its task loop ends
+  the ones its tasks left running (``_tree``: ``may_have_children``, ``end_children``).
 * Tasks sent ahead can be taken back while a long task runs. The same thread reads
   REVOKE from the control pipe and answers REVOKED with the sequence number of the last
   task this worker decided to start; every later task up to the REVOKE's number is then

@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 from typing import Any
 
 
@@ -101,8 +102,9 @@ def _forget_fork_server() -> None:
     workers it would fork for a task's forkserver pool would be the parent's server's
     children, outside this worker's group, left running when the worker is killed. So
     such a pool starts a server of its own, in the group, as under spawn."""
-    from multiprocessing import forkserver
-
+    # Not imported here: a process that never loaded the module inherited no server
+    # (and a worker's start-up does not pay for the import).
+    forkserver = sys.modules.get("multiprocessing.forkserver")
     server: Any = getattr(forkserver, "_forkserver", None)
     if getattr(server, "_forkserver_pid", None) is None:
         return  # none inherited: a spawn or forkserver worker, or a parent that had none
