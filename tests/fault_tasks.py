@@ -120,3 +120,22 @@ def segfault_in_named_frame() -> None:
         ctypes.string_at(0)
 
     crash_here_for_the_report()
+
+
+# -- results that cannot go back ------------------------------------------------------------
+
+
+def return_lock():
+    import threading
+
+    return threading.Lock()
+
+
+def return_dict_holding_a_lock():
+    import threading
+
+    return {"lock": threading.Lock()}
+
+
+def return_lambda():
+    return lambda: None

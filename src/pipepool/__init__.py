@@ -1,9 +1,10 @@
 """pipepool: a process pool whose parent never blocks on a pipe.
 
 Public API: ``LocalExecutor`` (scheduler style: queue, sync, event buffer),
+``ClusterExecutor`` (the same interface on a Dask cluster; the ``dask`` extra),
 ``ProcessPoolExecutor`` (a drop-in for the one in ``concurrent.futures``), ``Event`` and
-``State`` (what it reports), the error types, and ``IMPLEMENTATION`` ("cython" when the
-compiled hot loop is in use, "python" for its pure-Python twin).
+``State`` (what they report), the error types, and ``IMPLEMENTATION`` ("cython" when
+the compiled hot loop is in use, "python" for its pure-Python twin).
 """
 
 from typing import TYPE_CHECKING

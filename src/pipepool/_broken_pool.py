@@ -28,7 +28,8 @@ class DeathCause(enum.StrEnum):
     CRASH = "crash"
     """A fatal signal faulthandler reported: the task brought the interpreter down."""
     SIGNAL = "signal"
-    """Another signal, or SIGKILL with no OOM kill counted: from outside."""
+    """Another signal, or SIGKILL with no OOM kill counted: sent by the task itself or
+    from outside (the kernel does not tell the parent which)."""
     EXIT = "exit"
     """The process exited mid-task (``os._exit()``, ``exit()`` in native code)."""
     UNKNOWN = ""
@@ -43,8 +44,9 @@ class WorkerLostError(BrokenProcessPool):
     killed it (as ``multiprocessing`` reports it); ``signal`` is the signal's name or None.
     ``cause`` (a ``DeathCause``, a ``str``) says why, where the pool could tell: ``"oom"``
     (the kernel's OOM killer: a count of OOM kills rose while it ran), ``"crash"`` (a
-    fatal signal faulthandler reported, quoted in the message), ``"signal"`` (a signal
-    from outside), ``"exit"`` (the process exited mid-task); ``""`` otherwise.
+    fatal signal faulthandler reported, quoted in the message), ``"signal"`` (a signal,
+    sent by the task itself or from outside), ``"exit"`` (the process exited mid-task);
+    ``""`` otherwise.
     """
 
     __module__ = "pipepool.errors"

@@ -32,7 +32,7 @@ from collections import ChainMap
 from collections.abc import Hashable
 from typing import Any
 
-from .errors import RemoteTraceback, TaskPicklingError, TaskUnpicklingError
+from .errors import FrameError, RemoteTraceback, TaskPicklingError, TaskUnpicklingError
 from .frames import PICKLE_PROTOCOL
 
 
@@ -52,6 +52,29 @@ def encode_failure(exc: BaseException, pickler: type = pickle.Pickler) -> tuple[
         )
         exc_bytes = dumps_exception(substitute, pickler)
     return tb, exc_bytes
+
+
+def unsendable_result(result: object, exc: BaseException) -> TaskPicklingError:
+    """The error of a task whose result cannot go back to the parent, where it ran (a
+    local worker, a Dask worker): ``exc`` is what pickling it, or framing the pickle,
+    raised. It names the result's type with its module ("a _thread.lock object") and
+    why it had to be pickled."""
+    kind = type(result)
+    name = (
+        kind.__qualname__
+        if kind.__module__ == "builtins"
+        else f"{kind.__module__}.{kind.__qualname__}"
+    )
+    article = "an" if name[:1].lower() in "aeiou" else "a"
+    if isinstance(exc, FrameError):
+        why = f"its pickle is too big for a frame ({exc})"
+    else:
+        why = f"a result goes back pickled, and pickling it raised {type(exc).__name__}: {exc}"
+    return TaskPicklingError(
+        f"the task returned {article} {name} object, which cannot be sent back to the "
+        f"parent: {why}",
+        part="result",
+    )
 
 
 def dumps_exception(exc: BaseException, pickler: type = pickle.Pickler) -> bytes:

@@ -329,7 +329,7 @@ def test_dead_worker_frees_its_slot_and_fails_only_its_workload(make, fake_log):
     drive(ex, lambda: len(ex.event_buffer) == 5, "five outcomes")
     state, info = ex.event_buffer[victim.ti.key]
     assert state == "failed"
-    assert "killed by SIGKILL from outside" in info
+    assert "killed by SIGKILL while running task" in info
     assert all(ex.event_buffer[w.ti.key][0] == "success" for w in others)
     assert not ex.running and ex.slots_available == 2 + ex.queue_ahead
     assert ex.pool.stats()["worker_crashes"] == 1

@@ -330,6 +330,9 @@ def test_kill_stops_a_running_task_and_the_pool_goes_on(make):
     assert isinstance(rec.terminal["victim"].exception, TaskKilledError)
     assert all(rec.terminal[i].result == i for i in range(10))
     assert not rec.duplicates
+    # One name for one thing on both executors: a kill is no crash.
+    stats = ex.stats()
+    assert (stats["workers_killed"], stats["worker_crashes"]) == (1, 0)
 
 
 def test_terminate_reports_every_unfinished_task_once(make):
@@ -407,6 +410,7 @@ def test_stats_have_the_same_keys(make):
         "tasks_failed",
         "tasks_lost",
         "worker_crashes",
+        "workers_killed",
         "worker_recycles",
         "workers_started",
         "last_progress",

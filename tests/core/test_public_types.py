@@ -93,3 +93,11 @@ def test_a_worker_does_not_load_the_lazy_errors():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True
     ).stdout.splitlines()
     assert out == ["[]", "['pipepool._broken_pool', 'concurrent.futures.process']"]
+
+
+def test_the_package_docstring_names_every_executor():
+    """``help(pipepool)`` lists each executor it exports (it left ``ClusterExecutor`` out)."""
+    executors = [name for name in pipepool.__all__ if name.endswith("Executor")]
+    assert {"LocalExecutor", "ClusterExecutor", "ProcessPoolExecutor"} <= set(executors)
+    missing = [name for name in executors if f"``{name}``" not in (pipepool.__doc__ or "")]
+    assert not missing, f"the package docstring leaves out {missing}"

@@ -36,6 +36,7 @@ def test_stats_after_a_known_scenario(pool, tmp_path):
         "tasks_failed": 0,
         "tasks_lost": 0,
         "worker_crashes": 0,
+        "workers_killed": 0,
         "worker_recycles": 0,
         "workers_started": 0,
         "tasks_revoked": 0,
@@ -79,7 +80,8 @@ def test_stats_after_a_known_scenario(pool, tmp_path):
         "tasks_done": 1,  # "ok"
         "tasks_failed": 5,  # every other one, the lost one included
         "tasks_lost": 1,  # only the crash: its worker died under it
-        "worker_crashes": 2,  # the crashed worker and the one killed for the timeout
+        "worker_crashes": 1,  # the crashed worker
+        "workers_killed": 1,  # the one killed for the timeout: on purpose, no crash
         "worker_recycles": 0,
         "workers_started": 3,
         "tasks_revoked": 0,
@@ -98,3 +100,25 @@ def test_stats_after_a_known_scenario(pool, tmp_path):
         stats["workers_alive"],
         stats["tasks_done"],
     ) == (3, 3, 0, 0, 6)
+
+
+@pytest.mark.timeout(60)
+def test_workers_killed_on_purpose_are_no_crashes(make):
+    """``kill()`` and ``terminate()`` count in ``workers_killed``; a worker whose task
+    killed it counts in ``worker_crashes`` (each counted once; before, all three were
+    crashes)."""
+    ex = make(2)
+    ex.queue("killed", tasks.sleep, 30)
+    ex.queue("dies", tasks.kill_self)
+    rec = Recorder(ex)
+    rec.run_until(lambda: "killed" in rec.running_seen and "dies" in rec.terminal)
+    assert ex.kill("killed") == 1
+    rec.run_until(lambda: "killed" in rec.terminal)
+    stats = ex.stats()
+    assert (stats["workers_killed"], stats["worker_crashes"]) == (1, 1)
+    ex.queue("terminated", tasks.sleep, 30)
+    rec.run_until(lambda: "terminated" in rec.running_seen)  # started: its worker is up
+    alive = ex.stats()["workers_alive"]
+    ex.terminate()
+    stats = ex.stats()
+    assert alive >= 1 and (stats["workers_killed"], stats["worker_crashes"]) == (1 + alive, 1)

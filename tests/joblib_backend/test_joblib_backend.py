@@ -147,6 +147,15 @@ def test_backend_name_resolves_inside_workers(start_method):
         assert any("setting n_jobs=1" in m for m in messages)
 
 
+@pytest.mark.parametrize("backend", ["loky", "multiprocessing"])
+def test_joblibs_process_backends_nest_inside_a_pipepool_worker(backend):
+    # A pipepool worker may have children (docs/containment.md, "Pools inside tasks"):
+    # joblib's own process backends start their nested pool there, without a warning.
+    with parallel_config(backend="pipepool", n_jobs=2):
+        results = Parallel()(delayed(nested)(backend) for _ in range(2))
+    assert results == [([0, 1, 4, 9], [])] * 2
+
+
 def test_name_resolves_inside_a_loky_worker():
     # This module imports pipepool.joblib, so a loky worker that unpickles ``nested``
     # (by reference) imports it too: the nested call runs on a pipepool pool started
@@ -227,7 +236,7 @@ def test_a_killed_worker_fails_its_batch_with_a_named_error_and_the_pool_goes_on
     first, last = (int(c.split("(")[1].split(",")[0]) for c in (err.calls[0], err.calls[-1]))
     assert first <= 500 <= last
     assert "kill_self_at(" in str(err) and "SIGKILL" in str(err)
-    assert err.cause == "signal" and "Cause: a signal from outside the pool" in str(err)
+    assert err.cause == "signal" and "Cause: a signal, sent by the task itself" in str(err)
     pool = pj._pool
     # The next call runs on the same pool: no restart.
     assert Parallel(n_jobs=2, backend="pipepool")(delayed(square)(i) for i in range(10)) == [

@@ -1,7 +1,8 @@
-"""Issue 23, 7: a worker's death says its cause. SIGKILL from outside, a segfault (a crash,
-quoted with its frames), an exit and the kernel's OOM killer each read differently, and
-``WorkerLostError.cause`` names which; ``pipepool run`` tells a job that was killed from
-a job whose worker was.
+"""Issue 23, 7: a worker's death says its cause. A signal (sent by the task itself or from
+outside: the kernel does not say which, and the words do not guess), a segfault (a
+crash, quoted with its frames), an exit and the kernel's OOM killer each read
+differently, and ``WorkerLostError.cause`` names which; ``pipepool run`` tells a job
+that was killed from a job whose worker was.
 
 OOM kills are told by a count the kernel keeps (``pipepool._oom``). The executor takes
 the files to read as a parameter, so most tests here raise a fake count themselves; one
@@ -56,12 +57,26 @@ def counter(tmp_path: Path) -> Counter:
 
 DEATHS = {
     # cause: (task, args, exit code, words the message has, words it must not have)
+    # The task kills its own worker: the kernel does not tell the parent who sent the
+    # signal, so the words name both senders and claim neither.
     "signal": (
         tasks.kill_self,
         (signal.SIGKILL,),
         -signal.SIGKILL,
-        ["killed by SIGKILL from outside", "counted no OOM kill"],
-        ["crashed", "OOM killer", "exited"],
+        [
+            "killed by SIGKILL while running task 'victim', sent by the task itself or "
+            "from outside",
+            "the kernel does not say which",
+            "counted no OOM kill",
+        ],
+        ["SIGKILL from outside", "crashed", "OOM killer", "exited"],
+    ),
+    "signal SIGTERM": (
+        tasks.kill_self,
+        (signal.SIGTERM,),
+        -signal.SIGTERM,
+        ["killed by SIGTERM while running task 'victim', sent by the task itself or from outside"],
+        ["SIGTERM from outside", "crashed", "OOM killer", "exited"],
     ),
     "crash": (
         tasks.segfault,
@@ -90,7 +105,7 @@ def test_each_death_names_its_cause(make, counter: Counter, cause: str) -> None:
     ended = outcomes(ex, 2)
     error = ended["victim"].exception
     assert type(error) is WorkerLostError, error
-    assert error.cause == cause and error.exitcode == exitcode
+    assert error.cause == cause.split()[0] and error.exitcode == exitcode
     message = str(error)
     assert "'victim'" in message
     for words in says:
@@ -129,7 +144,7 @@ def test_sigkill_while_the_count_rises_names_the_oom_killer(make, counter: Count
 
 def test_a_count_that_rose_before_the_task_began_is_not_its_cause(make, counter: Counter) -> None:
     # The count rises while the worker is idle (another process's OOM kill): the
-    # worker's baseline moves with it, and its later SIGKILL is from outside.
+    # worker's baseline moves with it, and its later SIGKILL is no OOM kill.
     ex = make(1)
     ex._oom_counters = (counter,)  # before any worker starts
     ex.queue("first", tasks.echo, 1)
@@ -140,7 +155,8 @@ def test_a_count_that_rose_before_the_task_began_is_not_its_cause(make, counter:
         ex.sync(0.05)
     ex.queue("killed", tasks.kill_self, signal.SIGKILL)
     error = outcomes(ex, 1)["killed"].exception
-    assert error.cause == "signal" and "killed by SIGKILL from outside" in str(error)
+    assert error.cause == "signal" and "killed by SIGKILL while running task" in str(error)
+    assert "counted no OOM kill" in str(error)
 
 
 def test_where_nothing_counts_oom_kills_the_message_says_so(make) -> None:
@@ -149,7 +165,7 @@ def test_where_nothing_counts_oom_kills_the_message_says_so(make) -> None:
     ex.queue("killed", tasks.kill_self, signal.SIGKILL)
     error = outcomes(ex, 1)["killed"].exception
     assert error.cause == "signal"
-    assert "from outside (kill -9) or by the OOM killer" in str(error)
+    assert "by the OOM killer, or sent by the task itself or from outside" in str(error)
     assert "does not count OOM kills" in str(error)
 
 
@@ -216,7 +232,9 @@ def test_run_tells_a_killed_job_from_a_killed_worker(tmp_path: Path) -> None:
     start = next(i for i, line in enumerate(lines) if line.startswith("failed (2)"))
     listed = {line.split()[0]: line for line in lines[start + 1 : start + 3]}
     assert "the job was killed by SIGKILL" in listed["#1"], proc.stderr
-    assert "its worker pid" in listed["#2"] and "killed by SIGKILL from outside" in listed["#2"]
+    # The job killed its own worker: the words do not claim it came from outside.
+    assert "its worker pid" in listed["#2"] and "killed by SIGKILL" in listed["#2"]
+    assert "sent by the task itself or from outside" in listed["#2"]
     assert "the job was" not in listed["#2"] and "its worker" not in listed["#1"]
     records = {r["seq"]: r for r in json.loads(proc.stdout.splitlines()[-1])["records"]}
     assert records[1]["error"] is None and records[1]["signal_name"] == "SIGKILL"

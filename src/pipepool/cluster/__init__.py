@@ -287,6 +287,7 @@ class ClusterExecutor(DaskLink):
                     error = CancelledError(f"task {t.key!r} cancelled: executor terminated")
                 self._finish(t, State.FAILED, exception=error)
             self._cancel_queued()
+            self._stats["killed_workers"] += len(addresses)
         finally:
             _signals.undefer(deferred)
         try:

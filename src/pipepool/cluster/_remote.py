@@ -11,8 +11,8 @@ import signal
 import threading
 from typing import Any
 
-from .._outcome import encode_failure
-from ..errors import TaskPicklingError, TaskUnpicklingError
+from .._outcome import encode_failure, unsendable_result
+from ..errors import TaskUnpicklingError
 from ..frames import PICKLE_PROTOCOL
 
 EXIT_DELAY = 0.02  # s between a worker's reply to the kill request and its death
@@ -56,15 +56,7 @@ def _run_task(tid: int, payload: bytes, token: str | None) -> tuple:
     try:
         data = cloudpickle.dumps(result, PICKLE_PROTOCOL)
     except BaseException as exc:
-        return _raised(
-            TaskPicklingError(
-                f"the task returned {type(result).__qualname__}, which could not be sent back "
-                f"({type(exc).__name__}: {exc})",
-                part="result",
-            ),
-            address,
-            pid,
-        )
+        return _raised(unsendable_result(result, exc), address, pid)
     return ("done", data, address, pid)
 
 

@@ -366,7 +366,10 @@ class LocalExecutor(Reaper, Dispatcher):
         self._close()
 
     def stats(self) -> dict[str, Any]:
-        """Counters from the parent's own state (no IPC): workers and tasks."""
+        """Counters from the parent's own state (no IPC): workers and tasks. Of the
+        workers that ended, ``worker_crashes`` died on their own (or were killed for
+        misbehaving), ``workers_killed`` were killed on purpose (``kill()``, a timeout,
+        ``terminate()``), ``worker_recycles`` exited cleanly."""
         busy = sum(1 for w in self._workers.values() if w.in_flight and not w.closing)
         alive = sum(1 for w in self._workers.values() if not w.closing)
         return {
@@ -379,6 +382,7 @@ class LocalExecutor(Reaper, Dispatcher):
             "tasks_failed": self._stats["failed"],
             "tasks_lost": self._stats["lost"],
             "worker_crashes": self._stats["crashes"],
+            "workers_killed": self._stats["killed"],
             "worker_recycles": self._stats["recycles"],
             "workers_started": self._stats["started_workers"],
             "tasks_revoked": self._stats["revoked"],

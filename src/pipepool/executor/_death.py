@@ -1,13 +1,20 @@
 """Why a worker died, in words that tell the causes apart: the kernel's OOM killer, a
-crash (with the frames faulthandler wrote), a signal from outside, an exit.
+crash (with the frames faulthandler wrote), a signal, an exit.
 
 The executor knows, when it retires a worker that died on its own: the exit status
 (``multiprocessing``'s: minus the signal number for a signal), faulthandler's report of a
-fatal signal (``worker._fault``; a crash writes one, a signal from outside does not,
-SIGKILL never), and whether a count of OOM kills rose while the worker ran (``_oom``).
-``describe`` turns those into the ``WorkerLostError`` message and its ``cause`` (a
-public ``DeathCause``), which the faces pass on (``pipepool run``, the futures face, the
-Airflow executor, the joblib backend).
+fatal signal (``worker._fault``; a crash writes one, a signal sent to the worker does
+not, SIGKILL never), whether a count of OOM kills rose while the worker ran (``_oom``),
+and, by its final start mark, whether a task was running. ``describe`` turns those into
+the ``WorkerLostError`` message and its ``cause`` (a public ``DeathCause``), which the
+faces pass on (``pipepool run``, the futures face, the Airflow executor, the joblib
+backend).
+
+Who sent a signal, it does not know, and the words do not guess. The kernel tells a
+parent only the signal that killed its child (``waitpid``'s status; ``waitid``'s
+``CLD_KILLED`` siginfo carries the child's own pid, not the sender's), and SIGKILL
+cannot be caught to look. A task that signals its own worker (``os.kill(os.getpid(),
+...)``, a shell's ``kill -9 $PPID``) and ``kill -9`` from a terminal look the same.
 """
 
 from __future__ import annotations
@@ -58,6 +65,7 @@ def describe(
             f"{who} crashed {during}, killed by {name}: a fault brought the interpreter "
             f"down (in native code, ctypes or a C extension){crash_report}"
         )
+    sent = _sent_by(task, -exitcode == signal.SIGKILL)
     if -exitcode == signal.SIGKILL:
         if oom_rise is not None:
             return DeathCause.OOM, (
@@ -66,16 +74,21 @@ def describe(
             )
         if not oom_counted:
             return DeathCause.SIGNAL, (
-                f"{who} was killed by SIGKILL {during}: from outside (kill -9) or by the "
-                "OOM killer; this system does not count OOM kills"
+                f"{who} was killed by SIGKILL {during}: by the OOM killer, or {sent} (this "
+                "system does not count OOM kills)"
             )
         return DeathCause.SIGNAL, (
-            f"{who} was killed by SIGKILL from outside {during} (kill -9, a supervisor; "
-            "the kernel counted no OOM kill meanwhile)"
+            f"{who} was killed by SIGKILL {during}, {sent}, and counted no OOM kill meanwhile"
         )
     if -exitcode in _FAULTS:
         return DeathCause.SIGNAL, (
-            f"{who} was killed by {name} {during}: a fault that left no report, or a "
-            "signal from outside"
+            f"{who} was killed by {name} {during}: a fault that left no report, or a signal {sent}"
         )
-    return DeathCause.SIGNAL, f"{who} was killed by {name} from outside {during}"
+    return DeathCause.SIGNAL, f"{who} was killed by {name} {during}, {sent}"
+
+
+def _sent_by(task: str | None, sigkill: bool) -> str:
+    """Who may have sent the signal, without a guess: the kernel does not say."""
+    own = "the task itself" if task is not None else "its own start-up code (an initializer)"
+    outside = "from outside (kill -9, a supervisor)" if sigkill else "from outside"
+    return f"sent by {own} or {outside}; the kernel does not say which"

@@ -53,6 +53,7 @@ class WorkerLifecycle(LocalState):
         _PARENT_FDS.update((lifeline_r, lifeline_w))
         self._lifeline = (lifeline_r, lifeline_w)
         if self.start_method == "fork":
+            _share_the_resource_tracker()
             self._fork_zygote()
 
     def _fork_zygote(self) -> None:
@@ -332,6 +333,22 @@ def _preload_the_worker(forkserver: Any) -> None:
         return  # running, or a multiprocessing whose fork server we do not know
     if WORKER_MODULE not in modules:
         forkserver.set_forkserver_preload([*modules, WORKER_MODULE])
+
+
+def _share_the_resource_tracker() -> None:
+    """Under fork: start multiprocessing's resource tracker here, before the workers, as
+    spawn and forkserver pools do. A task's spawn or forkserver pool (its semaphores) or
+    its shared memory is registered with the tracker; without one here, the worker would
+    start its own, in its process group, and a kill or timeout of the task would kill it
+    before it unlinked them (named semaphores and segments left in /dev/shm until the
+    next boot). Shared, it outlives the worker and unlinks them (at the latest when this
+    process exits)."""
+    from multiprocessing import resource_tracker
+
+    try:
+        resource_tracker.ensure_running()
+    except OSError as exc:  # out of processes: a task that needs one starts its own
+        log.debug("pipepool: no resource tracker (%s)", exc)
 
 
 def _new_region() -> Region | None:

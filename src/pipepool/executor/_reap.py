@@ -123,10 +123,15 @@ class Reaper(Collector):
         return died_running
 
     def _count_exit(self, w: _Worker, exitcode: int | None, died_running: bool) -> None:
-        """Count how it ended: a start-up failure, a crash or a recycle."""
+        """Count how it ended: a start-up failure; killed on purpose (``kill()``, a
+        timeout, ``terminate()``: it has a kill reason); a crash (it died on its own, or
+        was killed for misbehaving: a frame that cannot be trusted, a pipe closed while
+        it lingered); or a recycle."""
         if w.init_error is not None:
             return  # its initializer failed: counted by _note_init_failure already
-        if not w.heard and not w.killed and exitcode != 0:
+        if w.kill_reason is not None:  # terminate() may find it still starting: no failure
+            self._stats["killed"] += 1
+        elif not w.heard and not w.killed and exitcode != 0:
             self._note_startup_death(w, exitcode)
         elif w.killed or exitcode != 0 or died_running:  # os._exit(0) mid-task is no recycle
             self._stats["crashes"] += 1

@@ -129,7 +129,16 @@ class LocalState(SchedulerAPI):
         loop_impl: str | None,
     ) -> None:
         super().__init__(
-            ("done", "failed", "lost", "crashes", "recycles", "started_workers", "revoked")
+            (
+                "done",
+                "failed",
+                "lost",
+                "crashes",
+                "killed",
+                "recycles",
+                "started_workers",
+                "revoked",
+            )
         )
         # -- configuration, as given (checked by LocalExecutor: ``pipepool._checks``) ------
         self.parallelism = parallelism  # workers at most (ProcessPoolExecutor may lower it)

@@ -61,6 +61,7 @@ from pipepool import _checks
 from pipepool.errors import DeathCause, WorkerLostError, describe_exit
 from pipepool.futures import ProcessPoolExecutor
 from pipepool.joblib._wire import _Cloudpickled, _Job, _worker_init, np
+from pipepool.worker._bootstrap import WORKER_NAME
 
 __all__ = ["BACKEND_NAME", "PipepoolBackend", "WorkerCrashedError", "shutdown_pool"]
 
@@ -114,7 +115,9 @@ def _rebuild_crashed(
 CAUSE_SAID = {
     DeathCause.OOM: "Cause: the kernel's OOM killer (a count of OOM kills rose while it ran).",
     DeathCause.CRASH: "Cause: a crash in native code (a fatal signal, its stack reported).",
-    DeathCause.SIGNAL: "Cause: a signal from outside the pool (kill -9, a supervisor).",
+    DeathCause.SIGNAL: (
+        "Cause: a signal, sent by the task itself or from outside the pool (kill -9, a supervisor)."
+    ),
     DeathCause.EXIT: "Cause: the process ended itself (os._exit(), or exit() in native code).",
 }
 
@@ -320,8 +323,8 @@ def _crashed(lost: WorkerLostError, batch: Any) -> WorkerCrashedError:
         "failed; the pool replaced the worker. "
         + CAUSE_SAID.get(
             lost.cause,
-            "Likely cause: a crash in native code (segfault), the OOM killer, or a kill "
-            "from outside.",
+            "Likely cause: a crash in native code (segfault), the OOM killer, or a "
+            "signal (sent by the task itself or from outside).",
         ),
         pid=lost.pid,
         exitcode=lost.exitcode,
@@ -365,7 +368,8 @@ class PipepoolBackend(AutoBatchingMixin, ParallelBackendBase):
 
     def effective_n_jobs(self, n_jobs: int | None) -> int:
         """As loky's: 0 is an error, None means 1, negative counts back from the CPUs;
-        1 inside a daemonic process (a worker) or below threads of a nested call."""
+        1 inside a daemonic process, inside a pipepool worker (docs/joblib.md, "Nested
+        calls") or below threads of a nested call."""
         import multiprocessing
 
         if n_jobs is not None:  # an integer, as ProcessPoolExecutor's max_workers
@@ -374,12 +378,22 @@ class PipepoolBackend(AutoBatchingMixin, ParallelBackendBase):
             raise ValueError("n_jobs == 0 in Parallel has no meaning")
         if n_jobs is None:
             return 1
-        if multiprocessing.current_process().daemon:
+        process = multiprocessing.current_process()
+        if process.daemon:
             if n_jobs != 1:
                 where = "a Dask worker" if inside_dask_worker() else "a daemonic process"
                 warnings.warn(
-                    f"pipepool-backed parallel loops cannot run inside {where} "
-                    "(a pipepool worker is one), setting n_jobs=1",
+                    f"pipepool-backed parallel loops cannot run inside {where}, setting n_jobs=1",
+                    stacklevel=3,
+                )
+            return 1
+        if process.name.startswith(WORKER_NAME):
+            # A pipepool worker may start a pool, but a call that each of n workers
+            # runs would start n more: the nested call runs in the task, as documented.
+            if n_jobs != 1:
+                warnings.warn(
+                    "pipepool-backed parallel loops do not nest inside a pipepool worker, "
+                    "setting n_jobs=1",
                     stacklevel=3,
                 )
             return 1

@@ -21,6 +21,10 @@ parent must never block). Its invariants (docs/design.md):
   breaks the loop; only the process dying does, and the parent sees that as EOF.
 * The parent's death ends the worker even while a task runs: a thread blocks on the
   lifeline pipe, whose only writer is the parent, and exits the process at its EOF.
+* A task may start processes and pools through ``multiprocessing``, as in the stdlib's
+  workers; they are in the worker's process group, or (a nested pipepool pool's
+  workers) see the worker as their lifeline, and a worker leaving its task loop ends
+  the ones its tasks left running (``_tree``: ``may_have_children``, ``end_children``).
 * Tasks sent ahead can be taken back while a long task runs. The same thread reads
   REVOKE from the control pipe and answers REVOKED with the sequence number of the last
   task this worker decided to start; every later task up to the REVOKE's number is then
@@ -103,6 +107,7 @@ def main(start: WorkerStart) -> None:
     # First of all: a process group of our own, which every process a task starts joins,
     # so that killing the worker kills them too (``_tree``).
     _tree.lead_own_group()
+    _tree.may_have_children()
     _fault.enable(start.crash.fd)  # before the initializer: a crash there is reported too
     # A parent thread may have had every signal blocked, or its handlers deferred, while
     # it started us; undo both, and leave Ctrl-C to the parent, which decides what
@@ -140,3 +145,6 @@ def main(start: WorkerStart) -> None:
             sys.stderr.flush()
             os._exit(EXIT_INIT_FAILED)
     serve(start.activity.fd, start.result.fd, start.max_tasks, start.impl, gate)
+    # A normal exit: what its tasks left running through multiprocessing goes now, or
+    # multiprocessing's exit would wait for it (``_tree``).
+    _tree.end_children()

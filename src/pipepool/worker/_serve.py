@@ -18,8 +18,8 @@ from typing import Any
 
 from .. import _spin
 from .. import loop as _impl
-from .._outcome import encode_failure
-from ..errors import FrameError, TaskPicklingError, TaskUnpicklingError
+from .._outcome import encode_failure, unsendable_result
+from ..errors import FrameError, TaskUnpicklingError
 from ..frames import ELAPSED, PICKLE_PROTOCOL, Kind, encode_header, split_frames
 from . import _tree
 from ._marks import StartMark
@@ -267,12 +267,7 @@ def _run(ident: int, fn: Callable[..., Any], args: tuple, kwargs: dict) -> list[
     try:
         return _done_frame(ident, elapsed, result)
     except BaseException as exc:
-        error = TaskPicklingError(
-            f"the task returned {type(result).__qualname__}, which could not be sent back "
-            f"({type(exc).__name__}: {exc})",
-            part="result",
-        )
-        return _failure_frame(Kind.RAISED, ident, error)
+        return _failure_frame(Kind.RAISED, ident, unsendable_result(result, exc))
 
 
 def _unpickle_batch(payload: bytes, count: int) -> list | None:
