@@ -111,6 +111,11 @@ class PipepoolExecutor(BaseExecutor):
     supports_connection_test: bool = V3_3  # TestConnection workloads exist from 3.3
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # A parallelism given is checked before BaseExecutor sees it: from 3.3 it refuses
+        # 0 itself, in words that do not name the setting.
+        given = kwargs.get("parallelism", args[0] if args else None)
+        if given is not None:
+            _checks.count(given, "[core] parallelism")
         super().__init__(*args, **kwargs)
         if not V3_1:  # 3.0's BaseExecutor has no per-team config: the global one
             self.conf = global_conf
