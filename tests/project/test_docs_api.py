@@ -110,6 +110,7 @@ def test_a_missing_library_is_a_note_unless_required(fake_integration: Path, cap
     """The README's test command has no Airflow: an integration whose library is missing
     is skipped with a note, also where only first use imports it; required (CI=true), it
     is a problem."""
+
     def check(require: bool) -> list[str]:  # the compiled loop's own entries are not here
         found = _checker().check(("fakeintpkg.lazy",), fake_integration, require=require)
         return [p for p in found if "fakeintpkg" in p]
@@ -120,8 +121,7 @@ def test_a_missing_library_is_a_note_unless_required(fake_integration: Path, cap
     assert "fakeintpkg.lazy skipped, no_such_library_for_pipepool_tests is missing" in notes
     assert check(require=True) == [
         "docs/reference: '::: fakeintpkg.lazy.Thing' needs no_such_library_for_pipepool_tests",
-        "fakeintpkg.lazy: cannot import it to check, no_such_library_for_pipepool_tests "
-        "is missing",
+        "fakeintpkg.lazy: cannot import it to check, no_such_library_for_pipepool_tests is missing",
     ]
 
 
