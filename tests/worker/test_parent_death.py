@@ -11,6 +11,7 @@ import time
 import pytest
 
 import proc_table
+from helpers import orphan_deadline
 
 pytestmark = pytest.mark.portable
 
@@ -44,14 +45,18 @@ alive = proc_table.alive  # exists and is not a zombie: /proc, or ps on macOS
 def test_workers_exit_when_parent_is_killed(impl, start_method, state):
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
     script = PARENT.format(path=[here, *sys.path], method=start_method, impl=impl, **state)
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    try:
-        pids = [int(p) for p in proc.stdout.readline().split()]
-        assert pids
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
-    deadline = time.monotonic() + 2.0
+    # The with closes its stdout whatever happens (a failed assertion's traceback keeps
+    # proc, so its pipe would outlive the test, which the leak check reports as an error).
+    with subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True
+    ) as proc:
+        try:
+            pids = [int(p) for p in proc.stdout.readline().split()]
+            assert pids
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+    deadline = orphan_deadline()  # 2 s, and what a loaded machine delays a new process by
     while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.02)
     survivors = [p for p in pids if alive(p)]
@@ -72,14 +77,18 @@ def test_workers_exit_when_parent_is_killed_right_after_creation(impl):
         "while True: ex.sync(timeout=0.01)\n"
     )
     for delay in (0.0, 0.01, 0.025, 0.05):
-        proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-        assert proc.stdout.readline().strip() == "go"
-        time.sleep(delay)
-        kids = _children(proc.pid)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
+        with subprocess.Popen(
+            [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True
+        ) as proc:
+            try:
+                assert proc.stdout.readline().strip() == "go"
+                time.sleep(delay)
+                kids = _children(proc.pid)
+            finally:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(10)
         kids |= _orphans_of_marker()
-        deadline = time.monotonic() + 2.0
+        deadline = orphan_deadline()
         while any(alive(p) for p in kids) and time.monotonic() < deadline:
             time.sleep(0.02)
         survivors = [p for p in kids if alive(p)]
