@@ -1,11 +1,15 @@
-"""Only the extension: pyx/_loop.pyx -> pipepool.loop._loop (skipped with PIPEPOOL_PURE=1).
+"""What is built from the sources, not listed: the extension (pyx/_loop.pyx ->
+pipepool.loop._loop, skipped with PIPEPOOL_PURE=1) and the man pages.
 
 Everything else about the build lives in pyproject.toml. Interpreters other than CPython
 get the pure-Python loop: the compiled one uses CPython's C API (GC pause, GIL release).
 """
 
+import importlib.util
 import os
 import platform
+import sys
+from pathlib import Path
 
 from setuptools import setup
 
@@ -90,4 +94,22 @@ if want_extension():
         )
 
 
-setup(ext_modules=ext_modules)
+def man_pages() -> list[tuple[str, list[str]]]:
+    """pipepool(1) and pipepool-run(1), written from the command's own parsers by
+    scripts/manpages.py into build/man, and installed under the environment's
+    share/man/man1: man looks there for a bin/ directory on PATH (the one that holds the
+    pipepool command), so ``man pipepool-run`` finds them after ``pip install .``."""
+    generator = os.path.join("scripts", "manpages.py")
+    if not os.path.exists(generator):  # MANIFEST.in ships it in the sdist
+        raise SystemExit(f"setup.py: {generator} is missing; it writes the man pages")
+    sys.path.insert(0, os.path.abspath("src"))  # the parsers, from the tree being built:
+    os.environ["PIPEPOOL_IMPL"] = "python"  # the pure loop, the extension is not built yet
+    spec = importlib.util.spec_from_file_location("manpages", generator)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    written = module.build(Path("build", "man"))
+    return [(os.path.join("share", "man", "man1"), [p.as_posix() for p in written])]
+
+
+setup(ext_modules=ext_modules, data_files=man_pages())
