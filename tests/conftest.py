@@ -176,19 +176,6 @@ SMOKE_FILES = frozenset(
     }
 )
 SMOKE_ROOMS = frozenset({"core"})  # every file in these folders
-# What behaves differently without the integrations the test extra lacks (Airflow...) and
-# the programs .ci/run installs: their tests, and the checks that look for every
-# integration (optional.py). Marked
-# `without_integrations`: .ci/run runs them in a venv with only `.[test]`.
-_TESTS = os.path.dirname(os.path.abspath(__file__))
-WITHOUT_INTEGRATIONS = tuple(
-    os.path.join(_TESTS, *where.split("/"))
-    for where in [
-        *(i.tests for i in optional.INTEGRATIONS.values()),
-        *(t.tests for t in optional.TOOLS.values()),
-        *optional.CHECKERS,
-    ]
-)
 
 
 def pytest_collection_modifyitems(items) -> None:
@@ -196,7 +183,7 @@ def pytest_collection_modifyitems(items) -> None:
     process copy a much bigger address space, and the core suite forks workers by the
     thousand (tests/contract/test_stress.py recycles one per task). Marks the smoke subset
     (the files in SMOKE_FILES beside the tests marked in place) and the tests that behave
-    differently without the integrations (WITHOUT_INTEGRATIONS)."""
+    differently without the integrations (optional.marked)."""
     for item in items:
         in_smoke = item.path.name in SMOKE_FILES or item.path.parent.name in SMOKE_ROOMS
         params = item.callspec.params if hasattr(item, "callspec") else {}
@@ -204,7 +191,9 @@ def pytest_collection_modifyitems(items) -> None:
         # fork, these Pythons' default on Linux (the whole suite runs every one).
         if in_smoke and "stdlib" not in item.name and params.get("start_method", "fork") == "fork":
             item.add_marker(pytest.mark.smoke)
-        if str(item.path).startswith(WITHOUT_INTEGRATIONS):
+        # What behaves differently without the integrations the test extra lacks (Airflow)
+        # and the programs .ci/run installs: .ci/run runs these in a venv with only .[test].
+        if optional.marked(item.nodeid):
             item.add_marker(pytest.mark.without_integrations)
     # One order in every process: pytest-xdist's workers must collect the same list, and
     # a parametrization built from a set (joblib's own suite has some) comes out in hash

@@ -26,7 +26,7 @@ class Integration(NamedTuple):
     tests that behave differently without it."""
 
     install: str
-    tests: str  # their folder or file, under tests/
+    tests: str  # their folder, file or test (file::name), under tests/
 
 
 AIRFLOW = "pip install 'pipepool[airflow]' (.ci/install-airflow.sh)"
@@ -34,15 +34,34 @@ INTEGRATIONS = {
     "airflow": Integration(AIRFLOW, "airflow_face"),
 }
 # Programs .ci/run installs (Debian packages) that a newcomer may lack: the tests that
-# compare with them skip without them (CI=true makes test_run_export.py's fail), and
-# .ci/run's pass without integrations hides them from PATH.
+# compare with them skip without them (CI=true makes the hyperfine one fail), and .ci/run's
+# pass without integrations hides them from PATH.
 TOOLS = {
-    "parallel": Integration("apt-get install parallel", "run/test_cli_halt.py"),
-    "hyperfine": Integration("apt-get install hyperfine", "run/test_run_export.py"),
+    "parallel": Integration(
+        "apt-get install parallel", "run/test_cli_halt.py::test_gnu_parallel_agrees"
+    ),
+    "hyperfine": Integration(
+        "apt-get install hyperfine",
+        "run/test_run_export.py::test_the_hyperfine_export_matches_real_hyperfine_s",
+    ),
 }
 # Tests that look for every integration (and so behave differently without one), run in
 # the pass without them beside the integrations' own.
 CHECKERS = ("project/test_docs_api.py",)
+
+
+def marked(nodeid: str) -> bool:
+    """Whether test ``nodeid`` (``tests/...``) is one of those the pass without the
+    integrations runs: under an integration's folder, a tool's test, or a checker."""
+    for where in [
+        *(i.tests for i in INTEGRATIONS.values()),
+        *(t.tests for t in TOOLS.values()),
+        *CHECKERS,
+    ]:
+        prefix = "tests/" + where
+        if nodeid == prefix or nodeid.startswith((prefix + "/", prefix + "::", prefix + "[")):
+            return True
+    return False
 
 
 def in_ci() -> bool:

@@ -60,9 +60,21 @@ def test_what_the_pass_without_integrations_runs_exists() -> None:
     for integration in optional.INTEGRATIONS.values():
         assert (TESTS / integration.tests).is_dir(), integration
     for tool in optional.TOOLS.values():
-        assert (TESTS / tool.tests).is_file(), tool
+        path, _, name = tool.tests.partition("::")
+        assert f"def {name}(" in (TESTS / path).read_text(), tool
     for checker in optional.CHECKERS:
         assert (TESTS / checker).is_file(), checker
+
+
+def test_marked_tests_are_those_listed() -> None:
+    assert optional.marked("tests/project/test_docs_api.py::test_every_public_name_is_documented")
+    assert optional.marked("tests/airflow_face/test_airflow_provider.py::test_x[a-b]")
+    hyperfine = "tests/run/test_run_export.py::test_the_hyperfine_export_matches_real_hyperfine_s"
+    assert optional.marked(hyperfine)
+    assert optional.marked("tests/run/test_cli_halt.py::test_gnu_parallel_agrees[row-1]")
+    assert not optional.marked("tests/run/test_cli_halt.py::test_halt_rows[row-1]")
+    assert not optional.marked("tests/airflow_face_like/test_x.py::test_y")
+    assert not optional.marked("tests/core/test_frames.py::test_header")
 
 
 def test_the_checkers_are_marked_and_the_rest_is_not() -> None:
