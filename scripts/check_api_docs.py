@@ -12,11 +12,16 @@ property a class defines needs one (inherited from a documented base method coun
 a constant needs an attribute docstring (a string right after its assignment, which is
 what mkdocstrings shows). With CI=true (or ``--require``) an integration whose library
 is missing, or a build without the compiled loop, is an error (the docs build documents
-them all); otherwise it is skipped with a note.
+them all); otherwise it is skipped with a note. A library is missing when importing a
+name fails with ModuleNotFoundError for a module outside its package, wherever that import
+happens: at the module's import, or on first use of a name its ``__getattr__`` loads
+(``pipepool.airflow.PipepoolExecutor``). A module of the package itself that cannot be
+found is a problem either way.
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
 import importlib
 import inspect
@@ -29,7 +34,13 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "docs" / "reference"
-MODULES = ("pipepool", "pipepool.joblib", "pipepool.airflow")
+# The public modules: the package and one line per integration (its ``__all__`` is checked;
+# without its library it is skipped with a note, unless required).
+MODULES = (
+    "pipepool",
+    "pipepool.joblib",
+    "pipepool.airflow",
+)
 COMPILED = {"pipepool.loop._loop": ("PipeLoop", "FrameReader")}  # not in any __all__: internal
 ENTRY = re.compile(r"^::: ([\w.]+)\s*$", re.MULTILINE)
 
@@ -42,8 +53,18 @@ def entries(reference: Path = REFERENCE) -> list[str]:
     return found
 
 
+def missing_library(exc: ModuleNotFoundError, checked: str) -> str | None:
+    """The library whose absence ``exc`` reports while ``checked`` (a dotted name) was
+    imported, or None when the module not found is of ``checked``'s own package (a
+    broken package, never skipped)."""
+    top = (exc.name or "").partition(".")[0]
+    return exc.name if top and top != checked.partition(".")[0] else None
+
+
 def resolve(path: str) -> Any:
-    """The object ``path`` names: the longest importable module prefix, then attributes."""
+    """The object ``path`` names: the longest importable module prefix, then attributes.
+    A library that is missing (at an import, or in a lazy ``__getattr__``) raises its
+    ModuleNotFoundError."""
     parts = path.split(".")
     for cut in range(len(parts), 0, -1):
         name = ".".join(parts[:cut])
@@ -57,6 +78,13 @@ def resolve(path: str) -> Any:
             obj = getattr(obj, attr)
         return obj
     raise ImportError(path)
+
+
+def _public_names(name: str) -> tuple[ModuleType, list[tuple[str, Any]]]:
+    """Module ``name`` and its ``__all__``'s objects (a lazy name loads here, so a
+    missing library raises here)."""
+    module = importlib.import_module(name)
+    return module, [(attr, getattr(module, attr)) for attr in module.__all__]
 
 
 def _attribute_docstring(module: ModuleType, name: str, seen: int = 0) -> str | None:
@@ -126,26 +154,35 @@ def check(
         try:
             obj = resolve(path)
         except ModuleNotFoundError as exc:
-            if require:
-                problems.append(f"docs/reference: '::: {path}' needs {exc.name}")
+            library = missing_library(exc, path)
+            if library is None:
+                problems.append(f"docs/reference: '::: {path}' does not resolve ({exc!r})")
+            elif require:
+                problems.append(f"docs/reference: '::: {path}' needs {library}")
             else:
-                print(f"note: '::: {path}' not checked, {exc.name} is missing", file=sys.stderr)
+                print(f"note: '::: {path}' not checked, {library} is missing", file=sys.stderr)
             continue
         except (ImportError, AttributeError) as exc:
             problems.append(f"docs/reference: '::: {path}' does not resolve ({exc!r})")
             continue
         documented.setdefault(path.rsplit(".", 1)[-1], []).append(obj)
-    public: list[tuple[str, ModuleType, str]] = []
+    public: list[tuple[str, ModuleType, str, Any]] = []
     for name in modules:
         try:
-            module = importlib.import_module(name)
-        except ImportError as exc:
-            if require:
-                problems.append(f"{name}: cannot import it to check ({exc})")
+            module, names = _public_names(name)
+        except ModuleNotFoundError as exc:
+            library = missing_library(exc, name)
+            if library is None:
+                problems.append(f"{name}: cannot import it to check ({exc!r})")
+            elif require:
+                problems.append(f"{name}: cannot import it to check, {library} is missing")
             else:
-                print(f"note: {name} skipped, its library is missing ({exc})", file=sys.stderr)
+                print(f"note: {name} skipped, {library} is missing", file=sys.stderr)
             continue
-        public += [(name, module, attr) for attr in module.__all__]
+        except ImportError as exc:
+            problems.append(f"{name}: cannot import it to check ({exc!r})")
+            continue
+        public += [(name, module, attr, obj) for attr, obj in names]
     for name, attrs in COMPILED.items():
         try:
             module = importlib.import_module(name)
@@ -155,10 +192,9 @@ def check(
             else:
                 print(f"note: {name} skipped, a pure build ({exc})", file=sys.stderr)
             continue
-        public += [(name, module, attr) for attr in attrs]
-    for modname, module, attr in public:
+        public += [(name, module, attr, getattr(module, attr)) for attr in attrs]
+    for modname, module, attr, obj in public:
         where = f"{modname}.{attr}"
-        obj = getattr(module, attr)
         if not any(o is obj for o in documented.get(attr, [])):
             problems.append(f"{where}: no '::: ...{attr}' entry in docs/reference/*.md")
         if inspect.isclass(obj) or inspect.isroutine(obj):
@@ -171,8 +207,18 @@ def check(
     return problems
 
 
-def main() -> int:
-    problems = check(require=os.environ.get("CI") == "true" or "--require" in sys.argv)
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Check that every public name has a docstring and an API reference entry."
+    )
+    parser.add_argument(
+        "--require",
+        action="store_true",
+        help="an integration whose library is missing, or a build without the compiled "
+        "loop, is a problem, not a note (the default with CI=true)",
+    )
+    args = parser.parse_args(argv)
+    problems = check(require=args.require or os.environ.get("CI") == "true")
     for line in problems:
         print(line)
     if problems:

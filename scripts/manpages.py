@@ -1,6 +1,7 @@
 """Write the man pages pipepool.1 and pipepool-run.1 from the command's own parsers.
 
-Usage: ``python scripts/manpages.py [OUTDIR]`` (default ``build/man``). The pages are
+Usage: ``python scripts/manpages.py [OUTDIR]`` (default ``build/man``); setup.py runs it
+at every build and installs the pages under ``share/man/man1``. The pages are
 built from ``pipepool.cli.build_parser()`` at run time (descriptions, usage, every
 option with its help, the epilog), plus the GNU parallel options ``pipepool run``
 refuses (``pipepool.run._compat.REJECTED``, each with what to use instead), so a new
@@ -158,6 +159,34 @@ def _accepted_silently(parser: argparse.ArgumentParser) -> str:
     )
 
 
+RUN_GUIDE = Path(__file__).resolve().parent.parent / "docs" / "run.md"
+DIFFERENT = "### Supported, but different"  # the guide's table the run page carries
+
+
+def differences(guide: Path = RUN_GUIDE) -> list[tuple[str, str, str]]:
+    """The rows (option, GNU parallel, pipepool run) of the run guide's table of options
+    supported but different: one source for the guide and the page."""
+    text = guide.read_text(encoding="utf-8")
+    section = text.split(DIFFERENT, 1)[1].split("\n#", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and line.startswith("|") and set(cells[0]) - set("- "):
+            rows.append((cells[0], cells[1], cells[2]))
+    return rows[1:]  # the header row left out
+
+
+def _differences() -> str:
+    lines = ["Options pipepool run supports, but where it differs from GNU parallel:"]
+    for option, gnu, ours in differences():
+        lines += [
+            ".TP",
+            "\\fB" + _roff(option.replace("`", "")) + "\\fR",
+            _roff(f"GNU parallel: {gnu.replace('`', '')}; pipepool run: {ours.replace('`', '')}"),
+        ]
+    return "\n".join(lines)
+
+
 def build(outdir: Path) -> list[Path]:
     """Write both pages into ``outdir``; returns their paths."""
     import pipepool
@@ -194,6 +223,7 @@ def build(outdir: Path) -> list[Path]:
             run,
             "run a batch of commands in parallel, the way GNU parallel does",
             extra=[
+                ("DIFFERENCES FROM GNU PARALLEL", _differences()),
                 ("REFUSED GNU PARALLEL OPTIONS", _refused()),
                 ("IGNORED OPTIONS", _accepted_silently(run)),
                 ("SEE ALSO", see_also),
@@ -212,8 +242,19 @@ def build(outdir: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    for path in build(Path(args[0] if args else "build/man")):
+    parser = argparse.ArgumentParser(
+        description="Write the man pages pipepool.1 and pipepool-run.1 from the command's "
+        "own parsers (setup.py installs them under share/man/man1)."
+    )
+    parser.add_argument(
+        "outdir",
+        nargs="?",
+        type=Path,
+        default=Path("build/man"),
+        help="the directory to write them into (default: build/man)",
+    )
+    args = parser.parse_args(argv)
+    for path in build(args.outdir):
         print(path)
     return 0
 

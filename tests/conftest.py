@@ -10,6 +10,7 @@ import signal
 import pytest
 
 import leakcheck
+import optional
 from helpers import START_METHODS, Executors, SharedCluster, implementations, is_tblib
 from pipepool import loop as _impl
 
@@ -92,7 +93,7 @@ def pool_on_one_loop(one_impl):
 
 @pytest.fixture(scope="session")
 def _shared_cluster(tmp_path_factory: pytest.TempPathFactory):
-    pytest.importorskip("distributed")
+    optional.require("distributed")
     cluster = SharedCluster(tmp_path_factory.mktemp("dask"))
     with leakcheck.keep("the shared Dask cluster", cluster.held):
         try:
@@ -180,8 +181,9 @@ SMOKE_ROOMS = frozenset({"core"})  # every file in these folders
 def pytest_collection_modifyitems(items) -> None:
     """tests/airflow_face/ runs last: importing Airflow makes each later fork of this
     process copy a much bigger address space, and the core suite forks workers by the
-    thousand (tests/contract/test_stress.py recycles one per task). Marks the smoke subset:
-    the files in SMOKE_FILES beside the tests marked in place."""
+    thousand (tests/contract/test_stress.py recycles one per task). Marks the smoke subset
+    (the files in SMOKE_FILES beside the tests marked in place) and the tests that behave
+    differently without the integrations (optional.marked)."""
     for item in items:
         in_smoke = item.path.name in SMOKE_FILES or item.path.parent.name in SMOKE_ROOMS
         params = item.callspec.params if hasattr(item, "callspec") else {}
@@ -189,6 +191,10 @@ def pytest_collection_modifyitems(items) -> None:
         # fork, these Pythons' default on Linux (the whole suite runs every one).
         if in_smoke and "stdlib" not in item.name and params.get("start_method", "fork") == "fork":
             item.add_marker(pytest.mark.smoke)
+        # What behaves differently without the integrations the test extra lacks (Airflow)
+        # and the programs .ci/run installs: .ci/run runs these in a venv with only .[test].
+        if optional.marked(item.nodeid):
+            item.add_marker(pytest.mark.without_integrations)
     # One order in every process: pytest-xdist's workers must collect the same list, and
     # a parametrization built from a set (joblib's own suite has some) comes out in hash
     # order, which PYTHONHASHSEED changes per process. So each function's cases are sorted

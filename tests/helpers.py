@@ -82,6 +82,24 @@ def wait_for(
     return bool(predicate())
 
 
+ORPHAN_GRACE = 2.0  # s what a SIGKILLed parent left has to go, once it could have noticed
+# What a half-started worker runs before it can notice its parent's death (its start-up
+# watch starts at pipepool's first import: pipepool._startup_watch).
+_NOTICING = "from multiprocessing.spawn import spawn_main; import pipepool"
+
+
+def orphan_deadline(grace: float = ORPHAN_GRACE) -> float:
+    """The monotonic time by which what a parent SIGKILLed just now left must be gone:
+    ``grace`` after a fresh interpreter, started now, has done what a half-started worker
+    must do to notice (start, import multiprocessing's spawn and pipepool). Quiet, that
+    is ~0.1 s; on a loaded machine the scheduler may leave a new process unrun for
+    seconds (a spawn child forked 50 ms before the kill had 10 ms of CPU 2 s later, still
+    in the interpreter's start, at load 15 on 2 CPUs), and no process can exit on its own
+    before it runs."""
+    subprocess.run([sys.executable, "-c", _NOTICING], check=True, timeout=120)
+    return time.monotonic() + grace
+
+
 def warm_up(pool, workers: int = 2) -> None:
     """Start ``workers`` workers of a concurrent.futures pool now, so start-up time does
     not count in timed checks."""

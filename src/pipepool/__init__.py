@@ -7,9 +7,15 @@ Public API: ``LocalExecutor`` (scheduler style: queue, sync, event buffer),
 the compiled hot loop is in use, "python" for its pure-Python twin).
 """
 
-from typing import TYPE_CHECKING
+# First of all: a worker or fork server that multiprocessing is starting watches for its
+# parent's death from here on, while it imports the rest (_startup_watch).
+from . import _startup_watch
 
-from .errors import (
+_startup_watch.start()
+
+from typing import TYPE_CHECKING  # noqa: E402
+
+from .errors import (  # noqa: E402
     DuplicateKeyError,
     FrameError,
     PipepoolError,
@@ -19,7 +25,7 @@ from .errors import (
     TaskTimeoutError,
     TaskUnpicklingError,
 )
-from .loop import IMPLEMENTATION
+from .loop import IMPLEMENTATION  # noqa: E402
 
 if TYPE_CHECKING:  # what __getattr__ loads at run time, as the type checker sees it
     from ._broken_pool import DeathCause, InitializerError, WorkerLostError

@@ -13,7 +13,7 @@ import os
 import shutil
 import tempfile
 
-import pytest
+import optional
 
 if "PIPEPOOL_AIRFLOW_TEST_HOME" not in os.environ:
     _home = tempfile.mkdtemp(prefix="pipepool-airflow-home-")
@@ -27,20 +27,8 @@ HOME = os.environ["AIRFLOW_HOME"]
 
 
 def require_airflow() -> None:
-    """Skip the calling module without Airflow, unless CI=true: then fail. Looks at the
-    installed distributions only: Airflow itself is imported by the tests that need it,
-    which run last (conftest.py), so the rest of the suite never forks with it loaded."""
-    from importlib import metadata
-
-    try:
-        metadata.distribution("apache-airflow-core")
-    except metadata.PackageNotFoundError as exc:
-        if os.environ.get("CI") == "true":
-            raise ImportError(
-                "CI=true but apache-airflow is not importable: .ci/install-airflow.sh "
-                "installs it (pip install 'pipepool[airflow]'); Airflow tests must run in CI"
-            ) from exc
-        pytest.skip(
-            "apache-airflow is not installed (pip install 'pipepool[airflow]')",
-            allow_module_level=True,
-        )
+    """Skip the calling module without Airflow, unless CI=true: then fail (optional.py's
+    rule). Looks for it without importing it: Airflow itself is imported by the tests that
+    need it, which run last (conftest.py), so the rest of the suite never forks with it
+    loaded."""
+    optional.require("airflow", load=False)

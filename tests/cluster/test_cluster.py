@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import cluster_tasks
+import optional
 import proc_table
 import tasks
 from helpers import ENV, Recorder, connect, joblog_rows, marker, run_cli, survivors, wait_for
@@ -66,7 +67,7 @@ def test_without_distributed_both_entry_points_say_how_to_install_it():
 
 
 def test_own_local_cluster_listens_on_loopback_only_and_goes_away():
-    pytest.importorskip("distributed")
+    optional.require("distributed")
     from pipepool import ClusterExecutor
 
     ex = ClusterExecutor(n_workers=1)
@@ -164,7 +165,7 @@ def hundred_jobs() -> tuple[list[str], int]:
 
 
 def test_run_on_a_local_cluster_matches_the_local_run(tmp_path: Path):
-    pytest.importorskip("distributed")
+    optional.require("distributed")
     lines, failures = hundred_jobs()
     jobs = "\n".join(lines) + "\n"
     runs = {}

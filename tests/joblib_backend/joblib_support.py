@@ -6,12 +6,11 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
-import os
 import sys
 import types
 from pathlib import Path
 
-import pytest
+import optional
 
 SUITE = "joblib.test.test_parallel"
 REGISTER_LINE = "import pipepool.joblib  # registers the 'pipepool' backend\n"
@@ -19,13 +18,11 @@ REGISTER_LINE = "import pipepool.joblib  # registers the 'pipepool' backend\n"
 
 def require(name: str) -> types.ModuleType:
     """Import an optional test dependency: skip without it, but in CI (``CI=true``) a
-    missing one is an error, so the joblib tests can never be skipped there."""
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        if os.environ.get("CI", "").lower() == "true":
-            raise
-        pytest.skip(f"{name} is not installed (pip install '.[test]')", allow_module_level=True)
+    missing one is an error, so the joblib tests can never be skipped there (optional.py's
+    rule)."""
+    module = optional.require(name)
+    assert module is not None
+    return module
 
 
 class _AddPipepool(ast.NodeTransformer):

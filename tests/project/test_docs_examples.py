@@ -44,6 +44,8 @@ NOT_RUN = {
     "pip install 'pipepool[airflow]'": "an install (Apache Airflow, a heavy one)",
     "pip install 'pipepool[dask]'": "an install (the test extra has distributed already)",
     "python -m pytest": "the whole test suite, this test included",
+    "man pipepool-run": "the page a wheel's install puts where man finds it; an editable "
+    "install has none (test_manpages.py::test_man_finds_the_installed_pages checks it)",
     "python -m benchmarks": "the full benchmark suite: about 8 minutes on 2 cores; it "
     "rewrites the committed benchmarks/results/ (tests/project/test_benchmarks.py runs it small)",
     "python -m benchmarks --quick": "a minute of benchmarks; it writes into the checkout",

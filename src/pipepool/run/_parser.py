@@ -19,7 +19,7 @@ input:
   ls *.csv | pipepool run wc -l {}      a command, and arguments from stdin
 replacement strings: {} {.} {/} {//} {/.} {#} {%} {N} (quoted for the shell)
 GNU parallel options pipepool cannot honour are refused with what to use instead;
-the full list of what matches GNU parallel and what differs: docs/run.md
+the full list of what matches GNU parallel and what differs: man pipepool-run
 
 exit status: 0 if every job succeeded, else the number of failed jobs (at most 101);
 130 after Ctrl-C, 143 after SIGTERM, 255 if the run could not start.

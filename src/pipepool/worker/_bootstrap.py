@@ -22,7 +22,8 @@ import multiprocessing
 import os
 import sys
 
-WORKER_NAME = "pipepool-worker"  # the prefix of every worker's process name
+from .._startup_watch import WORKER_NAME as WORKER_NAME  # every worker's name starts so
+
 EXIT_UNGUARDED_MAIN = 73  # a worker started a pool while it imported the main module
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
-from .. import _spin
+from .. import _spin, _startup_watch
 from .. import loop as _impl
 from .._outcome import encode_failure, unsendable_result
 from ..errors import FrameError, TaskUnpicklingError
@@ -25,7 +25,7 @@ from . import _tree
 from ._marks import StartMark
 from ._region import Region
 
-EXIT_PARENT_DIED = 70  # the lifeline closed: the parent is gone
+EXIT_PARENT_DIED = _startup_watch.EXIT_PARENT_DIED  # the lifeline closed: the parent is gone
 EXIT_INIT_FAILED = 71  # the initializer raised; the parent got an INIT_FAILED frame
 EXIT_BAD_FRAME = 72  # the activity pipe carried a frame that cannot be trusted
 SMALL_WRITE = 16384  # bytes up to which a frame's parts are joined before one write;
@@ -154,6 +154,9 @@ def _watch(lifeline_fd: int, control_fd: int, gate: _Gate) -> None:
     poller = select.poll()
     poller.register(lifeline_fd, select.POLLIN)
     poller.register(control_fd, select.POLLIN)
+    # The lifeline is watched from here on: a spawn worker's start-up watch, which
+    # covered its imports, ends (``_startup_watch``).
+    _startup_watch.stop()
     control = bytearray()
     try:
         while True:
