@@ -6,7 +6,8 @@ The steps are classes built on ``LocalState``, each in the file that says what i
 and each derived from the steps whose methods it calls::
 
     SchedulerAPI ─ LocalState ─┬─ WorkerLifecycle ─ Collector ─ Reaper ─┬─ LocalExecutor
-      (pipepool._api)          └─ Dispatcher ───────────────────────────┘
+      (pipepool._api)          ├─ Dispatcher ───────────────────────────┤
+                               └─ OutsideLoop ──────────────────────────┘
 
 so the hierarchy the type checker reads is the one that runs. They move tasks between
 ``_queue``, the workers' ``in_flight`` and ``_events``: one owner of that bookkeeping,
@@ -136,6 +137,7 @@ class LocalState(SchedulerAPI):
         self.max_tasks_per_child = max_tasks_per_child  # a worker exits after this many
         self.initializer = initializer  # run in each worker before its first task
         self.initargs = tuple(initargs)
+        self._keep_warm = False  # parallelism workers even with no work (``keep_warm``)
         # A multiprocessing context; Any because typeshed's BaseContext lacks Process.
         self._context: Any = multiprocessing.get_context(start_method)
         self.start_method: str = self._context.get_start_method()
