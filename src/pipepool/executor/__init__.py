@@ -186,6 +186,8 @@ class LocalExecutor(Reaper, Dispatcher, OutsideLoop):
         (a face that feeds, runs the round and delivers under one deferral)."""
         self._collect()
         self._reap()
+        if self._retiring:  # recycle(): stop the retiring workers that hold nothing now
+            self._stop_drained()
         self._expire()
         self._start_workers()
         self._revoke_trapped()

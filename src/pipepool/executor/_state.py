@@ -65,6 +65,7 @@ class _Worker:
         "pid",
         "proc",
         "region",
+        "retiring",
         "revoking",
         "sent",
         "seq",
@@ -98,6 +99,7 @@ class _Worker:
         self.sent = 0  # tasks sent and not taken back, for max_tasks_per_child
         self.seq = 0  # tasks ever sent: the numbering REVOKE and REVOKED use
         self.revoking = 0  # while a REVOKE is out: the last sequence number it covers
+        self.retiring = False  # recycle(): sent nothing more, stopped once it holds nothing
         self.asked: set[int] = set()  # sequence numbers of the tasks a CANCEL names that
         # the worker has not answered: a start mark past one does not say it started
         self.current: Task | None = None  # the task its start mark names, until its outcome
@@ -160,6 +162,7 @@ class LocalState(SchedulerAPI):
         # -- the round's own ------------------------------------------------------------
         self._depth = DepthPolicy(prefetch)  # how deep to dispatch; which tasks are trapped
         self._starting: list[tuple[Task, int | None]] = []  # seen started, no RUNNING yet
+        self._retiring: set[int] = set()  # wids recycle() retires, until each is stopped
         # Before a wait for a short task's outcome, poll a little (``_spin``), or None:
         self._spin = _spin.Spin() if _spin.ENABLED else None
         # -- the initializer's back-off ----------------------------------------------------

@@ -142,5 +142,8 @@ def main(start: WorkerStart) -> None:
             sys.stderr.flush()
             os._exit(EXIT_INIT_FAILED)
     if start.announce:
-        gate.write([encode_header(Kind.UP, 0, 0)])
+        # The pool may have stopped us meanwhile (closed our pipes): then the read below
+        # finds the end of the task pipe, and we exit as stopped.
+        with contextlib.suppress(BrokenPipeError):
+            gate.write([encode_header(Kind.UP, 0, 0)])
     serve(start.activity.fd, start.result.fd, start.max_tasks, start.impl, gate)
