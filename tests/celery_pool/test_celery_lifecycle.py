@@ -7,7 +7,9 @@ import signal
 import time
 
 import pytest
-from celery_support import Worker, alive, wait_for
+from celery_support import Worker, alive, require, wait_for
+
+require()  # skip without Celery locally; with CI=true, fail
 
 pytestmark = pytest.mark.timeout(240)
 
