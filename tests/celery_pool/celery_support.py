@@ -173,12 +173,13 @@ def close_clients() -> None:
     from redis.connection import ConnectionPool
 
     for obj in gc.get_objects():
-        if isinstance(obj, Connection | PubSub):
-            with contextlib.suppress(Exception):
+        try:  # (a weak proxy whose object is gone raises even on isinstance)
+            if isinstance(obj, Connection | PubSub):
                 obj.close()
-        elif isinstance(obj, ConnectionPool):
-            with contextlib.suppress(Exception):
+            elif isinstance(obj, ConnectionPool):
                 obj.disconnect()
+        except Exception:
+            continue
 
 
 def filesystem_transport(directory: Path) -> dict[str, Any]:

@@ -204,3 +204,19 @@ def test_warm_shutdown_delivers_every_running_task(w):
     assert wait_for(lambda: not any(alive(p) for p in pool), 30)
     shutdowns = w.count("shutdown")  # each child exited on its own (worker_process_shutdown)
     assert all(shutdowns[str(pid)] == 1 for pid in pool), (pool, shutdowns)
+
+
+@pytest.mark.parametrize("named", [False, True])
+def test_djangos_fixup_treats_the_pool_as_prefork(named):
+    # Celery's Django fix-up closes Django's connection pools in the children only for a
+    # pool whose module's name says "prefork" (its own method, asked as the worker does:
+    # with the class, or the name the setting gives).
+    from types import SimpleNamespace
+
+    from celery.fixups.django import DjangoWorkerFixup
+
+    from pipepool.celery.prefork import TaskPool
+
+    fixup = DjangoWorkerFixup.__new__(DjangoWorkerFixup)  # no Django here: no __init__
+    fixup.worker = SimpleNamespace(pool_cls=POOL if named else TaskPool)
+    assert fixup._is_prefork()

@@ -16,7 +16,6 @@ import contextlib
 import heapq
 import itertools
 import logging
-import math
 import os
 import signal
 import time
@@ -166,8 +165,11 @@ class PoolCore:
     def next_deadline(self) -> float:
         """When ``step`` must run even if no fd is ready: the executor's, or a soft limit."""
         deadline = self.executor.next_deadline()
-        if self._soft:
-            deadline = min(deadline, self._soft[0][0])
+        soft = self._soft
+        while soft and soft[0][2].done:  # a job that ended: its soft limit is moot
+            heapq.heappop(soft)
+        if soft:
+            deadline = min(deadline, soft[0][0])
         return deadline
 
     def _deliver(self) -> None:
@@ -262,5 +264,3 @@ def signal_number(signum: int | str | None) -> int:
         return int(getattr(signal, name if name.startswith("SIG") else f"SIG{name}"))
     return int(signum)
 
-
-INFINITY = math.inf

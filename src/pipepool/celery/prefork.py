@@ -166,12 +166,11 @@ class TaskPool(BasePool):
             driver.ask_step()
 
     def maintain_pool(self, *args: Any, **kwargs: Any) -> None:
-        """A step now: children the pool wants are started (the autoscaler calls this)."""
-        core, driver = self._core, self._driver
-        if core is not None and driver is not None and not core.closing:
-            driver.call(core.step)
-            if isinstance(driver, HubDriver):
-                driver.update()
+        """A step soon: children the pool wants are started (the autoscaler calls this
+        after it scaled). On the hub, the step runs from its reader, as every step does."""
+        driver = self._driver
+        if driver is not None:
+            driver.ask_step()
 
     def grow(self, n: int = 1) -> None:
         """``n`` more children (autoscale, ``pool_grow``); the semaphore grows with it."""
@@ -183,11 +182,9 @@ class TaskPool(BasePool):
             core.executor.grow(n)
             if core.semaphore is not None:
                 core.semaphore.grow(n)
-            core.step()
 
         driver.call(grow)
-        if isinstance(driver, HubDriver):
-            driver.update()
+        driver.ask_step()  # the next step starts them
 
     def shrink(self, n: int = 1) -> None:
         """Stop up to ``n`` idle children (autoscale, ``pool_shrink``); ValueError when
