@@ -263,4 +263,3 @@ def signal_number(signum: int | str | None) -> int:
         name = signum.upper()
         return int(getattr(signal, name if name.startswith("SIG") else f"SIG{name}"))
     return int(signum)
-
