@@ -24,9 +24,10 @@ any other failure                        ``error_callback(einfo)``
 =======================================  ===============================================
 
 A job Celery discarded before it started (``flush``: the connection went, or the worker
-stops) and a job failed by the pool's own end (cold shutdown, a broken initializer) get
-no callback: their messages are not acknowledged, so the broker delivers them again. A
-discarded job that had started runs on and is reported as usual. Whatever its end, a job
+stops), a job failed by the pool's own end (cold shutdown, a broken initializer) and a
+job a cold shutdown cancelled get no callback: their messages are not acknowledged, so
+the broker delivers them again. A discarded job that had started runs on and is
+reported as usual. Whatever its end, a job
 releases the worker's semaphore once (``uses_semaphore``: a release missed stops the
 worker consuming; Celery's own ``clear()`` after a lost connection makes any extra one
 harmless, the semaphore being bounded).
@@ -164,7 +165,7 @@ class Job:
         if isinstance(exc, InitializerError | TaskKilledError):
             return False  # the pool broke or was terminated: never run, or cut short
         if isinstance(exc, CancelledError):
-            if self.terminated is None:
+            if self.terminated is None or _cold_shutdown():
                 return False  # cancelled by the pool's end (cold shutdown, flush)
             self.accept(os.getpid())  # billiard's too: Celery's terminate is then a no-op
             self._call(self.error_callback, _einfo(_terminated(self.terminated)))
@@ -178,6 +179,8 @@ class Job:
             return True
         if isinstance(exc, WorkerLostError):
             if self.terminated is not None:
+                if _cold_shutdown():
+                    return False  # cancelled by a cold shutdown: delivered again
                 error: BaseException = _terminated(self.terminated)
             else:
                 error = _lost(self, exc)
@@ -185,6 +188,14 @@ class Job:
             return True
         self._call(self.error_callback, _einfo(exc))  # unpicklable arguments, and such
         return True
+
+
+def _cold_shutdown() -> bool:
+    """The Celery worker is in a cold shutdown: the jobs it cancels get no callback (an
+    acknowledgement would keep the broker from delivering them again)."""
+    from celery.worker import state
+
+    return bool(state.should_terminate)
 
 
 def _terminated(signum: int) -> BaseException:

@@ -188,6 +188,11 @@ class PoolCore:
                     if not job.done:
                         job.accept(event.pid)
                         self._arm_soft_limit(job)
+                        if job.terminated is not None and event.pid is not None:
+                            # Terminated before it was accepted, and it started anyway:
+                            # it ends now, as asked (Celery's cancel at a cold shutdown
+                            # does not ask again once accepted).
+                            self.terminate_job(event.pid, job.terminated)
                     continue
                 self.jobs.pop(job, None)
                 job.finish(event)

@@ -53,6 +53,11 @@ class TaskPool(BasePool):
     uses_semaphore = True  # the worker's semaphore: released once per job that ends
     task_join_will_block = True
     is_green = False
+    # Not stopped from inside a signal handler: stopping delivers outcomes, and their
+    # callbacks talk to the broker and the result store, whose connections the handler
+    # may have interrupted mid-command (their locks held). Celery then stops the worker
+    # once the handler has returned.
+    signal_safe = False
 
     app: Any  # set by BasePool.__init__ (the worker's app)
     _core: PoolCore | None = None
@@ -226,6 +231,10 @@ class TaskPool(BasePool):
         if core is None or driver is None:
             return
         core.closing = True
+        if _cold_shutdown():
+            # Celery's cold shutdown asks for a stop from its signal handler, before it
+            # terminates the pool: on_terminate does it all then, outside the handler.
+            return
         if isinstance(driver, ThreadDriver):
             driver.stop("warm")
         else:
@@ -292,6 +301,12 @@ class TaskPool(BasePool):
         """The children the pool runs (its concurrency, as grow and shrink change it)."""
         core = self._core
         return core.executor.parallelism if core is not None else self.limit
+
+
+def _cold_shutdown() -> bool:
+    from celery.worker import state
+
+    return bool(state.should_terminate)
 
 
 def _fire_hub(hub: Any) -> bool:
