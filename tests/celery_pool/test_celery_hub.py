@@ -155,3 +155,19 @@ def test_a_replaced_child_is_watched_by_the_hub(loop):
     loop.run_until(lambda: all(loop.ended(f"after{i}") for i in range(4)))
     assert {loop.outcome(f"after{i}")[2] for i in range(4)} <= set(loop.pool.info["processes"])
     loop.assert_acks_come_before_the_next_poll()
+
+
+def test_a_job_terminated_before_it_starts_never_runs(loop, tmp_path):
+    # Celery's revoke of a task it handed to the pool and that no child accepted yet:
+    # ``terminate(signum)`` on what apply_async returned. Both children are busy, so the
+    # third job waits in the pool: taken back, it is accepted by this process (as
+    # billiard's parent does: nothing to kill) and ends with Terminated, unrun.
+    busy = [loop.apply(f"busy{i}", slow_add, i, i, 1.0) for i in range(2)]
+    loop.run_until(lambda: sum(e[0] == "accept" for e in loop.events) == 2)
+    waiting = loop.apply("waiting", own_pid)
+    waiting.terminate(signal.SIGTERM)
+    loop.run_until(lambda: loop.ended("waiting") and all(loop.ended(f"busy{i}") for i in range(2)))
+    assert ("accept", "waiting", os.getpid()) in loop.events
+    assert loop.outcome("waiting")[2] == "Terminated"
+    assert busy[0].accepted() and waiting.ready()
+    loop.assert_acks_come_before_the_next_poll()
