@@ -64,7 +64,9 @@ class HubDriver:
         self._writers.clear()
         self._timer = None
         self._timer_at = math.inf
+        self._asked = False
         self.update()
+        self.ask_step()  # what was applied before (or while the connection was down)
 
     def unregister(self) -> None:
         hub, self.hub = self.hub, None
