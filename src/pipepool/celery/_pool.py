@@ -195,8 +195,10 @@ class PoolCore:
                             self.terminate_job(event.pid, job.terminated)
                     continue
                 self.jobs.pop(job, None)
-                job.finish(event)
-                self._release()
+                try:
+                    job.finish(event)
+                finally:
+                    self._release()  # once per job, a callback that raised too
         except BaseException:
             self._undelivered = dict(left)  # a callback raised: the rest, next step
             raise
