@@ -26,23 +26,24 @@ class Integration(NamedTuple):
     tests that behave differently without it."""
 
     install: str
-    tests: str  # their folder, file or test (file::name), under tests/
+    tests: tuple[str, ...]  # their folders, files or tests (file::name), under tests/
 
 
 AIRFLOW = "pip install 'pipepool[airflow]' (.ci/install-airflow.sh)"
 INTEGRATIONS = {
-    "airflow": Integration(AIRFLOW, "airflow_face"),
+    "airflow": Integration(AIRFLOW, ("airflow_face",)),
+    "celery": Integration("pip install 'pipepool[celery]'", ("celery_pool",)),
 }
 # Programs .ci/run installs (Debian packages) that a newcomer may lack: the tests that
 # compare with them skip without them (CI=true makes the hyperfine one fail), and .ci/run's
 # pass without integrations hides them from PATH.
 TOOLS = {
     "parallel": Integration(
-        "apt-get install parallel", "run/test_cli_halt.py::test_gnu_parallel_agrees"
+        "apt-get install parallel", ("run/test_cli_halt.py::test_gnu_parallel_agrees",)
     ),
     "hyperfine": Integration(
         "apt-get install hyperfine",
-        "measure/test_export.py::test_the_hyperfine_export_matches_real_hyperfine_s",
+        ("measure/test_export.py::test_the_hyperfine_export_matches_real_hyperfine_s",),
     ),
 }
 # Tests that look for every integration (and so behave differently without one), run in
@@ -54,8 +55,8 @@ def marked(nodeid: str) -> bool:
     """Whether test ``nodeid`` (``tests/...``) is one of those the pass without the
     integrations runs: under an integration's folder, a tool's test, or a checker."""
     for where in [
-        *(i.tests for i in INTEGRATIONS.values()),
-        *(t.tests for t in TOOLS.values()),
+        *(where for i in INTEGRATIONS.values() for where in i.tests),
+        *(where for t in TOOLS.values() for where in t.tests),
         *CHECKERS,
     ]:
         prefix = "tests/" + where

@@ -49,7 +49,7 @@ def test_an_integration_names_how_to_install_it(monkeypatch) -> None:
     monkeypatch.setitem(
         optional.INTEGRATIONS,
         "no_such_library_for_pipepool_tests",
-        optional.Integration("pip install 'pipepool[nothing]'", "airflow_face"),
+        optional.Integration("pip install 'pipepool[nothing]'", ("airflow_face",)),
     )
     assert "(pip install 'pipepool[nothing]')" in _error_in_ci("no_such_library_for_pipepool_tests")
 
@@ -58,10 +58,12 @@ def test_what_the_pass_without_integrations_runs_exists() -> None:
     """A folder or checker misspelt in optional.py would leave its tests out of that pass
     without a word."""
     for integration in optional.INTEGRATIONS.values():
-        assert (TESTS / integration.tests).is_dir(), integration
+        for folder in integration.tests:
+            assert (TESTS / folder).is_dir(), integration
     for tool in optional.TOOLS.values():
-        path, _, name = tool.tests.partition("::")
-        assert f"def {name}(" in (TESTS / path).read_text(), tool
+        for test in tool.tests:
+            path, _, name = test.partition("::")
+            assert f"def {name}(" in (TESTS / path).read_text(), tool
     for checker in optional.CHECKERS:
         assert (TESTS / checker).is_file(), checker
 
@@ -75,6 +77,7 @@ def test_marked_tests_are_those_listed() -> None:
     assert not optional.marked("tests/run/test_cli_halt.py::test_halt_rows[row-1]")
     assert not optional.marked("tests/airflow_face_like/test_x.py::test_y")
     assert not optional.marked("tests/core/test_frames.py::test_header")
+    assert optional.marked("tests/celery_pool/test_celery_worker.py::test_x")
 
 
 def test_the_checkers_are_marked_and_the_rest_is_not() -> None:
