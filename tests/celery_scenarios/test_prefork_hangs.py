@@ -1,0 +1,40 @@
+"""Issue 43's hang scenarios that Celery 5.7's prefork pool still shows, each run the same
+way on prefork and on pipepool's pool by the benchmark harness
+(benchmarks/celery_pool/scenarios.py, which says each mechanism): prefork's row observes
+the hang within a bounded window (a timeout that sees it, never a test that hangs), and
+pipepool's row passes the same scenario.
+
+Prefork's rows assert the bug is still there: when a Celery release fixes one, its row
+fails and the scenario leaves this file (docs/celery.md's table says which version).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.timeout(150)
+
+
+@pytest.mark.parametrize("pool", ["prefork", "pipepool"])
+def test_an_idle_child_killed_holding_the_queue_lock(run_scenario, pool):
+    """billiard#457, celery#2917: the blocking loop (filesystem transport); the idle
+    children SIGKILLed, then 4 tasks and a warm shutdown, each watched 6 s."""
+    outcome = run_scenario("lock_holder_killed", pool, window=6, timeout=120)
+    if pool == "prefork":
+        assert outcome["details"] == {"done": 0, "exit": -9}, outcome
+    else:
+        assert outcome["passed"], outcome
+
+
+@pytest.mark.parametrize("pool", ["prefork", "pipepool"])
+def test_a_child_initializer_slower_than_the_up_timeout(run_scenario, pool):
+    """celery#1715, #2431: max_tasks_per_child=1 and a worker_process_init of 1.5 s with
+    worker_proc_alive_timeout at 1 s: prefork runs the first children's two tasks, then
+    kills every replacement; pipepool's pool runs all four."""
+    window = 12 if pool == "prefork" else 60  # prefork: the hang is watched this long
+    outcome = run_scenario("slow_init_respawn", pool, window=window, timeout=120)
+    if pool == "prefork":
+        assert outcome["details"]["done"] < 4, outcome
+        assert outcome["details"]["up_timeouts"] >= 1, outcome
+    else:
+        assert outcome["passed"], outcome
