@@ -123,3 +123,11 @@ def grow(kib: int) -> int:
 
 
 _kept: list[bytearray] = []
+
+
+@app.task(name="cb.hog")
+def hog(mib: int) -> int:
+    """Touch ``mib`` MiB at once: in a memory cgroup smaller than that, the OOM killer's
+    SIGKILL ends the child (celery#1406)."""
+    chunks = [b"\1" * (1 << 20) for _ in range(mib)]
+    return len(chunks)

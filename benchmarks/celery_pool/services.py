@@ -143,6 +143,7 @@ class Worker:
     env: dict[str, str] = field(default_factory=dict)
     queue: str = field(default_factory=lambda: f"cb{os.getpid()}-{next(_queues)}")
     python: str = sys.executable  # another interpreter: another Celery (celery#10346 on 5.6)
+    cgroup: MemoryCgroup | None = None  # started inside it (celery#1406's OOM kill)
     proc: subprocess.Popen[bytes] | None = None
     log: str = ""
 
@@ -167,11 +168,12 @@ class Worker:
         )
         if self.pool == "pipepool":
             env["CELERY_CUSTOM_WORKER_POOL"] = PIPEPOOL_POOL
-        self.proc = subprocess.Popen(
-            self.command(), cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=open(self.log + ".err", "wb"),  # noqa: SIM115
-            start_new_session=True,
-        )  # fmt: skip
+        command = self.command() if self.cgroup is None else self.cgroup.wrap(self.command())
+        with open(self.log + ".err", "wb") as stderr:  # Celery's warnings before logging
+            self.proc = subprocess.Popen(
+                command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True,
+            )  # fmt: skip
         if warm:
             try:
                 self.warm()
@@ -231,6 +233,64 @@ class Worker:
 
     def __exit__(self, *_: Any) -> None:
         self.cleanup()
+
+
+class MemoryCgroup:
+    """A memory cgroup of the harness's own, below the one it runs in, limited to ``mib``
+    MiB with no swap: a process started in it (``wrap``) that touches more is ended by
+    the kernel's OOM killer, as in a container with a memory limit. Needs root and a
+    writable cgroup tree (v1's memory controller, or v2 with memory enabled)."""
+
+    def __init__(self, mib: int) -> None:
+        self.path = ""
+        self.mib = mib
+
+    @staticmethod
+    def _own() -> tuple[str, str, str] | None:
+        """(folder, limit file, swap limit file) below this process's memory cgroup."""
+        with open("/proc/self/cgroup") as f:
+            lines = [line.rstrip("\n").split(":", 2) for line in f]
+        for _, controllers, path in lines:
+            if "memory" in controllers.split(","):
+                base = os.path.join("/sys/fs/cgroup/memory", path.lstrip("/"))
+                return base, "memory.limit_in_bytes", "memory.memsw.limit_in_bytes"
+        for hierarchy, controllers, path in lines:
+            if hierarchy == "0" and not controllers:
+                base = os.path.join("/sys/fs/cgroup", path.lstrip("/"))
+                return base, "memory.max", "memory.swap.max"
+        return None
+
+    def make(self) -> MemoryCgroup:
+        own = self._own()
+        if own is None:
+            raise OSError("no memory cgroup to make one below")
+        base, limit, swap = own
+        self.path = os.path.join(base, f"celerybench-{os.getpid()}-{next(_queues)}")
+        os.mkdir(self.path)
+        try:
+            with open(os.path.join(self.path, limit), "w") as f:
+                f.write(str(self.mib << 20))
+            with contextlib.suppress(OSError), open(os.path.join(self.path, swap), "w") as f:
+                f.write(str(self.mib << 20) if swap.startswith("memory.memsw") else "0")
+        except OSError:
+            self.remove()
+            raise
+        return self
+
+    def wrap(self, command: list[str]) -> list[str]:
+        """``command`` run by a shell that first moves itself into this cgroup."""
+        procs = os.path.join(self.path, "cgroup.procs")
+        return ["sh", "-c", f'echo $$ > {procs} && exec "$@"', "sh", *command]
+
+    def remove(self) -> None:
+        for _ in range(50):  # the last processes' exit is accounted a moment later
+            try:
+                os.rmdir(self.path)
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.1)
 
 
 def connect(redis_url: str) -> Any:

@@ -53,6 +53,21 @@ def _requirements() -> None:
         _missing("redis-server", "apt-get install -y redis-server")
 
 
+@pytest.fixture(scope="module")
+def memory_cgroups() -> None:
+    """Skip unless a memory cgroup can be made below this process's (root, a writable
+    cgroup tree): the OOM scenario runs its worker in one."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from benchmarks.celery_pool.services import MemoryCgroup
+    finally:
+        sys.path.remove(str(ROOT))
+    try:
+        MemoryCgroup(64).make().remove()
+    except OSError as exc:
+        pytest.skip(f"cannot make a memory cgroup here: {exc}")
+
+
 def _marked(mark: str) -> list[int]:
     found = []
     needle = f"{MARK}={mark}".encode()

@@ -38,3 +38,18 @@ def test_a_child_initializer_slower_than_the_up_timeout(run_scenario, pool):
         assert outcome["details"]["up_timeouts"] >= 1, outcome
     else:
         assert outcome["passed"], outcome
+
+
+@pytest.mark.parametrize("pool", ["prefork", "pipepool"])
+def test_a_child_the_oom_killer_ended(run_scenario, pool, memory_cgroups):
+    """celery#1406: the worker in a 512 MiB memory cgroup, a task touching 1 GiB: prefork
+    says only 'signal 9 (SIGKILL)'; pipepool's error says the OOM killer ended the child.
+    Both go on to run the next task."""
+    outcome = run_scenario("oom_named", pool, window=60, timeout=120)
+    error = outcome["details"]["error"]
+    assert "signal 9" in error or "SIGKILL" in error, outcome
+    if pool == "prefork":
+        assert not outcome["details"]["named"], outcome
+        assert "a task after it ran" in outcome["observed"], outcome
+    else:
+        assert outcome["passed"], outcome
