@@ -35,6 +35,7 @@ if os.environ.get(FS_ENV):
     app.conf.broker_transport_options = {
         "data_folder_in": _folder,
         "data_folder_out": _folder,
+        "control_folder": os.path.join(_folder, "control"),  # not the worker's cwd
         "polling_interval": 0.05,
     }
 if os.environ.get(CONF_ENV):

@@ -157,17 +157,23 @@ def software(python: str = sys.executable) -> str:
 
 
 def scenario_plan(
-    server: RedisServer, python: str, window: float | None, quick: bool
+    server: RedisServer,
+    python: str,
+    window: float | None,
+    stop_window: float | None,
+    quick: bool,
 ) -> dict[str, Callable[[str], scenarios.Outcome]]:
     """Each scenario at the harness's sizes, or the tests' (``quick``: a 1.5 s child
     initializer against a 1 s worker_proc_alive_timeout, where the harness has 6 s against
-    Celery's default 4 s); ``window``: the seconds a hang is watched."""
+    Celery's default 4 s); ``window``: the seconds a hang is watched, ``stop_window``: a
+    warm shutdown."""
     url = server.url
     w = {} if window is None else {"window": window}
+    stop = {} if stop_window is None else {"stop_window": stop_window}
     init_s, alive_s = (1.5, 1.0) if quick else (6.0, 0.0)
     return {
         "lock_holder_killed": lambda p: scenarios.lock_holder_killed(
-            p, url, python=python, **w),
+            p, url, python=python, **w, **stop),
         "slow_init_respawn": lambda p: scenarios.slow_init_respawn(
             p, url, init_s, alive_s, window=window or 45.0, python=python),
         "reconnect_free_worker": lambda p: scenarios.reconnect_free_worker(
@@ -182,9 +188,10 @@ def scenario_plan(
 
 def run_scenarios(
     names: list[str], pools: list[str], server: RedisServer, python: str,
-    window: float | None, quick: bool, log: Callable[[str], None],
+    window: float | None, stop_window: float | None, quick: bool,
+    log: Callable[[str], None],
 ) -> list[scenarios.Outcome]:  # fmt: skip
-    plan = scenario_plan(server, python, window, quick)
+    plan = scenario_plan(server, python, window, stop_window, quick)
     out = []
     for name in names or list(plan):
         log(f"scenario {name}: {scenarios.EXPLAINED[name]}")
@@ -214,6 +221,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help="run the hang scenarios (these, or all) instead of the rows",
     )
     parser.add_argument("--window", type=float, help="scenarios: seconds a hang is watched")
+    parser.add_argument(
+        "--stop-window", type=float, help="scenarios: seconds a warm shutdown may take"
+    )
     parser.add_argument("--json", action="store_true", help="scenarios: print JSON outcomes")
     parser.add_argument(
         "--python", default=sys.executable,
@@ -251,7 +261,14 @@ def main(argv: list[str] | None = None, prog: str = "python -m benchmarks.celery
         connect(server.url)
         if args.scenarios is not None:
             outcomes = run_scenarios(
-                args.scenarios, pools, server, args.python, args.window, args.smoke, log
+                args.scenarios,
+                pools,
+                server,
+                args.python,
+                args.window,
+                args.stop_window,
+                args.smoke,
+                log,
             )
             if args.json:
                 print(json.dumps([dataclasses.asdict(o) for o in outcomes]))

@@ -81,18 +81,18 @@ def _marked(mark: str) -> list[int]:
 
 @pytest.fixture
 def run_scenario():
-    """``run_scenario(name, pool, window, timeout)``: the outcome dict of one scenario
-    on one pool, run by the harness in a subprocess bounded by ``timeout`` s."""
+    """``run_scenario(name, pool, window, timeout, *options)``: the outcome dict of one
+    scenario on one pool, run by the harness in a subprocess bounded by ``timeout`` s."""
     mark = uuid.uuid4().hex
 
-    def run(name: str, pool: str, window: float, timeout: float) -> dict[str, Any]:
+    def run(name: str, pool: str, window: float, timeout: float, *more: str) -> dict[str, Any]:
         require_pool(pool)
         env = dict(os.environ, **{MARK: mark})
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(ROOT), str(ROOT / "src"), env.get("PYTHONPATH", "")) if p
         )
-        command = [sys.executable, "-m", "benchmarks.celery_pool", "--scenarios", name,
-                   "--pools", pool, "--window", str(window), "--json", "--smoke"]  # fmt: skip
+        harness = [sys.executable, "-m", "benchmarks.celery_pool", "--smoke", "--json"]
+        command = [*harness, "--scenarios", name, "--pools", pool, "--window", str(window), *more]
         done = subprocess.run(
             command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
             capture_output=True, text=True, timeout=timeout,

@@ -18,10 +18,14 @@ pytestmark = pytest.mark.timeout(150)
 @pytest.mark.parametrize("pool", ["prefork", "pipepool"])
 def test_an_idle_child_killed_holding_the_queue_lock(run_scenario, pool):
     """billiard#457, celery#2917: the blocking loop (filesystem transport); the idle
-    children SIGKILLed, then 4 tasks and a warm shutdown, each watched 6 s."""
-    outcome = run_scenario("lock_holder_killed", pool, window=6, timeout=120)
+    children SIGKILLed, then 4 tasks watched 6 s: prefork runs none. pipepool's pool
+    runs them and then shuts down warm within 30 s. (Prefork's warm shutdown hangs too,
+    but a healthy one of its blocking pool takes ~5 s under load: the harness watches it
+    30 s; here it is cut at 3 s and not judged.)"""
+    stop = "3" if pool == "prefork" else "30"
+    outcome = run_scenario("lock_holder_killed", pool, 6, 120, "--stop-window", stop)
     if pool == "prefork":
-        assert outcome["details"] == {"done": 0, "exit": -9}, outcome
+        assert outcome["details"]["done"] == 0, outcome
     else:
         assert outcome["passed"], outcome
 
@@ -32,7 +36,7 @@ def test_a_child_initializer_slower_than_the_up_timeout(run_scenario, pool):
     worker_proc_alive_timeout at 1 s: prefork runs the first children's two tasks, then
     kills every replacement; pipepool's pool runs all four."""
     window = 12 if pool == "prefork" else 60  # prefork: the hang is watched this long
-    outcome = run_scenario("slow_init_respawn", pool, window=window, timeout=120)
+    outcome = run_scenario("slow_init_respawn", pool, window, 120)
     if pool == "prefork":
         assert outcome["details"]["done"] < 4, outcome
         assert outcome["details"]["up_timeouts"] >= 1, outcome
@@ -45,7 +49,7 @@ def test_a_child_the_oom_killer_ended(run_scenario, pool, memory_cgroups):
     """celery#1406: the worker in a 512 MiB memory cgroup, a task touching 1 GiB: prefork
     says only 'signal 9 (SIGKILL)'; pipepool's error says the OOM killer ended the child.
     Both go on to run the next task."""
-    outcome = run_scenario("oom_named", pool, window=60, timeout=120)
+    outcome = run_scenario("oom_named", pool, 60, 120)
     error = outcome["details"]["error"]
     assert "signal 9" in error or "SIGKILL" in error, outcome
     if pool == "prefork":
