@@ -80,12 +80,18 @@ def latency(worker: Worker, calls: int) -> dict[str, Any]:
     }
 
 
-def recycle(worker: Worker, n: int) -> dict[str, Any]:
-    """Gaps between one task's end and the start of the task that took its slot.
+def slot_gaps(spans: list[tuple[float, float]], c: int) -> list[float]:
+    """For tasks run ``c`` at a time from a backlog, each ``(start, end)``: how long each
+    freed slot stayed empty. The k-th end (in time) frees the slot that the (k+c)-th
+    start (in time) fills, so the gap is that start minus that end."""
+    starts = sorted(s for s, _ in spans)
+    ends = sorted(e for _, e in spans)
+    return [starts[k + c] - ends[k] for k in range(len(spans) - c)]
 
-    With ``c`` children and every task on a fresh child, the k-th end (in time) frees
-    the slot the (k+c)-th start (in time) fills: the gap is that start minus that end.
-    """
+
+def recycle(worker: Worker, n: int) -> dict[str, Any]:
+    """Gaps between one task's end and the start of the task that took its slot, every
+    task on a fresh child (``slot_gaps``)."""
     results = [tasks.stamp.apply_async((i,), queue=worker.queue) for i in range(n)]
     stamps = _results(worker, results)
     pids = {pid for _, pid, _, _ in stamps}
@@ -93,10 +99,7 @@ def recycle(worker: Worker, n: int) -> dict[str, Any]:
         raise SampleError(
             f"{worker.pool}: {n} tasks ran in {len(pids)} children: not one child per task"
         )
-    starts = sorted(s for _, _, s, _ in stamps)
-    ends = sorted(e for _, _, _, e in stamps)
-    c = worker.concurrency
-    gaps = [(starts[k + c] - ends[k]) * 1e3 for k in range(n - c)]
+    gaps = [g * 1e3 for g in slot_gaps([(s, e) for _, _, s, e in stamps], worker.concurrency)]
     return {
         "gap_ms": statistics.median(gaps),
         "gap_mean_ms": statistics.fmean(gaps),  # what a stream of recycling tasks loses
