@@ -15,9 +15,9 @@ import argparse
 import dataclasses
 import json
 import os
-import platform
 import shlex
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -144,16 +144,19 @@ def scenario_markdown(outcomes: list[scenarios.Outcome]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def software(python: str = sys.executable) -> str:
-    import billiard
-    import celery
-    import kombu
-    import redis
+SOFTWARE = (
+    "import platform, billiard, celery, kombu, redis; print(f'Python "
+    "{platform.python_version()}, Celery {celery.__version__}, billiard "
+    "{billiard.__version__}, kombu {kombu.__version__}, redis-py {redis.__version__}')"
+)
 
-    return (
-        f"Python {platform.python_version()}, Celery {celery.__version__}, billiard "
-        f"{billiard.__version__}, kombu {kombu.__version__}, redis-py {redis.__version__}"
+
+def software(python: str = sys.executable) -> str:
+    """The versions the workers run: asked of their interpreter (``--python``)."""
+    done = subprocess.run(
+        [python, "-c", SOFTWARE], capture_output=True, text=True, timeout=60, check=True
     )
+    return done.stdout.strip()
 
 
 def scenario_plan(
@@ -273,7 +276,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m benchmarks.celery
             if args.json:
                 print(json.dumps([dataclasses.asdict(o) for o in outcomes]))
             else:
-                print(scenario_markdown(outcomes))
+                print(f"Workers: {software(args.python)}.\n\n" + scenario_markdown(outcomes))
             return 0
         samples: dict[str, dict[str, list[Any]]] = {
             p: {"tiny": [], "latency": [], "recycle": [], "resume": []} for p in pools
@@ -292,7 +295,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m benchmarks.celery
         "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(began)),
         "elapsed_s": round(time.time() - began, 1),
         "noise": noise,
-        "machine": {"cores": cores, "software": software()},
+        "machine": {"cores": cores, "software": software(args.python)},
         "sizes": dataclasses.asdict(sizes),
         "notes": notes,
         "medians": by_pool,
