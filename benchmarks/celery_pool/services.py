@@ -29,6 +29,7 @@ PIPEPOOL_POOL = "pipepool.celery.prefork:TaskPool"
 POOLS = ("prefork", "pipepool")  # the contenders, in the order of round 1
 START_TIMEOUT = 60.0  # s for a worker to run its first tasks (a loaded machine is slow)
 STOP_TIMEOUT = 20.0  # s a warm shutdown may take before the worker is killed
+LOGLEVEL_ENV = "CELERYBENCH_LOGLEVEL"  # the workers' log level: "debug" logs each apply
 _queues = itertools.count()
 
 
@@ -152,7 +153,8 @@ class Worker:
         return [self.python, "-m", "celery", "-A", APP, "worker", *pool,
                 "-c", str(self.concurrency), "-Q", self.queue, "-n", f"{self.queue}@%h",
                 "--without-gossip", "--without-mingle", "--without-heartbeat",
-                "-l", "warning", "--logfile", self.log, *self.options]  # fmt: skip
+                "-l", os.environ.get(LOGLEVEL_ENV, "warning"), "--logfile", self.log,
+                *self.options]  # fmt: skip
 
     def start(self, warm: bool = True) -> Worker:
         """Start the worker; with ``warm``, return once it has run a few tasks on every
