@@ -25,6 +25,8 @@
 #                      from Python's view (no signal handler, no other thread in the
 #                      middle of it), which the executor relies on.
 #   poll(timeout=0.0)  wait + pump
+#   watched()          [buffers] the poll set as (readable fds, writable fds), for a
+#                      caller that waits in an event loop of its own and then pumps
 #   wake()             [syscall] one byte into the wake-up pipe; from any thread
 #   close()            remove every channel, close the wake-up pipe
 

@@ -398,6 +398,18 @@ cdef class PipeLoop:
         self.wait(timeout)
         return self.pump()
 
+    def watched(self):
+        cdef Py_ssize_t i
+        cdef list readable = [], writable = []
+        for i in range(self.npfds):  # the poll set itself: what wait() would poll
+            if self.pfds[i].events & POLLIN:
+                readable.append(self.pfds[i].fd)
+            if self.pfds[i].events & POLLOUT:
+                writable.append(self.pfds[i].fd)
+        readable.sort()
+        writable.sort()
+        return readable, writable
+
     cdef int _read(self, _Channel ch, list frames, list closed) except -1:
         cdef Py_ssize_t budget = READ_BUDGET
         cdef Py_ssize_t want

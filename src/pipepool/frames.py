@@ -61,6 +61,9 @@ class Kind(enum.IntEnum):
     CANCELLED = 12  # worker → parent: the answer to CANCEL ``ident``: that task will not run
     TOO_LATE = 13  # worker → parent: the answer to CANCEL ``ident``: that task had started
     # (its start mark is stored); it runs on and reports as usual
+    UP = 14  # worker → parent, once, ident 0, no payload: its start-up (and initializer)
+    # is done. Sent only to a pool that keeps idle workers (``WorkerStart.announce``): a
+    # busy worker's first outcome or start mark says as much, an idle one says nothing
     SHARED = 10  # either way: the payload of a frame of another kind lies in the sender's
     # ring of the worker's shared region (``worker/_region.py``); the payload here is
     # ``REF``: that kind, the length and the offset; ident = that frame's own ident

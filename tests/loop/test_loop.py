@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import select
 import threading
 import time
 
@@ -328,3 +329,37 @@ def test_a_lying_length_costs_what_arrives_not_what_it_says(loop_module):
     finally:
         peer.close()
         loop.close()
+
+
+def test_watched_is_the_poll_set_an_outside_loop_waits_on(loop):
+    # What an event loop of the caller's must watch instead of wait(): the wake-up pipe
+    # and every read end; a write end only while its frames wait for room; nothing of a
+    # channel once it is closed or removed (its fd number may be reused by then).
+    readable, writable = loop.watched()
+    assert len(readable) == 1 and writable == []  # the wake-up pipe
+    wake_fd = readable[0]
+    peer = Peer(loop, 1, small=True)
+    read_end = loop.watched()[0]
+    assert wake_fd in read_end and len(read_end) == 2
+    loop.send(1, Kind.TASK, 1, os.urandom(1 << 18))  # more than the pipe holds
+    readable, writable = loop.watched()
+    assert len(writable) == 1 and writable[0] not in readable
+    # The outside loop's view: the write end turns writable once the peer reads, and a
+    # pump then writes on; once all has left, it is not watched any more.
+    received: list = []
+    reader = threading.Thread(target=lambda: received.extend(peer.recv_frames(1)))
+    reader.start()
+    deadline = time.monotonic() + 20
+    while loop.watched()[1] and time.monotonic() < deadline:
+        select.select([], loop.watched()[1], [], 1.0)
+        loop.pump()
+    reader.join(20)
+    assert len(received) == 1 and loop.watched()[1] == [] and loop.pending(1) == 0
+    os.close(peer.write_fd)  # the peer exits: EOF closes the channel
+    peer.write_fd = -1
+    pump_until(loop, lambda f, c: bool(c))
+    assert loop.watched() == ([wake_fd], [])
+    loop.remove(1)
+    assert loop.watched() == ([wake_fd], [])
+    loop.close()
+    assert loop.watched() == ([], [])

@@ -4,9 +4,10 @@ The steps of a round live beside it, as methods of the same object (one owner of
 bookkeeping, its state declared once in ``_state.py``): ``_collect.py`` (collect),
 ``_reap.py`` (reap and retire workers), ``_lifecycle.py`` (start, kill and stop them),
 ``_dispatch.py`` (dispatch and revoke), ``pipepool._api`` (expire, and what
-ClusterExecutor shares); the adaptive depth and revocation policy is ``_depth.py``.
-``_records.py`` is RecordExecutor, the LocalExecutor of a face that keeps its own task
-records (ProcessPoolExecutor): its public verbs are that face's seam.
+ClusterExecutor shares); the adaptive depth and revocation policy is ``_depth.py``;
+``_outside.py`` holds the verbs of an event loop that drives it from outside (what to
+watch, when to step). ``_records.py`` is RecordExecutor, the LocalExecutor of a face that
+keeps its own task records (ProcessPoolExecutor): its public verbs are that face's seam.
 
 Data flow (one pipe pair per worker, whose parent ends only the PipeLoop touches; plus a
 control pipe per worker that carries nothing but REVOKE and CANCEL, written by the
@@ -57,6 +58,7 @@ from ._lifecycle import INIT_BACKOFF as INIT_BACKOFF  # re-exported: the names t
 from ._lifecycle import INIT_RETRIES as INIT_RETRIES
 from ._lifecycle import STOP_GRACE as STOP_GRACE
 from ._lifecycle import _signal_process
+from ._outside import OutsideLoop
 from ._reap import EXIT_GRACE as EXIT_GRACE
 from ._reap import REAP_INTERVAL, Reaper
 from ._state import _PARENT_FDS as _PARENT_FDS  # the fork registry (docs/design.md cites it)
@@ -73,7 +75,7 @@ STARTUP_POLL = 0.01  # s, the same for a worker still starting up (nothing heard
 # very worker being waited for. Its first task's start is seen at most this late.
 
 
-class LocalExecutor(Reaper, Dispatcher):
+class LocalExecutor(Reaper, Dispatcher, OutsideLoop):
     """Run callables in a pool of local worker processes, scheduler style.
 
     ``queue`` work under a key, call ``sync`` (or ``heartbeat``) regularly, read outcomes
@@ -184,6 +186,8 @@ class LocalExecutor(Reaper, Dispatcher):
         (a face that feeds, runs the round and delivers under one deferral)."""
         self._collect()
         self._reap()
+        if self._retiring:  # recycle(): stop the retiring workers that hold nothing now
+            self._stop_drained()
         self._expire()
         self._start_workers()
         self._revoke_trapped()

@@ -26,7 +26,7 @@ _DONE, _RAISED, _REVOKED, _REFUSED, _INIT_FAILED, _SHARED = (
     int(k)
     for k in (Kind.DONE, Kind.RAISED, Kind.REVOKED, Kind.REFUSED, Kind.INIT_FAILED, Kind.SHARED)
 )
-_CANCELLED, _TOO_LATE = int(Kind.CANCELLED), int(Kind.TOO_LATE)
+_CANCELLED, _TOO_LATE, _UP = int(Kind.CANCELLED), int(Kind.TOO_LATE), int(Kind.UP)
 _FAILED, _STARTED = State.FAILED, State.RUNNING
 _ELAPSED_SIZE = ELAPSED.size
 _elapsed_of = ELAPSED.unpack_from
@@ -233,6 +233,9 @@ class Collector(WorkerLifecycle):
             return
         if kind == _SHARED:
             self._on_shared(w, ident, payload, now)
+            return
+        if kind == _UP:  # a warm pool's worker started up (``heard``, set by ``_apply``)
+            self._init_failures = 0  # so the initializer works
             return
         # Any other kind from a worker is a broken stream.
         w.close_error = FrameError(f"unexpected frame kind {kind} from worker pid {w.pid}")

@@ -49,6 +49,7 @@ class Dispatcher(LocalState):
             for w in self._workers.values()
             if not w.closing
             and not w.revoking
+            and not w.retiring
             and len(w.in_flight) < depth
             and (limit is None or w.sent < limit)
         ]

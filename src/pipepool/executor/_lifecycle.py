@@ -107,6 +107,7 @@ class WorkerLifecycle(LocalState):
             initargs=self.initargs,
             max_tasks=self.max_tasks_per_child,
             impl=self.implementation,
+            announce=self._keep_warm,
         )
 
     def _start_workers(self) -> None:
@@ -114,7 +115,8 @@ class WorkerLifecycle(LocalState):
             self._fail_queued_broken()
             return
         alive = 0
-        outstanding = len(self._queue)
+        # Kept warm (``_outside``): every worker is wanted, as if work were outstanding.
+        outstanding = self.parallelism if self._keep_warm else len(self._queue)
         for w in self._workers.values():  # one pass: this runs every round
             outstanding += len(w.in_flight)
             if not w.closing:

@@ -6,7 +6,8 @@ The steps are classes built on ``LocalState``, each in the file that says what i
 and each derived from the steps whose methods it calls::
 
     SchedulerAPI ─ LocalState ─┬─ WorkerLifecycle ─ Collector ─ Reaper ─┬─ LocalExecutor
-      (pipepool._api)          └─ Dispatcher ───────────────────────────┘
+      (pipepool._api)          ├─ Dispatcher ───────────────────────────┤
+                               └─ OutsideLoop ──────────────────────────┘
 
 so the hierarchy the type checker reads is the one that runs. They move tasks between
 ``_queue``, the workers' ``in_flight`` and ``_events``: one owner of that bookkeeping,
@@ -64,6 +65,7 @@ class _Worker:
         "pid",
         "proc",
         "region",
+        "retiring",
         "revoking",
         "sent",
         "seq",
@@ -97,6 +99,7 @@ class _Worker:
         self.sent = 0  # tasks sent and not taken back, for max_tasks_per_child
         self.seq = 0  # tasks ever sent: the numbering REVOKE and REVOKED use
         self.revoking = 0  # while a REVOKE is out: the last sequence number it covers
+        self.retiring = False  # recycle(): sent nothing more, stopped once it holds nothing
         self.asked: set[int] = set()  # sequence numbers of the tasks a CANCEL names that
         # the worker has not answered: a start mark past one does not say it started
         self.current: Task | None = None  # the task its start mark names, until its outcome
@@ -136,6 +139,7 @@ class LocalState(SchedulerAPI):
         self.max_tasks_per_child = max_tasks_per_child  # a worker exits after this many
         self.initializer = initializer  # run in each worker before its first task
         self.initargs = tuple(initargs)
+        self._keep_warm = False  # parallelism workers even with no work (``keep_warm``)
         # A multiprocessing context; Any because typeshed's BaseContext lacks Process.
         self._context: Any = multiprocessing.get_context(start_method)
         self.start_method: str = self._context.get_start_method()
@@ -158,6 +162,7 @@ class LocalState(SchedulerAPI):
         # -- the round's own ------------------------------------------------------------
         self._depth = DepthPolicy(prefetch)  # how deep to dispatch; which tasks are trapped
         self._starting: list[tuple[Task, int | None]] = []  # seen started, no RUNNING yet
+        self._retiring: set[int] = set()  # wids recycle() retires, until each is stopped
         # Before a wait for a short task's outcome, poll a little (``_spin``), or None:
         self._spin = _spin.Spin() if _spin.ENABLED else None
         # -- the initializer's back-off ----------------------------------------------------

@@ -320,6 +320,23 @@ class PipeLoop:
         self.wait(timeout)
         return self.pump()
 
+    def watched(self) -> tuple[list[int], list[int]]:
+        """The fds ``wait`` would poll now, each list sorted: ``(readable, writable)``.
+
+        Readable: the wake-up pipe's read end and each channel's read end until it is
+        reported closed; writable: each channel's write end with frames queued that the
+        pipe did not take. For a caller that waits in an event loop of its own instead of
+        ``wait``: when one of them is ready, or ``wake`` was called, it calls ``pump``
+        (which polls again itself, with no wait). The sets change with ``add``,
+        ``remove``, ``send`` and ``pump``: ask again after each. Empty once closed.
+        """
+        if self._closed:
+            return [], []
+        channels = self._channels.values()
+        readable = sorted([self._wake_r] + [ch.read_fd for ch in channels if not ch.closed])
+        writable = sorted(ch.write_fd for ch in channels if ch.polling_out)
+        return readable, writable
+
     def _read(self, ch: _Channel, frames: list[Frame], closed: list[Closed]) -> None:
         fd = ch.read_fd
         budget = READ_BUDGET

@@ -47,7 +47,7 @@ from typing import Any, NamedTuple
 
 from .. import _signals
 from .. import loop as _impl
-from ..frames import Kind
+from ..frames import Kind, encode_header
 from . import _fault, _tree
 from ._marks import StartMark
 from ._region import Region
@@ -96,6 +96,8 @@ class WorkerStart(NamedTuple):
     initargs: tuple
     max_tasks: int | None  # exit after this many tasks (max_tasks_per_child)
     impl: str  # the parent's loop ("cython" or "python"): its FrameReader reads frames
+    announce: bool  # send UP once started up: the pool keeps idle workers (keep_warm), and
+    # a worker that dies idle is not one whose start-up failed
 
 
 def main(start: WorkerStart) -> None:
@@ -139,4 +141,9 @@ def main(start: WorkerStart) -> None:
             gate.write(_failure_frame(Kind.INIT_FAILED, 0, exc))
             sys.stderr.flush()
             os._exit(EXIT_INIT_FAILED)
+    if start.announce:
+        # The pool may have stopped us meanwhile (closed our pipes): then the read below
+        # finds the end of the task pipe, and we exit as stopped.
+        with contextlib.suppress(BrokenPipeError):
+            gate.write([encode_header(Kind.UP, 0, 0)])
     serve(start.activity.fd, start.result.fd, start.max_tasks, start.impl, gate)

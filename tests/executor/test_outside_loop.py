@@ -1,0 +1,301 @@
+"""LocalExecutor driven by an event loop that is not its own (``executor/_outside.py``):
+the loop watches ``watched_fds()``, keeps a timer at ``next_deadline()`` and calls
+``sync()`` when either fires, never ``sync(timeout)``. Each test checks that what
+brought a step is what should have (an fd, not the periodic deadline that would cover
+a missing one), on both loop implementations."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import selectors
+import signal
+import threading
+import time
+
+import pytest
+
+import tasks
+from helpers import Recorder
+from pipepool import State, TaskTimeoutError, WorkerLostError
+from pipepool.executor import INIT_RETRIES
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class SelectorDriver:
+    """The smallest outside loop: a ``selectors`` selector over what the executor says
+    to watch, a timeout to its deadline, and ``sync()`` after either. Each step records
+    why it ran: the fds found ready ("read", "write"), or "deadline"."""
+
+    def __init__(self, ex) -> None:
+        self.ex = ex
+        self.selector = selectors.DefaultSelector()
+        self.watched: dict[int, int] = {}  # fd -> its selectors events
+        self.causes: list[set[str]] = []  # per step, why it ran
+        self.rec = Recorder(ex)
+
+    def _register(self) -> None:
+        readable, writable = self.ex.watched_fds()
+        wanted: dict[int, int] = {}
+        for fd in readable:
+            wanted[fd] = wanted.get(fd, 0) | selectors.EVENT_READ
+        for fd in writable:
+            wanted[fd] = wanted.get(fd, 0) | selectors.EVENT_WRITE
+        for fd in set(self.watched) - set(wanted):
+            self.selector.unregister(fd)
+        for fd, events in wanted.items():
+            if fd not in self.watched:
+                self.selector.register(fd, events)
+            elif self.watched[fd] != events:
+                self.selector.modify(fd, events)
+        self.watched = wanted
+
+    def turn(self) -> None:
+        """Wait for a watched fd or the deadline, then step (a round and its events)."""
+        self._register()
+        ready = self.selector.select(max(0.0, self.ex.next_deadline() - time.monotonic()))
+        cause = set()
+        for _key, events in ready:
+            cause.add("read" if events & selectors.EVENT_READ else "write")
+        self.causes.append(cause or {"deadline"})
+        self.ex.sync()
+        self.rec.take()
+
+    def run_until(self, predicate, limit: float = 60.0) -> None:
+        deadline = time.monotonic() + limit
+        while not predicate():
+            assert time.monotonic() < deadline, f"not reached in {limit} s: {self.ex.stats()}"
+            self.turn()
+
+    def close(self) -> None:
+        self.selector.close()
+
+
+@pytest.fixture
+def driven(make):
+    drivers: list[SelectorDriver] = []
+
+    def build(parallelism: int = 1, **kwargs) -> SelectorDriver:
+        driver = SelectorDriver(make(parallelism, **kwargs))
+        drivers.append(driver)
+        return driver
+
+    yield build
+    for driver in drivers:
+        driver.close()
+
+
+def test_an_outcome_wakes_the_outside_loop_through_its_fd(driven):
+    d = driven(1)
+    d.ex.queue("first", tasks.echo, 1)
+    d.ex.sync()  # dispatch: the worker starts and runs it
+    d.run_until(lambda: "first" in d.rec.terminal)
+    # Nothing but the result pipe can have woken the loop for the outcome (a missing fd
+    # would leave it to the next periodic deadline, and this step's cause would say so).
+    d.ex.queue("second", tasks.sleep, 0.2, "slept")
+    d.ex.sync()
+    d.causes.clear()
+    d.run_until(lambda: "second" in d.rec.terminal)
+    assert d.rec.terminal["second"].result == "slept"
+    assert "read" in d.causes[-1], d.causes
+
+
+def test_wake_from_another_thread_wakes_the_outside_loop(driven):
+    d = driven(1)
+    d.ex.queue("warm", tasks.echo, 1)
+    d.run_until(lambda: "warm" in d.rec.terminal)
+    woken = threading.Event()
+
+    def queue_from_elsewhere() -> None:
+        woken.wait(30)
+        d.ex.wake()
+
+    thread = threading.Thread(target=queue_from_elsewhere)
+    thread.start()
+    try:
+        d._register()
+        woken.set()
+        # The outside loop's wait ends at the wake-up pipe, well before its deadline.
+        ready = d.selector.select(30.0)
+    finally:
+        thread.join(30)
+    assert [key.fd for key, _ in ready] == [d.ex.watched_fds()[0][0]]
+    d.ex.sync()  # and the step drains it: the next wait is not woken again
+    d._register()
+    assert d.selector.select(0) == []
+
+
+def test_a_write_that_waits_for_room_is_watched_until_it_leaves(driven, pipes_only):
+    # Payloads through the pipes (pipes_only): a call far bigger than the activity pipe,
+    # sent to a worker busy with a sleep, waits in the loop; its write end is watched for
+    # room, and the step that sends the rest is one the outside loop ran on that event.
+    d = driven(1, prefetch=2, pipe_size=4096)
+    d.ex.queue("busy", tasks.sleep, 0.3)
+    d.ex.queue("big", tasks.pad, "big", os.urandom(1 << 20), 4)
+    d.ex.sync()
+    assert d.ex.watched_fds()[1], "the unsent rest of the big call is not watched"
+    d.run_until(lambda: "big" in d.rec.terminal)
+    assert d.rec.terminal["big"].state is State.SUCCESS
+    assert any("write" in cause for cause in d.causes), d.causes
+    assert d.ex.watched_fds()[1] == []
+
+
+def test_the_deadline_covers_a_task_timeout(driven):
+    d = driven(1)
+    d.ex.queue_call("slow", tasks.sleep, (60,), timeout=0.1)
+    d.run_until(lambda: "slow" in d.rec.running_seen)
+    seen = time.monotonic()
+    # The task began before its start was seen: its deadline is at most 0.1 s from here,
+    # and the loop is told to step by then (the periodic bound alone is 0.25 s).
+    assert d.ex.next_deadline() <= seen + 0.1
+    d.causes.clear()
+    d.run_until(lambda: "slow" in d.rec.terminal)
+    assert isinstance(d.rec.terminal["slow"].exception, TaskTimeoutError)
+    # Nothing on an fd until the kill: a step the deadline brought expired it.
+    assert d.causes[0] == {"deadline"}, d.causes
+
+
+def test_a_replaced_worker_changes_what_is_watched(driven):
+    d = driven(1)
+    d.ex.queue("pid", tasks.pid_of_worker)
+    d.run_until(lambda: "pid" in d.rec.terminal)
+    before = set(d.ex.watched_fds()[0])
+    d.ex.queue("dies", tasks.kill_self)
+    d.ex.queue("after", tasks.pid_of_worker)
+    d.run_until(lambda: "after" in d.rec.terminal)
+    assert isinstance(d.rec.terminal["dies"].exception, WorkerLostError)
+    assert d.rec.terminal["after"].result != d.rec.terminal["pid"].result
+    after = set(d.ex.watched_fds()[0])
+    assert len(after) == len(before) == 2  # the wake-up pipe and the one worker's result pipe
+    wake = d.ex.watched_fds()[0][0]
+    assert wake in before and wake in after
+    assert d.selector.get_map() is not None and set(d.watched) == after
+
+
+def warm(make, parallelism: int, **kwargs):
+    ex = make.build(parallelism, **kwargs)
+    ex.keep_warm = True
+    ex.start()
+    return ex
+
+
+def all_up(ex) -> bool:
+    """Every worker said it is up (its UP frame was read: the parent's own record)."""
+    return all(w.heard for w in ex._workers.values())
+
+
+def test_keep_warm_starts_and_replaces_idle_workers(make):
+    cold = make(2)
+    cold.sync()
+    assert cold.stats()["workers_started"] == 0  # workers start for work, by default
+    with pytest.raises(RuntimeError, match="before start"):
+        cold.keep_warm = True
+    ex = warm(make, 2)
+    rec = Recorder(ex)
+    # Idle workers killed from outside once up, more times in a row than the initializer
+    # may fail: each is replaced (they said they were up: no start-up failure, no
+    # back-off, and the pool never breaks).
+    for kills in range(1, INIT_RETRIES + 2):
+        rec.run_until(lambda: len(ex.worker_pids()) == 2 and all_up(ex))
+        victim = ex.worker_pids()[0]
+        os.kill(victim, signal.SIGKILL)
+        rec.run_until(lambda v=victim: v not in ex.worker_pids() and len(ex.worker_pids()) == 2)
+        assert ex.stats()["workers_started"] == 2 + kills
+    rec.run_until(lambda: ex.stats()["worker_crashes"] == INIT_RETRIES + 1)  # all retired
+    assert ex.broken is None
+    assert not ex.has_work()
+    ex.queue("still", tasks.echo, "works")
+    rec.run_until(lambda: "still" in rec.terminal)
+    assert rec.terminal["still"].result == "works"
+
+
+def test_keep_warm_backs_off_and_breaks_as_for_work(make):
+    # An initializer that always fails: a warm pool probes as a busy one does, with its
+    # back-off, and stops starting workers once broken (no respawn loop without work).
+    ex = warm(make, 2, initializer=tasks.fail_init)
+    rec = Recorder(ex)
+    rec.run_until(lambda: ex.broken is not None)
+    started = ex.stats()["workers_started"]
+    assert started <= 2 + INIT_RETRIES - 1  # the first two fail as one probe round
+    for _ in range(20):
+        rec.round(0.01)
+    assert ex.stats()["workers_started"] == started
+
+
+class AsyncioDriver:
+    """The outside loop as asyncio: a reader or writer per watched fd, one timer handle at
+    the deadline (asyncio's clock is ``time.monotonic``), a step on either."""
+
+    def __init__(self, ex, loop: asyncio.AbstractEventLoop) -> None:
+        self.ex, self.loop = ex, loop
+        self.readers: set[int] = set()
+        self.writers: set[int] = set()
+        self.timer: asyncio.TimerHandle | None = None
+        self.rec = Recorder(ex)
+        self.changed = asyncio.Event()
+
+    def step(self) -> None:
+        self.ex.sync()
+        self.rec.take()
+        self.watch()
+        self.changed.set()
+
+    def watch(self) -> None:
+        readable, writable = map(set, self.ex.watched_fds())
+        for fd in self.readers - readable:
+            self.loop.remove_reader(fd)
+        for fd in readable - self.readers:
+            self.loop.add_reader(fd, self.step)
+        for fd in self.writers - writable:
+            self.loop.remove_writer(fd)
+        for fd in writable - self.writers:
+            self.loop.add_writer(fd, self.step)
+        self.readers, self.writers = readable, writable
+        if self.timer is not None:
+            self.timer.cancel()
+        self.timer = self.loop.call_at(self.ex.next_deadline(), self.step)
+
+    def close(self) -> None:
+        for fd in self.readers:
+            self.loop.remove_reader(fd)
+        for fd in self.writers:
+            self.loop.remove_writer(fd)
+        if self.timer is not None:
+            self.timer.cancel()
+
+
+def test_asyncio_drives_a_pool_through_deaths_and_timeouts(make):
+    ex = make(2)
+
+    async def main() -> Recorder:
+        driver = AsyncioDriver(ex, asyncio.get_running_loop())
+        driver.watch()
+        try:
+            for i in range(40):
+                ex.queue(i, tasks.echo, i)
+            ex.queue("dies", tasks.kill_self)
+            ex.queue_call("late", tasks.sleep, (60,), timeout=0.2)
+            ex.wake()  # the step runs from the loop: a reader callback
+            while ex.has_work():
+                driver.changed.clear()
+                await asyncio.wait_for(driver.changed.wait(), 30)
+            return driver.rec
+        finally:
+            driver.close()
+
+    rec = asyncio.run(main())
+    assert {k: e.result for k, e in rec.terminal.items() if isinstance(k, int)} == {
+        i: i for i in range(40)
+    }
+    assert isinstance(rec.terminal["dies"].exception, WorkerLostError)
+    assert isinstance(rec.terminal["late"].exception, TaskTimeoutError)
+    assert not rec.duplicates
+
+
+def test_the_verbs_refuse_a_pool_not_started(pool):
+    ex = pool.build(1)
+    with pytest.raises(RuntimeError, match="start"):
+        ex.watched_fds()
+    with pytest.raises(RuntimeError, match="start"):
+        ex.next_deadline()
