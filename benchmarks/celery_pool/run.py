@@ -278,13 +278,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m benchmarks.celery
             else:
                 print(f"Workers: {software(args.python)}.\n\n" + scenario_markdown(outcomes))
             return 0
-        samples: dict[str, dict[str, list[Any]]] = {
-            p: {"tiny": [], "latency": [], "recycle": [], "resume": []} for p in pools
-        }
-        for r in range(sizes.rounds):
-            for pool in pools[r % len(pools) :] + pools[: r % len(pools)]:
-                log(f"round {r + 1}/{sizes.rounds}: {pool}")
-                one_round(pool, server.url, sizes, samples)
+        samples = rounds(pools, server.url, sizes, log)
     noise = _noise.verdict(start, _noise.read(), cores)
     if noise["noisy"]:
         log("NOISY RUN: " + "; ".join(noise["reasons"]))
@@ -304,6 +298,27 @@ def main(argv: list[str] | None = None, prog: str = "python -m benchmarks.celery
     }
     sub = "smoke" if args.smoke else ("noisy" if noise["noisy"] else "")
     out = args.out or os.path.join(HERE, "results", "celery", sub)
+    print(write(data, out))
+    log(f"wrote {os.path.relpath(out)}/results.md and results.json")
+    return 0
+
+
+def rounds(
+    pools: list[str], url: str, sizes: Sizes, log: Callable[[str], None]
+) -> dict[str, dict[str, list[Any]]]:
+    """Every round, the pools in turn (round 1: A B, round 2: B A, ...): the samples."""
+    samples: dict[str, dict[str, list[Any]]] = {
+        p: {"tiny": [], "latency": [], "recycle": [], "resume": []} for p in pools
+    }
+    for r in range(sizes.rounds):
+        for pool in pools[r % len(pools) :] + pools[: r % len(pools)]:
+            log(f"round {r + 1}/{sizes.rounds}: {pool}")
+            one_round(pool, url, sizes, samples)
+    return samples
+
+
+def write(data: dict[str, Any], out: str) -> str:
+    """results.json and results.md in ``out``; the markdown."""
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(data, f, indent=1)
@@ -311,6 +326,4 @@ def main(argv: list[str] | None = None, prog: str = "python -m benchmarks.celery
     text = markdown(data)
     with open(os.path.join(out, "results.md"), "w") as f:
         f.write(text)
-    print(text)
-    log(f"wrote {os.path.relpath(out)}/results.md and results.json")
-    return 0
+    return text
