@@ -5,7 +5,8 @@ Usage: ``python scripts/check_api_docs.py`` (exit status 1 and one line per prob
 name that has no entry, nor on an entry whose docstring is empty: this script does.
 
 Public names: ``pipepool.__all__``, the ``__all__`` of the integration modules
-(``pipepool.joblib``, ``pipepool.airflow``) and the compiled loop's classes. An entry is
+(``pipepool.joblib``, ``pipepool.airflow``, ``pipepool.celery.prefork``) and the compiled
+loop's classes. An entry is
 a ``::: dotted.path`` line in ``docs/reference/*.md`` that resolves, at run time, to the
 same object. Docstrings: a class or function needs its own; each public method or
 property a class defines needs one (inherited from a documented base method counts);
@@ -29,7 +30,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "docs" / "reference"
-MODULES = ("pipepool", "pipepool.joblib", "pipepool.airflow")
+MODULES = ("pipepool", "pipepool.joblib", "pipepool.airflow", "pipepool.celery.prefork")
 COMPILED = {"pipepool.loop._loop": ("PipeLoop", "FrameReader")}  # not in any __all__: internal
 ENTRY = re.compile(r"^::: ([\w.]+)\s*$", re.MULTILINE)
 

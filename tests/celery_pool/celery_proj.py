@@ -38,9 +38,10 @@ RUNS = os.environ.get("CELERY_TEST_RUNS", os.devnull)
 
 
 def record(*words: object) -> None:
-    """One line in the file of runs: what happened, in this process."""
+    """One line in the file of runs: what happened, in this process, and when (the wall
+    clock, last: the same clock in every process)."""
     with open(RUNS, "a") as f:
-        f.write(" ".join(str(w) for w in words) + "\n")
+        f.write(" ".join(str(w) for w in (*words, time.time())) + "\n")
 
 
 @worker_process_init.connect
@@ -77,6 +78,12 @@ def sleep(seconds: float, key: str = "") -> float:
     time.sleep(seconds)
     record("done", key or "sleep", os.getpid())
     return seconds
+
+
+@app.task(acks_late=True)
+def sleep_late(seconds: float, key: str) -> float:
+    """``sleep`` acknowledged only once it ends (``acks_late``)."""
+    return sleep(seconds, key)
 
 
 @app.task

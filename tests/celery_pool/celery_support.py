@@ -161,6 +161,10 @@ def close_clients() -> None:
         with contextlib.suppress(Exception):
             if consumer is not None:
                 consumer.stop()
+                # Forgotten, so that a result collected later does not open a connection
+                # again to unsubscribe (AsyncResult.__del__).
+                consumer.subscribed_to.clear()
+                consumer._pending_unsubscribe.clear()
         pool = getattr(getattr(backend, "client", None), "connection_pool", None)
         with contextlib.suppress(Exception):
             if pool is not None:
@@ -179,13 +183,15 @@ def close_clients() -> None:
 
 def filesystem_transport(directory: Path) -> dict[str, Any]:
     """kombu's filesystem transport's options: every message a file in ``directory``."""
-    for sub in ("queue", "processed"):
+    for sub in ("queue", "processed", "control"):
         (directory / sub).mkdir(parents=True, exist_ok=True)
     return {
         "data_folder_in": str(directory / "queue"),
         "data_folder_out": str(directory / "queue"),
         "processed_folder": str(directory / "processed"),
+        "control_folder": str(directory / "control"),
         "store_processed": False,
+        "polling_interval": 0.05,
     }
 
 
@@ -210,6 +216,7 @@ class Worker:
         start_method: str = "fork",
         route: str = "custom",
         env: dict[str, str] | None = None,
+        queue: str | None = None,
     ) -> None:
         self.directory = directory
         self.name = name
@@ -217,7 +224,8 @@ class Worker:
         self.broker, self.backend, self.transport = broker, backend, transport or {}
         self.runs_file = directory / f"{name}.runs"
         self.log_file = directory / f"{name}.log"
-        self.queue = f"q-{name}-{os.getpid()}-{time.monotonic_ns()}"  # only this worker's
+        # Only this worker's, unless told (a second worker on a first one's queue).
+        self.queue = queue or f"q-{name}-{os.getpid()}-{time.monotonic_ns()}"
         self.env = {
             **ENV,
             **(env or {}),

@@ -16,7 +16,8 @@ import time
 import pytest
 
 import tasks
-from helpers import Recorder
+from helpers import Recorder, wait_for
+from helpers import runs as helpers_runs
 from pipepool import State, TaskTimeoutError, WorkerLostError
 from pipepool.executor import INIT_RETRIES
 
@@ -299,3 +300,64 @@ def test_the_verbs_refuse_a_pool_not_started(pool):
         ex.watched_fds()
     with pytest.raises(RuntimeError, match="start"):
         ex.next_deadline()
+
+
+def test_running_on_names_the_task_a_worker_runs_now(make, tmp_path):
+    ex = make(1, prefetch=2)
+    rec = Recorder(ex)
+    started, go = str(tmp_path / "started"), str(tmp_path / "go")
+    ex.queue("first", tasks.echo, 1)
+    ex.queue("second", tasks.held, started, go)
+    ex.sync()  # the worker starts, and gets both in one frame (prefetch 2)
+    assert ex.stats()["tasks_running"] == 2
+    (pid,) = ex.worker_pids()
+    # No round since: "first"'s outcome waits in the pipe, unread. The start mark says
+    # the worker is on "second" now (a signal meant for "first" must not hit it).
+    assert wait_for(lambda: os.path.exists(started), 30)
+    assert ex.running_on(pid) == "second"
+    assert ex.running_on(os.getpid()) is None
+    open(go, "w").close()
+    rec.run_until(lambda: "second" in rec.terminal)
+    assert ex.running_on(pid) is None  # idle
+
+
+def test_grow_and_shrink_a_warm_pool(make, tmp_path):
+    ex = warm(make, 2)
+    rec = Recorder(ex)
+    rec.run_until(lambda: len(ex.worker_pids()) == 2 and all_up(ex))
+    ex.grow(1)
+    rec.run_until(lambda: len(ex.worker_pids()) == 3 and all_up(ex))
+    started, go = str(tmp_path / "started"), str(tmp_path / "go")
+    ex.queue("busy", tasks.held, started, go)
+    rec.run_until(lambda: os.path.exists(started) and "busy" in rec.running_seen)
+    (busy,) = rec.running_seen["busy"]
+    assert ex.shrink(5) == 2  # the idle ones only
+    assert ex.parallelism == 1 and ex.worker_pids() == [busy]
+    assert ex.shrink(1) == 0  # every one left is busy
+    open(go, "w").close()
+    rec.run_until(lambda: "busy" in rec.terminal and ex.stats()["worker_recycles"] == 2)
+    assert ex.worker_pids() == [busy] and ex.stats()["worker_crashes"] == 0
+    with pytest.raises(ValueError):
+        ex.grow(0)
+
+
+def test_recycle_replaces_each_worker_once_its_task_ends(make, tmp_path):
+    ex = warm(make, 2, prefetch=3)
+    rec = Recorder(ex)
+    rec.run_until(lambda: len(ex.worker_pids()) == 2 and all_up(ex))
+    old = set(ex.worker_pids())
+    started, go, log = str(tmp_path / "started"), str(tmp_path / "go"), str(tmp_path / "runs")
+    ex.queue("busy", tasks.held, started, go)
+    rec.run_until(lambda: os.path.exists(started) and "busy" in rec.running_seen)
+    ex.recycle()
+    for i in range(6):  # queued after: none may run on an old worker
+        ex.queue(i, tasks.record_pid, log, i)
+    rec.run_until(lambda: all(i in rec.terminal for i in range(6)))
+    assert not {rec.terminal[i].result for i in range(6)} & old
+    assert "busy" not in rec.terminal  # it runs on, on its old worker
+    open(go, "w").close()
+    rec.run_until(lambda: "busy" in rec.terminal and len(ex.worker_pids()) == 2)
+    rec.run_until(lambda: ex.stats()["worker_recycles"] == 2)  # both old ones exited
+    assert not set(ex.worker_pids()) & old and ex.stats()["worker_crashes"] == 0
+    assert rec.terminal["busy"].state is State.SUCCESS and rec.terminal["busy"].pid in old
+    assert sorted(helpers_runs(log)) == [str(i) for i in range(6)]  # each ran once

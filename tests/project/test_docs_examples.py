@@ -43,6 +43,11 @@ NOT_RUN = {
     "pip install dist/pipepool-*.whl": "an install of the wheel built above",
     "pip install 'pipepool[airflow]'": "an install (Apache Airflow, a heavy one)",
     "pip install 'pipepool[dask]'": "an install (the test extra has distributed already)",
+    "pip install 'pipepool[celery]'": "an install (Celery; .ci/run installs the extra)",
+    "CELERY_CUSTOM_WORKER_POOL=pipepool.celery.prefork:TaskPool celery -A proj worker -P custom": (
+        "a Celery worker, until stopped, on a Redis of localhost: "
+        "tests/celery_pool/test_celery_docs_example.py runs it as written, on a Redis of its own"
+    ),
     "python -m pytest": "the whole test suite, this test included",
     "python -m benchmarks": "the full benchmark suite: about 8 minutes on 2 cores; it "
     "rewrites the committed benchmarks/results/ (tests/project/test_benchmarks.py runs it small)",
@@ -130,6 +135,9 @@ def run_script(script: Path, start_method: str) -> subprocess.CompletedProcess:
 
 
 EXAMPLE_FILES = sorted(p.name for p in EXAMPLES.glob("*.py"))
+# Examples in a folder of their own are a project another test runs its own way (a Celery
+# worker: tests/celery_pool/test_celery_docs_example.py); each is still shown in a page.
+EXAMPLE_PROJECTS = sorted(p.relative_to(EXAMPLES).as_posix() for p in EXAMPLES.glob("*/*.py"))
 
 
 def test_every_example_is_written_out_in_a_page_as_it_is_in_its_file() -> None:
@@ -138,13 +146,15 @@ def test_every_example_is_written_out_in_a_page_as_it_is_in_its_file() -> None:
         if block.example is None:
             continue
         path = (block.page.parent / block.example).resolve()
-        assert path.parent == EXAMPLES, f"{block.where}: {block.example} is not in docs/examples"
+        assert EXAMPLES in path.parents, f"{block.where}: {block.example} is not in docs/examples"
         assert block.code == path.read_text(), (
             f"{block.where} differs from {block.example}: copy the file into the page"
         )
-        shown[path.name] = block.where
+        shown[path.relative_to(EXAMPLES).as_posix()] = block.where
     assert EXAMPLE_FILES, "no examples found"
-    assert sorted(shown) == EXAMPLE_FILES, "an example no page shows, or a page a missing one"
+    assert sorted(shown) == sorted(EXAMPLE_FILES + EXAMPLE_PROJECTS), (
+        "an example no page shows, or a page a missing one"
+    )
 
 
 @pytest.mark.parametrize("start_method", START_METHODS)

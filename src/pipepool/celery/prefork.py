@@ -217,6 +217,7 @@ class TaskPool(BasePool):
     # -- the end -------------------------------------------------------------------------
 
     def on_close(self) -> None:
+        """No more applies (the worker is stopping)."""
         core = self._core
         if core is not None:
             core.closing = True
