@@ -32,7 +32,8 @@ class Integration(NamedTuple):
 AIRFLOW = "pip install 'pipepool[airflow]' (.ci/install-airflow.sh)"
 INTEGRATIONS = {
     "airflow": Integration(AIRFLOW, ("airflow_face",)),
-    "celery": Integration("pip install 'pipepool[celery]'", ("celery_pool",)),
+    "celery": Integration("pip install 'pipepool[celery]'", ("celery_pool", "celery_scenarios")),
+    "redis": Integration("pip install 'pipepool[celery]'", ("celery_scenarios",)),
 }
 # Programs .ci/run installs (Debian packages) that a newcomer may lack: the tests that
 # compare with them skip without them (CI=true makes the hyperfine one fail), and .ci/run's
