@@ -188,6 +188,8 @@ class LocalExecutor(Reaper, Dispatcher):
         self._start_workers()
         self._revoke_trapped()
         self._dispatch()
+        if self._zygote_due and self._workers:  # fork: first workers up, their tasks sent
+            self._fork_due_zygote()
 
     def _dispatched(self) -> Iterable[_Task]:
         return (t for w in self._workers.values() for t in w.in_flight.values())
@@ -394,13 +396,17 @@ class LocalExecutor(Reaper, Dispatcher):
     def prestart(self) -> None:
         """Start every missing worker now, work or not (``sync`` starts them only while
         work is outstanding), from the calling thread: a fork from a thread of the
-        caller's choosing, and before anything can forbid it (interpreter shutdown)."""
+        caller's choosing, and before anything can forbid it (interpreter shutdown).
+        Work already queued is sent to them at once; then, under fork, the pool's zygote
+        is forked (docs/design.md, "The zygote"), before the caller starts a thread."""
         self._require_started()
         deferred = None
         try:
             deferred = _signals.defer()
             alive = sum(1 for w in self._workers.values() if not w.closing)
             self._start_batch(self.parallelism - alive)
+            self._dispatch()
+            self._fork_due_zygote()
         finally:
             _signals.undefer(deferred)
 

@@ -53,13 +53,28 @@ class WorkerLifecycle(LocalState):
         _PARENT_FDS.update((lifeline_r, lifeline_w))
         self._lifeline = (lifeline_r, lifeline_w)
         if self.start_method == "fork":
+            if _zygote.threaded():
+                self._fork_zygote()  # threads run already: every worker comes from it
+            else:
+                # Forked once the first workers are started and their first tasks sent
+                # (``_fork_due_zygote``): not on the path to the first result.
+                self._zygote_due = True
+
+    def _fork_due_zygote(self) -> None:
+        """The zygote a fork pool put off at ``start()``, forked now: after the round
+        (or ``prestart()``) that started its first workers and sent them their first
+        tasks, or before a worker starts while threads run here, whichever comes first."""
+        if self._zygote_due:
+            self._zygote_due = False
             self._fork_zygote()
 
     def _fork_zygote(self) -> None:
         """Under fork: the zygote that forks workers once threads run here (``_zygote``),
-        forked now, before the pool starts a thread. It keeps what every worker shares
-        (the lifeline's read end, the page of start marks) and closes the parent's other
-        pipepool fds; a worker it forks gets its own fds with the request."""
+        forked while this process has one thread (``_fork_due_zygote``), or at
+        ``start()`` if it had more then. It keeps what every worker shares (the
+        lifeline's read end, the page of start marks) and closes the parent's other
+        pipepool fds (the first workers' ends included); a worker it forks gets its own
+        fds with the request."""
         assert self._lifeline is not None and self._marks is not None
         lifeline_r, marks_fd = self._lifeline[0], self._marks.fd
 
@@ -206,7 +221,11 @@ class WorkerLifecycle(LocalState):
         them, and whatever locks the others held), else by the start method, from here."""
         activity_r, result_w, control_r, crash_fd = fds
         zygote = self._zygote
-        if zygote is not None and not zygote.dead and _zygote.threaded():
+        threaded = (zygote is not None or self._zygote_due) and _zygote.threaded()
+        if threaded and zygote is None:  # put off, and threads came first: fork it now
+            self._fork_due_zygote()
+            zygote = self._zygote
+        if threaded and zygote is not None and not zygote.dead:
             try:
                 sent = fds + ((region.fd,) if region else ())
                 return zygote.start(sent, wid, slot, region is not None)

@@ -148,6 +148,7 @@ class LocalState(SchedulerAPI):
         self._marks: MarkTable | None = None  # the page of start marks, a slot per worker
         self._lifeline: tuple[int, int] | None = None  # read end for workers, write end kept
         self._zygote: Zygote | None = None  # under fork: forks workers once threads run here
+        self._zygote_due = False  # under fork: put off at start(), until the first workers
         # -- workers ---------------------------------------------------------------------
         self._workers: dict[int, _Worker] = {}  # wid -> worker, until it is retired
         self._wids = itertools.count(1)  # worker ids: channel numbers in the loop

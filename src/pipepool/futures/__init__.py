@@ -32,13 +32,14 @@ Done-callbacks run in the thread
 that holds the token when the result comes in, the driver or a waiting caller (the
 stdlib runs them in its manager thread); they may submit more work, and wait for it.
 
-Workers: under fork, all of them are started by the first ``submit`` from the calling
-thread (as the stdlib does); later ones (replacing a dead or recycled worker) are forked
-from the token holder's thread, which the usual fork-with-threads caveats apply to: prefer
-forkserver or spawn for code that holds locks in other threads. Under spawn and
-forkserver they start on demand. At interpreter exit, pools finish the work already
-submitted (as the stdlib), unless the program is ending on KeyboardInterrupt; a worker
-never outlives its parent (its lifeline pipe ends it).
+Workers start on demand. Under fork, the first ``submit`` forks the first one from the
+calling thread, sends it the call, and forks the pool's zygote, all before the driver
+thread exists; every later worker (more for more work, replacements of a dead or
+recycled one) is forked by the zygote, a single-threaded copy of the program as it was
+then (docs/design.md, "The zygote"), never from this multi-threaded process. At
+interpreter exit, pools finish the work already submitted (as the stdlib), unless the
+program is ending on KeyboardInterrupt; a worker never outlives its parent (its lifeline
+pipe ends it).
 
 Where it differs from the standard library, on purpose:
 
@@ -285,20 +286,24 @@ class ProcessPoolExecutor(Executor):
                 raise RuntimeError("cannot schedule new futures after shutdown")
             if Shared.global_shutdown:
                 raise RuntimeError("cannot schedule new futures after interpreter shutdown")
-            if d.thread is None:
-                self._start_driver()
             t = record(d, next(d.keys), fn, args, kwargs, timeout)
             if not callable(fn):  # the call's own error, as a task's: its future fails
+                if d.thread is None:
+                    self._start_driver(None)
                 t._exception = TypeError(f"{fn!r} is not callable")
                 t._state = FINISHED
+                return t
+            if d.thread is None:
+                self._start_driver(t)  # t handed over, and under fork already sent
                 return t
             burst = d.add(t)
         if burst:  # a burst of submits: this thread feeds the workers (Driver.add)
             d.burst()
         return t
 
-    def _start_driver(self) -> None:
-        """Start the LocalExecutor and its driver thread (caller holds the lock).
+    def _start_driver(self, first: Record | None) -> None:
+        """Start the LocalExecutor and its driver thread, with the first submitted
+        record (caller holds the lock; None: that call failed on its own).
 
         Runs in the submitting thread, not the driver, so helper processes the start
         method needs (resource tracker, fork server) start with that thread's signal
@@ -312,14 +317,17 @@ class ProcessPoolExecutor(Executor):
             resource_tracker.ensure_running()
         ex.start()
         try:
+            if first is not None:
+                d.add(first)  # the token is free: straight into the LocalExecutor
             if ex.start_method == "fork":
-                # As the stdlib does under fork: every worker now, from this thread, while
-                # the driver thread does not exist yet (fork copies only the forking
-                # thread; the fewer threads then, the fewer locks a child inherits held),
-                # and before interpreter shutdown can forbid fork (3.12). Replacements
-                # come from the pool's zygote, forked in start() (``worker._zygote``).
+                # One round from this thread while the driver thread does not exist yet
+                # (fork copies only the forking thread; the fewer threads then, the fewer
+                # locks a child inherits held): it forks a worker for the first call and
+                # sends it there, then forks the pool's zygote, which forks every later
+                # worker (``worker._zygote``), so no fork waits for interpreter shutdown
+                # to forbid it (3.12) and the first result waits for one fork only.
                 with contextlib.suppress(Exception):  # the driver retries, futures report
-                    ex.prestart()
+                    d._step(ex.steps)
         finally:
             thread = threading.Thread(
                 target=d.run, name=f"pipepool-driver-{id(self):x}", daemon=True

@@ -37,11 +37,11 @@ parent must never block). Its invariants (docs/design.md):
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import os
 import signal
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -126,12 +126,9 @@ def main(start: WorkerStart) -> None:
         region = Region(start.region.fd, worker=True)
         os.close(start.region.fd)
     gate = _Gate(start.result.fd, mark, region)
-    threading.Thread(
-        target=_watch,
-        args=(start.lifeline.fd, start.control.fd, gate),
-        name="pipepool-watcher",
-        daemon=True,
-    ).start()
+    # The watcher thread, started without waiting for it to run (threading.Thread.start
+    # waits: 0.2 ms of a start-up on a busy machine, before the first task is read).
+    _thread.start_new_thread(_watch, (start.lifeline.fd, start.control.fd, gate))
     if start.initializer is not None:
         try:
             start.initializer(*start.initargs)
