@@ -86,6 +86,14 @@ class LocalExecutor(Reaper, Dispatcher):
 
     ``loop_impl`` picks the parent's loop: "cython", "python" (its pure-Python twin), or
     None for the compiled one if it was built (tests and benchmarks compare the two).
+
+    ``preload`` names modules to import once, where workers are made from, so that no
+    worker imports them again, a replacement after ``max_tasks_per_child`` or a crash
+    included: under fork this process imports them at ``start()`` (workers are copies of
+    it); under spawn and forkserver ``start()`` makes the pool's zygote with that start
+    method, which imports them (and the main module, as every such child does) and
+    forks every worker. A module that fails makes ``start()`` raise ``PreloadError``
+    naming it and why, with nothing left running (docs/design.md, "The zygote").
     """
 
     def __init__(
@@ -99,6 +107,7 @@ class LocalExecutor(Reaper, Dispatcher):
         initializer: Callable[..., object] | None = None,
         initargs: Iterable[Any] = (),
         loop_impl: str | None = None,
+        preload: Iterable[str] = (),
         _oom_counters: tuple[_oom.Counter, ...] | None = None,
     ) -> None:
         self.parallelism_reason = f"{parallelism} given"
@@ -120,6 +129,7 @@ class LocalExecutor(Reaper, Dispatcher):
             initargs=initargs,
             loop_impl=loop_impl,
             oom_counters=_oom_counters,
+            preload=module_names(preload),
         )
 
     # -- public API -------------------------------------------------------------------
@@ -452,6 +462,18 @@ class LocalExecutor(Reaper, Dispatcher):
         if self._queue and self._init_retry_at > time.monotonic():
             bound = min(bound, self._init_retry_at - time.monotonic())
         return max(bound, 0.0)
+
+
+def module_names(preload: Iterable[str]) -> tuple[str, ...]:
+    """``preload`` as a tuple of module names; a TypeError for anything else (a lone
+    string included: its letters are not modules)."""
+    if isinstance(preload, str | bytes):
+        raise TypeError(f"preload must be an iterable of module names, not {preload!r}")
+    names = tuple(preload)
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"preload must name modules by non-empty str, not {name!r}")
+    return names
 
 
 def _standard_start_method(name: str | None) -> str | None:

@@ -126,6 +126,7 @@ class LocalState(SchedulerAPI):
         initargs: Iterable[Any],
         loop_impl: str | None,
         oom_counters: tuple[_oom.Counter, ...] | None,
+        preload: tuple[str, ...] = (),
     ) -> None:
         super().__init__(
             ("done", "failed", "lost", "crashes", "recycles", "started_workers", "revoked")
@@ -136,6 +137,7 @@ class LocalState(SchedulerAPI):
         self.max_tasks_per_child = max_tasks_per_child  # a worker exits after this many
         self.initializer = initializer  # run in each worker before its first task
         self.initargs = tuple(initargs)
+        self.preload = preload  # modules imported where workers are made from (_zygote)
         # A multiprocessing context; Any because typeshed's BaseContext lacks Process.
         self._context: Any = multiprocessing.get_context(start_method)
         self.start_method: str = self._context.get_start_method()

@@ -84,6 +84,7 @@ from typing import Any, Literal
 
 from .. import _signals
 from ..executor import RecordExecutor
+from ..worker._zygote import preload_here
 from ._driver import Driver
 from ._item import PoolFuture, Record
 from ._map import MapItem, map_calls
@@ -107,6 +108,13 @@ class ProcessPoolExecutor(Executor):
     for where it differs. Extras: ``with_options(timeout=...)`` returns a view whose
     ``submit``/``map`` bound each task's run time, ``kill(future)`` stops one task, and
     ``worker_pids()`` lists the live workers.
+
+    ``preload`` names modules imported once where workers are made from, so that no
+    worker imports them again (a replacement after ``max_tasks_per_child`` or a crash
+    included); a module that fails raises ``PreloadError`` here, naming it and why,
+    with nothing left running. Under fork this process imports them; under spawn and
+    forkserver the pool starts now, with a zygote made with that start method that
+    imports them and forks every worker (docs/guides/futures.md, "Imports paid once").
     """
 
     def __init__(
@@ -117,6 +125,7 @@ class ProcessPoolExecutor(Executor):
         initargs: Iterable[Any] = (),
         *,
         max_tasks_per_child: int | None = None,
+        preload: Iterable[str] = (),
     ) -> None:
         if max_workers is not None and max_workers <= 0:
             raise ValueError("max_workers must be greater than 0")
@@ -147,6 +156,7 @@ class ProcessPoolExecutor(Executor):
             # wake-ups), long ones go one per worker, and tasks sent behind a surprise
             # long one are revoked and run elsewhere (no head-of-line blocking).
             prefetch=None,
+            preload=preload,
         )
         max_workers = self._max_workers = executor.parallelism
         # Why max_workers workers: "4 given", or the limit that decided (pipepool._cpus).
@@ -158,6 +168,13 @@ class ProcessPoolExecutor(Executor):
         # together with its referent (a pool in a reference cycle) never calls back.
         driver = self._driver
         self._driver.pool_ref = weakref.ref(self, lambda _: driver.request_shutdown())
+        if executor.preload:
+            # A module that cannot be preloaded fails here, not at the first submit.
+            if start_method == "fork":
+                preload_here(executor.preload)  # the pool starts at the first submit
+            else:
+                with driver.lock:
+                    self._start_driver(None)  # its zygote imports them now
 
     # -- the stdlib API -----------------------------------------------------------------
 

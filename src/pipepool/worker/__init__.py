@@ -98,6 +98,46 @@ class WorkerStart(NamedTuple):
     impl: str  # the parent's loop ("cython" or "python"): its FrameReader reads frames
 
 
+class WorkerShare(NamedTuple):
+    """What every worker of a pool is handed alike: a pool's zygote keeps it and makes
+    each worker's ``WorkerStart`` from it and the fds of that worker's own (``start``)."""
+
+    lifeline: ChildFd
+    marks: ChildFd
+    claims_at: int
+    initializer: Callable[..., object] | None
+    initargs: tuple
+    max_tasks: int | None
+    impl: str
+
+    def start(
+        self,
+        fds: Sequence[int],
+        slot: int,
+        region_fd: int | None,
+        close_fds: Sequence[int],
+    ) -> WorkerStart:
+        """Worker ``slot``'s start record: ``fds`` are its activity, result and control
+        pipe ends and its crash report file; ``region_fd`` its payload region, if any."""
+        activity, result, control, crash = fds
+        return WorkerStart(
+            activity=ChildFd(activity),
+            result=ChildFd(result),
+            control=ChildFd(control),
+            lifeline=self.lifeline,
+            marks=self.marks,
+            mark_slot=slot,
+            claims_at=self.claims_at,
+            crash=ChildFd(crash),
+            region=ChildFd(region_fd) if region_fd is not None else None,
+            close_fds=close_fds,
+            initializer=self.initializer,
+            initargs=self.initargs,
+            max_tasks=self.max_tasks,
+            impl=self.impl,
+        )
+
+
 def main(start: WorkerStart) -> None:
     """Entry point of a worker process (the ``multiprocessing.Process`` target)."""
     # First of all: a process group of our own, which every process a task starts joins,
