@@ -11,10 +11,11 @@ cdef inline void release(OutFrame *f) noexcept:
 
 cdef class _Channel:
 
-    def __cinit__(self, channel, int write_fd, int read_fd):
+    def __cinit__(self, channel, int write_fd, int read_fd, int exit_fd):
         self.channel = channel
         self.write_fd = write_fd
         self.read_fd = read_fd
+        self.exit_fd = exit_fd
 
     def __dealloc__(self):
         while self.count:

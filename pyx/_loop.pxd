@@ -10,7 +10,8 @@
 #
 # The Python-visible methods of PipeLoop:
 #   add, remove, pending, unsent_frames, in, len    [buffers] (add/remove also set O_NONBLOCK
-#                                                    and close fds, as the pure loop does)
+#                                                    and close fds, as the pure loop does;
+#                                                    add may watch an exit fd, a pidfd)
 #   send(channel, kind, ident, payload=b"", flush=True)
 #                      [buffers] queue the frame, then [syscall] _flush when it is alone in
 #                      the queue; with flush=False only queue it (and poll for POLLOUT)
@@ -81,6 +82,7 @@ cdef class _Channel:
     cdef readonly object channel  # the caller's id, handed back as given
     cdef int write_fd  # activity pipe, non-blocking
     cdef int read_fd   # result pipe, non-blocking
+    cdef int exit_fd   # readable once the worker's process exited (a pidfd), or -1
     # write end: a ring of frames; out[head] is written up to `offset`
     cdef OutFrame *out
     cdef Py_ssize_t head, count, capacity  # capacity is a power of two
@@ -119,7 +121,7 @@ cdef class PipeLoop:
     cdef object _max_payload  # as given, for error messages
     cdef long long max_len    # the same limit as a C number
     cdef dict _channels  # channel -> _Channel
-    cdef dict _by_fd     # fd -> _Channel (write end when fd == write_fd)
+    cdef dict _by_fd     # fd -> _Channel (write end when fd == write_fd; its exit fd too)
     # The poll set, in registration order: the same order Python's select.poll uses (a
     # dict), so that both twins visit ready pipes, and so report frames, in the same order.
     cdef pollfd *pfds
@@ -141,8 +143,9 @@ cdef class PipeLoop:
     cdef int _flush(self, _Channel ch) except -1  # [syscall] writev until EAGAIN or empty
     cdef int _poll_now(self) except -1  # [syscall] poll(0) with the GIL held, into ready
     cdef int _keep_ready(self, pollfd *pfds, Py_ssize_t n, int rc) except -1  # [buffers]
-    cdef int _read(self, _Channel ch, list frames, list closed) except -1
-        # [syscall] read: chunks into `chunk`, a big frame's rest into its own buffer
+    cdef int _read(self, _Channel ch, list frames, list closed, bint exited) except -1
+        # [syscall] read: chunks into `chunk`, a big frame's rest into its own buffer;
+        # `exited` (its exit fd is readable): a pipe read dry is its end, as at EOF
     cdef int _take(self, _Channel ch, const unsigned char *data, Py_ssize_t size,
                    list frames) except -1  # [buffers] split frames out of what arrived
     cdef int _close_channel(self, _Channel ch) except -1  # [buffers] stop polling it

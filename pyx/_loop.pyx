@@ -137,26 +137,33 @@ cdef class PipeLoop:
 
     # -- channels ---------------------------------------------------------------------
 
-    def add(self, channel, write_fd, read_fd):
+    def add(self, channel, write_fd, read_fd, exit_fd=-1):
         if channel in self._channels:
             raise ValueError(f"channel {channel} already exists")
         os.set_blocking(write_fd, False)
         os.set_blocking(read_fd, False)
-        cdef _Channel ch = _Channel(channel, write_fd, read_fd)
+        cdef _Channel ch = _Channel(channel, write_fd, read_fd, exit_fd)
         self._channels[channel] = ch
         self._by_fd[ch.read_fd] = ch
         self._by_fd[ch.write_fd] = ch
         self._register(ch.read_fd, POLLIN)
+        if ch.exit_fd >= 0:
+            self._by_fd[ch.exit_fd] = ch
+            self._register(ch.exit_fd, POLLIN)
 
     def remove(self, channel):
         cdef _Channel ch = self._channels.pop(channel)
         # Unreachable first (no fd maps to it), then emptied: nothing can see it half-done.
         self._forget_fd(ch.read_fd)
         self._forget_fd(ch.write_fd)
+        if ch.exit_fd >= 0:
+            self._forget_fd(ch.exit_fd)
         unsent = ch.take_unsent()
         ch.drop_in()
         os.close(ch.read_fd)
         os.close(ch.write_fd)
+        if ch.exit_fd >= 0:
+            os.close(ch.exit_fd)
         return unsent
 
     cdef int _forget_fd(self, int fd) except -1:
@@ -387,7 +394,7 @@ cdef class PipeLoop:
                     if ch.count and not ch.write_dead:
                         self._flush(ch)
                 elif not ch.closed:
-                    self._read(ch, frames, closed)
+                    self._read(ch, frames, closed, fd == ch.exit_fd)
             result = (frames, closed)
         finally:
             if gc_was_on:
@@ -398,12 +405,13 @@ cdef class PipeLoop:
         self.wait(timeout)
         return self.pump()
 
-    cdef int _read(self, _Channel ch, list frames, list closed) except -1:
+    cdef int _read(self, _Channel ch, list frames, list closed, bint exited) except -1:
         cdef Py_ssize_t budget = READ_BUDGET
         cdef Py_ssize_t want
         cdef ssize_t n
         cdef int err
         cdef bint eof = False
+        cdef bint drained = False
         cdef object error = None
         cdef object frame_error = None
         while budget > 0:
@@ -420,6 +428,8 @@ cdef class PipeLoop:
                         continue
                     if not would_block(err):
                         error = os_error(err)
+                    else:
+                        drained = True
                     break
                 if n == 0:
                     eof = True
@@ -430,7 +440,8 @@ cdef class PipeLoop:
                     frames.append(frame_tuple(ch.channel, True, ch.big_header, ch.big))
                     ch.big = None
                 if n < want:
-                    break  # drained
+                    drained = True
+                    break
                 continue
             n = c_read(ch.read_fd, self.chunk, READ_SIZE)
             if n < 0:
@@ -439,6 +450,8 @@ cdef class PipeLoop:
                     continue
                 if not would_block(err):
                     error = os_error(err)
+                else:
+                    drained = True
                 break
             if n == 0:
                 eof = True
@@ -450,7 +463,10 @@ cdef class PipeLoop:
                 except FrameError as exc:
                     frame_error = exc
             if n < READ_SIZE:
-                break  # drained; an EOF behind it shows up on the next poll
+                drained = True  # an EOF behind it shows up on the next poll
+                break
+        if exited and drained and error is None:
+            eof = True  # nobody writes anymore whoever holds the pipe open: its end
         if frame_error is not None:
             error = frame_error
         elif error is None and eof and (ch.in_len or ch.big is not None):
@@ -512,6 +528,8 @@ cdef class PipeLoop:
         ch.closed = True
         ch.drop_in()
         self._unregister(ch.read_fd)
+        if ch.exit_fd >= 0:  # (readable for good once the process exited)
+            self._unregister(ch.exit_fd)
         self._want_out(ch, False)
         ch.write_dead = True
         return 0

@@ -321,3 +321,16 @@ class HeldWhileUnpickled:
 
     def __reduce__(self):
         return (held, (self.started, self.go))
+
+
+def exit_behind_a_holder(code: int, hold: float = 60.0) -> None:
+    """Fork a child that keeps every fd this worker holds (its result pipe's write end
+    too) and sleeps ``hold`` s in the worker's process group, then end the worker with
+    ``code``: no EOF tells its parent, only the exit itself (the child goes with the
+    worker's group when the parent retires it)."""
+    if os.fork() == 0:
+        try:
+            time.sleep(hold)
+        finally:
+            os._exit(0)
+    os._exit(code)

@@ -34,20 +34,24 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
-import numbers
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from concurrent.futures import CancelledError
 from typing import Any, Self
 
-from . import _signals
+from . import _checks, _signals
 from ._task import DONE, QUEUED, RUNNING, Task
 from .errors import DuplicateKeyError
 from .events import _TERMINAL, Event, State
 
 _SUCCESS, _FAILED = State.SUCCESS, State.FAILED  # plain names: events.py says why
 _new = tuple.__new__  # Event(...) through its own __new__ costs twice as much
+
+_INF = math.inf
+IDLE_SYNC = 60.0  # s a wait_until_done() round may sleep: each step's own deadline
+# (``_wait_bound``) and every outcome end it sooner, so this only bounds the wake-ups of
+# a wait on tasks that take long (one a minute), as the stdlib's blocking wait has none
 
 _WHERE = {
     "queued": "queued",
@@ -121,7 +125,11 @@ class SchedulerAPI:
     ) -> None:
         """Like ``queue`` with the call spelled out, plus options.
 
-        ``timeout``: seconds (a positive, finite real, or None for none), counted from the
+        ``args``: a tuple (or list) of positional arguments; ``kwargs``: a mapping of
+        keyword arguments, or None. Both are checked here (``pipepool._checks``), not in
+        the worker.
+
+        ``timeout``: seconds (a finite number > 0, or None for none), counted from the
         moment a worker starts the task; past it the task fails with ``TaskTimeoutError``
         (what happens to its worker: see the executor's class doc).
 
@@ -132,16 +140,26 @@ class SchedulerAPI:
         if self._state == "ended":
             raise RuntimeError(f"cannot queue on an ended {type(self).__name__}")
         if not callable(fn):
-            raise TypeError(f"{fn!r} is not callable")
+            _checks.function(fn, "fn")
+        # The common case in two type tests; the rest (and every error) in _checks.
+        if type(args) is not tuple:
+            args = _checks.positionals(args, "args")
+        if kwargs is None:
+            kwargs = {}
+        elif kwargs or type(kwargs) is not dict:
+            kwargs = _checks.keywords(kwargs, "kwargs")
         if timeout is not None:
-            timeout = positive_real(timeout, "timeout")
-        args = args if type(args) is tuple else tuple(args)
-        task = Task(next(self._tids), key, fn, args, {} if kwargs is None else kwargs, timeout)
-        if key not in self._held and key not in self._events:
-            # Nothing outstanding: dispatch 1, the hot path's two stores (see ``queue``).
-            self._held[key] = task
-            self._queue.append(task)
-            return
+            timeout = _checks.seconds(timeout, "timeout", positive=True, none=True)
+        task = Task(next(self._tids), key, fn, args, kwargs, timeout)
+        try:  # (costs nothing unless it catches)
+            if key not in self._held and key not in self._events:
+                # Nothing outstanding: dispatch 1, the hot path's two stores (see ``queue``).
+                self._held[key] = task
+                self._queue.append(task)
+                return
+        except TypeError:
+            _checks.hashable(key, "key")  # an unhashable key, named
+            raise
         deferred = None
         try:
             deferred = _signals.defer()
@@ -204,9 +222,13 @@ class SchedulerAPI:
         dispatch of it is outstanding is one more dispatch of it: each ends with its own
         terminal event, marked with its number (``Event.dispatch``)."""
         held = self._held
-        if key in held or key in self._events or self._state != "started" or not callable(fn):
-            self.queue_call(key, fn, args, kwargs)  # the checks, their errors, a held key
-            return
+        try:  # (costs nothing unless it catches)
+            if key in held or key in self._events or self._state != "started" or not callable(fn):
+                self.queue_call(key, fn, args, kwargs)  # the checks, their errors, a held key
+                return
+        except TypeError:
+            _checks.hashable(key, "key")  # an unhashable key, named; else the error as it was
+            raise
         # The last lines of queue_call, inlined: a scheduler's hot path, one call less.
         # Two stores, no deferral: cut short between them, ``_count`` notices.
         task = Task(next(self._tids), key, fn, args, kwargs, None)
@@ -218,11 +240,14 @@ class SchedulerAPI:
         self.sync(timeout)
 
     def get_event_buffer(self, keys: Iterable[Hashable] | None = None) -> dict[Hashable, Event]:
-        """Pop and return ``{key: event}``, for all keys or only ``keys``.
+        """Pop and return ``{key: event}``, for all keys or only ``keys`` (an iterable of
+        keys: a list, a set; one key goes in a list of its own).
 
         The newest event of one dispatch per key: a key's events of a later dispatch
         (``Event.dispatch``), RUNNING ones included, wait for the next calls, one
         dispatch per call, in order; none is replaced by another dispatch's or dropped."""
+        if keys is not None:
+            keys = _key_list(keys)
         if self._later:
             deferred = None
             try:
@@ -232,11 +257,11 @@ class SchedulerAPI:
                 _signals.undefer(deferred)
         return self._pop_events(keys)
 
-    def _pop_events(self, keys: Iterable[Hashable] | None) -> dict[Hashable, Event]:
+    def _pop_events(self, keys: list[Hashable] | None) -> dict[Hashable, Event]:
         if keys is None:
             events, self._events = self._events, {}
         else:
-            events = {k: self._events.pop(k) for k in list(keys) if k in self._events}
+            events = {k: self._events.pop(k) for k in keys if k in self._events}
         later = self._later
         if later:  # each key handed out moves on to its next dispatch's event
             for key in [k for k in later if k in events]:
@@ -261,14 +286,20 @@ class SchedulerAPI:
         return keys
 
     def running_counts(self) -> dict[Hashable, int]:
-        """``{key: dispatches not yet ended}`` for each key in ``running`` (queued ones
-        included)."""
+        """``{key: dispatches not yet ended}`` for each key in ``running``: its dispatches
+        handed over, plus its queued ones. A key whose only dispatch is queued (never
+        handed over) is not running, so not here: it is in ``queued``."""
         counts: dict[Hashable, int] = {}
         for t in self._dispatched():
             counts[t.key] = counts.get(t.key, 0) + 1
-        queued = [t.key for t in self._queue]
-        for key in {t.key for t in self._queue if t.dispatch > 1}.union(counts):
-            counts[key] = counts.get(key, 0) + queued.count(key)
+        queued: dict[Hashable, int] = {}
+        again = set()  # keys queued again: running until that dispatch ends
+        for t in self._queue:
+            queued[t.key] = queued.get(t.key, 0) + 1
+            if t.dispatch > 1:
+                again.add(t.key)
+        for key in again.union(counts):
+            counts[key] = counts.get(key, 0) + queued.get(key, 0)
         return counts
 
     def _holding(self, key: Hashable) -> str:
@@ -320,14 +351,18 @@ class SchedulerAPI:
         self._shut_down()
 
     def wait_until_done(self, timeout: float | None = None) -> bool:
-        """Drive the rounds until nothing is queued or in flight; False if ``timeout`` hit."""
+        """Drive the rounds until nothing is queued or in flight; False if ``timeout``
+        (seconds, or None for no limit) passed first. Between rounds it sleeps until
+        something happens (``sync``): no periodic wake-up of its own."""
+        if timeout is not None:
+            timeout = _checks.seconds(timeout, "timeout", none=True)
         deadline = None if timeout is None else time.monotonic() + timeout
         self.sync()
         while self.has_work():
-            remaining = 1.0 if deadline is None else deadline - time.monotonic()
+            remaining = IDLE_SYNC if deadline is None else deadline - time.monotonic()
             if remaining <= 0:
                 return False
-            self.sync(timeout=min(remaining, 1.0))
+            self.sync(timeout=min(remaining, IDLE_SYNC))
         return True
 
     def __enter__(self) -> Self:
@@ -457,15 +492,21 @@ class SchedulerAPI:
             )
 
 
-def positive_real(value: object, name: str) -> float:
-    """``value`` as a float if it is a positive, finite real (int, float, a numpy scalar;
-    not ``bool``), else a ``TypeError`` or ``ValueError`` that names the argument: checked
-    where it is given, not rounds later in the caller's loop."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+def wait_timeout(timeout: float) -> float:
+    """``sync``'s ``timeout`` (seconds to wait at most, a finite number >= 0), checked by
+    the rule of its kind (``_checks.seconds``) on every face. A round's call: a caller
+    tests the common case (a float in range) inline and calls this for the rest."""
+    if type(timeout) is float and 0.0 <= timeout < _INF:
+        return timeout
+    return _checks.seconds(timeout, "timeout")
+
+
+def _key_list(keys: Any) -> list[Hashable]:
+    """``get_event_buffer``'s ``keys`` as a list, or a TypeError naming it: a string (one
+    key where keys were meant) or a non-iterable."""
+    if isinstance(keys, (str, bytes)) or not isinstance(keys, Iterable):
         raise TypeError(
-            f"{name} must be a real number of seconds or None, not {type(value).__name__}"
+            "keys must be an iterable of keys (a list or set; one key in a list of its "
+            f"own) or None, got {keys!r}"
         )
-    number = float(value)
-    if not (math.isfinite(number) and number > 0):
-        raise ValueError(f"{name} must be a positive, finite number of seconds, not {value!r}")
-    return number
+    return list(keys)

@@ -264,6 +264,32 @@ def test_callback_reports_running_first(make, fake_log):
     assert key(cb) not in ex.running
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "error", "words"),
+    [
+        (None, None, ValueError, "[core] parallelism must be an integer >= 1, got 0"),
+        ("QUEUE_AHEAD", "-1", ValueError, "[pipepool] queue_ahead must be an integer >= 0"),
+        ("MAX_TASKS_PER_CHILD", "-2", ValueError, "[pipepool] max_tasks_per_child must be"),
+        ("MAX_RSS_MIB", "-1", ValueError, "[pipepool] max_rss_mib must be an integer >= 0"),
+        ("TERM_GRACE", "inf", ValueError, "[pipepool] term_grace must be a finite number"),
+        ("TERM_GRACE", "-1", ValueError, "[pipepool] term_grace must be a finite number"),
+    ],
+)
+def test_a_bad_setting_is_refused_when_the_executor_is_made(
+    monkeypatch, option, value, error, words
+):
+    """Checked by the pool's own rules (``pipepool._checks``) in the constructor, naming
+    the setting: not at start(), nor in a worker. Parallelism 0 (Airflow's "unlimited")
+    is refused: one worker a slot."""
+    from pipepool.airflow import PipepoolExecutor
+
+    if option is not None:
+        monkeypatch.setenv(f"AIRFLOW__PIPEPOOL__{option}", value)
+    with pytest.raises(error) as caught:
+        PipepoolExecutor(parallelism=0 if option is None else 2)
+    assert str(caught.value).startswith(words)
+
+
 @pytest.mark.parametrize("queue_ahead", [0, 3])
 def test_parallelism_is_exact(make, fake_log, monkeypatch, queue_ahead):
     """Airflow 56444/54830: every configured worker runs, never more; workloads beyond

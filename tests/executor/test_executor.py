@@ -134,3 +134,24 @@ def test_sync_with_timeout_dispatches_before_it_waits(impl):
             if "k" in ex.get_event_buffer() and not ex.has_work():
                 break
         assert not ex.has_work()
+
+
+def test_running_counts_holds_running_keys_with_their_queued_dispatches(impl, tmp_path):
+    """As its docstring says: a running key's dispatches not yet ended, handed over or
+    queued again; a key only queued (never handed over) is in ``queued``, not here."""
+    gate = tmp_path / "gate"
+    ex = LocalExecutor(1, start_method="fork", prefetch=1, loop_impl=impl)
+    ex.start()
+    try:
+        ex.queue("k", tasks.wait_for, str(gate))
+        rec = Recorder(ex)
+        rec.run_until(lambda: "k" in rec.running_seen)
+        ex.queue("k", tasks.wait_for, str(gate))  # dispatch 2 of k: queued, k still running
+        ex.queue("only-queued", tasks.echo, 1)  # behind them, on the one worker
+        assert ex.running == {"k"} and ex.queued == {"k", "only-queued"}
+        assert ex.running_counts() == {"k": 2}
+        gate.touch()
+        rec.finish()
+        assert ex.running_counts() == {}
+    finally:
+        ex.terminate()

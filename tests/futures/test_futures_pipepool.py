@@ -325,3 +325,47 @@ def test_garbage_collected_pool_stops_its_workers(start_method, no_leaks, in_cyc
     assert f.result(timeout=WAIT) == 9
     thread.join(WAIT)
     assert not thread.is_alive()
+
+
+# == an idle pool waits without polling =====================================================
+
+WAKEUPS_BOUND = 60  # wake-ups of the whole parent allowed for the test below: ~10 seen
+# (about two per outcome, for the caller and the driver thread), against 180-190 before
+# the driver stopped looking every LINGER (1 ms) while a caller waited on a long task;
+# the stdlib's parent makes about as many as pipepool's now.
+
+
+def pidfds_here() -> bool:
+    """Whether this kernel gives pidfds (Linux 5.3+): a pool then watches its workers'
+    exits in its poll, without the periodic reap's look (executor._lifecycle.exit_fd)."""
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except (AttributeError, OSError):
+        return False
+    return True
+
+
+def voluntary_switches() -> int:
+    """Times any thread of this process went to sleep (each wake-up is one)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+
+
+def test_a_pool_waiting_on_long_tasks_wakes_for_their_outcomes_only(make_pipepool):
+    """While a caller waits in result() on tasks that sleep and nothing arrives, the
+    parent sleeps: it wakes for the outcomes, not every millisecond (the driver thread
+    used to look every LINGER while a caller drove) nor every REAP_INTERVAL (the reap's
+    periodic look, now only where a worker has no pidfd). Counted in the kernel's count
+    of voluntary context switches of every thread (getrusage), so no clock decides it."""
+    if voluntary_switches() == 0:  # pragma: no cover  (every POSIX kernel counts them)
+        pytest.skip("this platform does not count voluntary context switches")
+    if not pidfds_here():  # pragma: no cover
+        pytest.skip("no pidfds here (macOS, Linux < 5.3): the periodic reap wakes the pool")
+    pool = make_pipepool(2)
+    warm_up(pool, 2)
+    before = voluntary_switches()
+    futures = [pool.submit(ft.sleep_return, 0.5, i) for i in range(4)]
+    assert [f.result(timeout=WAIT) for f in futures] == [0, 1, 2, 3]
+    woken = voluntary_switches() - before
+    assert woken <= WAKEUPS_BOUND, f"{woken} wake-ups for 4 tasks of 0.5 s on 2 workers"

@@ -51,11 +51,13 @@ class Peer:
     def send(self, kind: int, ident: int, payload: bytes = b"") -> None:
         os.write(self.write_fd, encode_header(kind, ident, len(payload)) + payload)
 
+    exit_w = -1  # the write end of an exit fd's stand-in pipe (``exit_fd_peer``)
+
     def close(self) -> None:
-        for fd in (self.read_fd, self.write_fd):
+        for fd in (self.read_fd, self.write_fd, self.exit_w):
             if fd >= 0:
                 os.close(fd)
-        self.read_fd = self.write_fd = -1
+        self.read_fd = self.write_fd = self.exit_w = -1
 
 
 @pytest.fixture
@@ -137,6 +139,67 @@ def test_frames_before_eof_are_delivered_then_closed_once(loop):
     assert closed == [(2, None)]
     assert loop.poll(0) == ([], [])  # reported once
     peer.close()
+
+
+def exit_fd_peer(loop, channel: int) -> tuple[Peer, int]:
+    """A peer whose channel has an exit fd: a pipe's read end standing in for a pidfd
+    (readable once the process exits); the returned fd, written to, is that exit."""
+    peer = Peer.__new__(Peer)
+    _peers.append(peer)
+    act_r, act_w = os.pipe()
+    res_r, res_w = os.pipe()
+    exit_r, exit_w = os.pipe()
+    peer.read_fd, peer.write_fd, peer.buf, peer.exit_w = act_r, res_w, bytearray(), exit_w
+    loop.add(channel, act_w, res_r, exit_r)
+    return peer, exit_w
+
+
+@pytest.mark.parametrize("size", [10, 1 << 17])  # a small frame; a big one, read in place
+def test_an_exit_fd_closes_a_channel_whose_pipe_stays_open(loop, size):
+    """The worker exited and a child of it holds the result pipe: no EOF comes. Its exit
+    fd (a pidfd in the executor) turning readable ends the channel as an EOF would: what
+    is in the pipe first, then closed, once."""
+    peer, exited = exit_fd_peer(loop, 4)
+    payload = os.urandom(size)
+    threading.Thread(target=peer.send, args=(Kind.DONE, 1, payload)).start()
+    frames, closed = pump_until(loop, lambda f, c: bool(f))
+    assert frames == [(4, Kind.DONE, 1, payload)] and closed == []
+    assert loop.poll(0.05) == ([], [])  # the pipe is open and quiet: nothing happens
+    peer.send(Kind.DONE, 2, b"last words")
+    os.write(exited, b"x")  # the process is gone; peer.write_fd (the child's copy) is open
+    frames, closed = pump_until(loop, lambda f, c: bool(c))
+    assert frames == [(4, Kind.DONE, 2, b"last words")] and closed == [(4, None)]
+    assert loop.poll(0) == ([], [])  # reported once; the exit fd no longer wakes the loop
+    assert loop.wait(0) is False
+    loop.remove(4)
+    peer.close()
+
+
+def test_an_exit_fd_in_the_middle_of_a_frame_is_a_frame_error(loop):
+    peer, exited = exit_fd_peer(loop, 5)
+    os.write(peer.write_fd, encode_header(Kind.DONE, 1, 100) + b"short")
+    os.write(exited, b"x")
+    frames, closed = pump_until(loop, lambda f, c: bool(c))
+    assert frames == [] and [c for c, _ in closed] == [5]
+    assert isinstance(closed[0][1], FrameError) and "middle of a frame" in str(closed[0][1])
+    peer.close()
+
+
+def test_remove_closes_the_exit_fd(loop):
+    peer, exited = exit_fd_peer(loop, 6)
+    exit_r = next(fd for fd in range(3, 1024) if _is_read_end_of(fd, exited))
+    loop.remove(6)
+    with pytest.raises(OSError):
+        os.fstat(exit_r)
+    peer.close()
+
+
+def _is_read_end_of(fd: int, write_fd: int) -> bool:
+    """Whether ``fd`` is the read end of the pipe ``write_fd`` writes."""
+    try:
+        return fd != write_fd and os.fstat(fd).st_ino == os.fstat(write_fd).st_ino
+    except OSError:
+        return False
 
 
 @pytest.mark.parametrize(

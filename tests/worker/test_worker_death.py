@@ -83,7 +83,8 @@ DEATHS = {
 @pytest.mark.parametrize("cause", list(DEATHS))
 def test_each_death_names_its_cause(make, counter: Counter, cause: str) -> None:
     task, args, exitcode, says, never = DEATHS[cause]
-    ex = make(1, _oom_counters=(counter,))
+    ex = make(1)
+    ex._oom_counters = (counter,)  # before any worker starts
     ex.queue("victim", task, *args)
     ex.queue("after", tasks.echo, 5)
     ended = outcomes(ex, 2)
@@ -117,7 +118,8 @@ def test_a_rise_is_read_from_the_counter_file(counter: Counter, tmp_path: Path) 
 
 
 def test_sigkill_while_the_count_rises_names_the_oom_killer(make, counter: Counter) -> None:
-    ex = make(1, _oom_counters=(counter,))
+    ex = make(1)
+    ex._oom_counters = (counter,)  # before any worker starts
     ex.queue("hog", death_tasks.count_then_die, counter.path)
     error = outcomes(ex, 1)["hog"].exception
     assert isinstance(error, WorkerLostError) and error.cause == "oom"
@@ -128,7 +130,8 @@ def test_sigkill_while_the_count_rises_names_the_oom_killer(make, counter: Count
 def test_a_count_that_rose_before_the_task_began_is_not_its_cause(make, counter: Counter) -> None:
     # The count rises while the worker is idle (another process's OOM kill): the
     # worker's baseline moves with it, and its later SIGKILL is from outside.
-    ex = make(1, _oom_counters=(counter,))
+    ex = make(1)
+    ex._oom_counters = (counter,)  # before any worker starts
     ex.queue("first", tasks.echo, 1)
     outcomes(ex, 1)
     Path(counter.path).write_text("oom_kill 5\n")
@@ -141,7 +144,8 @@ def test_a_count_that_rose_before_the_task_began_is_not_its_cause(make, counter:
 
 
 def test_where_nothing_counts_oom_kills_the_message_says_so(make) -> None:
-    ex = make(1, _oom_counters=())
+    ex = make(1)
+    ex._oom_counters = ()  # before any worker starts
     ex.queue("killed", tasks.kill_self, signal.SIGKILL)
     error = outcomes(ex, 1)["killed"].exception
     assert error.cause == "signal"

@@ -44,6 +44,7 @@ from airflow.configuration import conf as global_conf
 from airflow.executors import workloads
 from airflow.executors.base_executor import BaseExecutor
 
+from .. import _checks
 from ..errors import DeathCause, DuplicateKeyError
 from ..events import Event, State
 from ..executor import LocalExecutor
@@ -115,14 +116,28 @@ class PipepoolExecutor(BaseExecutor):
             self.conf = global_conf
         self.team = self.team_name if V3_1 else self.team_id
         self.is_mp_using_fork = multiprocessing.get_start_method() == "fork"
-        self.max_tasks_per_child = int(self._option("max_tasks_per_child", "getint"))
-        self.max_rss_mib = int(self._option("max_rss_mib", "getint"))
+        # Checked here, by the rules the pool checks its own arguments by
+        # (``pipepool._checks``), not at start() or in a worker: [core] parallelism is
+        # the pool's (one worker a slot: no "0 for unlimited"), the rest [pipepool]'s.
+        _checks.count(self.parallelism, "[core] parallelism")
+        self.max_tasks_per_child = _checks.count(
+            int(self._option("max_tasks_per_child", "getint")),
+            "[pipepool] max_tasks_per_child",
+            minimum=0,
+        )
+        self.max_rss_mib = _checks.count(
+            int(self._option("max_rss_mib", "getint")), "[pipepool] max_rss_mib", minimum=0
+        )
         ahead = self._option("queue_ahead", "get")
-        self.queue_ahead = self.parallelism if ahead in (None, "") else int(ahead)
+        self.queue_ahead = _checks.count(
+            self.parallelism if ahead in (None, "") else int(ahead),
+            "[pipepool] queue_ahead",
+            minimum=0,
+        )
         self.gc_freeze = bool(self._option("gc_freeze", "getboolean"))
-        self.term_grace = float(self._option("term_grace", "getfloat"))
-        if self.queue_ahead < 0:
-            raise ValueError("[pipepool] queue_ahead must be 0 or more")
+        self.term_grace = _checks.seconds(
+            float(self._option("term_grace", "getfloat")), "[pipepool] term_grace"
+        )
         self.pool: LocalExecutor | None = None
         self._lock = threading.Lock()  # held for every use of the pool
         self._stop = threading.Event()

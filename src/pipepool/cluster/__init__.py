@@ -49,7 +49,8 @@ from collections.abc import Hashable, Iterable
 from concurrent.futures import CancelledError
 from typing import Any
 
-from .. import _signals
+from .. import _checks, _signals
+from .._api import wait_timeout
 from .._cpus import available_cpus
 from .._outcome import load_exception, load_result
 from .._task import RUNNING as _RUNNING
@@ -107,8 +108,10 @@ class ClusterExecutor(DaskLink):
         worker_saturation: float = WORKER_SATURATION,
         **options: Any,
     ) -> None:
-        if max_in_flight is not None and max_in_flight < 1:
-            raise ValueError("max_in_flight must be at least 1 or None")
+        # Each by the rule of its kind, as on LocalExecutor (``pipepool._checks``).
+        max_in_flight = _checks.count(max_in_flight, "max_in_flight", none=True)
+        connect_timeout = _checks.seconds(connect_timeout, "connect_timeout", positive=True)
+        worker_saturation = _checks.ratio(worker_saturation, "worker_saturation")
         _import_distributed()  # fail here, with the install hint, not at start()
         self.address = address
         self.options = options
@@ -171,6 +174,7 @@ class ClusterExecutor(DaskLink):
         for a report from the cluster (a start or an outcome).
         """
         self._require_started()
+        timeout = wait_timeout(timeout)  # LocalExecutor's rule
         if timeout > 0 and not (self._starts or self._outcomes):
             self._wakeup.wait(min(timeout, self._wait_bound()))
         self._wakeup.clear()  # before collecting: a report after this sets it again

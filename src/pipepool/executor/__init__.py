@@ -42,7 +42,8 @@ import time
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
-from .. import _oom, _signals
+from .. import _checks, _signals
+from .._api import wait_timeout
 from .._cpus import available_cpus
 from .._task import DONE as _DONE
 from .._task import QUEUED as _QUEUED
@@ -63,6 +64,7 @@ from ._state import _PARENT_FDS as _PARENT_FDS  # the fork registry (docs/design
 from ._state import _Worker
 
 _FAILED = State.FAILED  # a plain name: events.py says why
+_INF = float("inf")
 TERM_GRACE = 1.0  # s between SIGTERM and SIGKILL in terminate()
 START_POLL = 0.002  # s a wait may last while a worker holds tasks and none is known to
 # run: no frame says "started" (start marks do, without a wake-up), so timeouts, RUNNING
@@ -94,6 +96,11 @@ class LocalExecutor(Reaper, Dispatcher):
     method, which imports them (and the main module, as every such child does) and
     forks every worker. A module that fails makes ``start()`` raise ``PreloadError``
     naming it and why, with nothing left running (docs/design.md, "The zygote").
+
+    Every argument is checked here, by the rule of its kind (``pipepool._checks``):
+    ``parallelism``, ``prefetch``, ``pipe_size`` (bytes) and ``max_tasks_per_child`` are
+    integers >= 1 (or None), ``initializer`` a callable (or None), ``initargs`` a tuple
+    or list, ``preload`` module names; a TypeError or ValueError names the one that is not.
     """
 
     def __init__(
@@ -108,17 +115,20 @@ class LocalExecutor(Reaper, Dispatcher):
         initargs: Iterable[Any] = (),
         loop_impl: str | None = None,
         preload: Iterable[str] = (),
-        _oom_counters: tuple[_oom.Counter, ...] | None = None,
     ) -> None:
+        parallelism = _checks.count(parallelism, "parallelism", none=True)
+        prefetch = _checks.count(prefetch, "prefetch", none=True)
+        pipe_size = _checks.count(pipe_size, "pipe_size", none=True)
+        max_tasks_per_child = _checks.count(max_tasks_per_child, "max_tasks_per_child", none=True)
+        initializer = _checks.function(initializer, "initializer", none=True)
+        initargs = _checks.positionals(initargs, "initargs")
+        loop_impl = _checks.choice(loop_impl, "loop_impl", ("cython", "python"))
+        preload = _checks.module_names(preload, "preload")
+        if start_method is not None and not isinstance(start_method, str):
+            _checks.choice(start_method, "start_method", ("fork", "spawn", "forkserver"))
         self.parallelism_reason = f"{parallelism} given"
         if parallelism is None:
             parallelism, self.parallelism_reason = available_cpus()  # see pipepool._cpus
-        if parallelism < 1:
-            raise ValueError("parallelism must be at least 1")
-        if prefetch is not None and prefetch < 1:
-            raise ValueError("prefetch must be at least 1, or None for an adaptive depth")
-        if max_tasks_per_child is not None and max_tasks_per_child < 1:
-            raise ValueError("max_tasks_per_child must be at least 1 or None")
         super().__init__(
             parallelism,
             start_method=_standard_start_method(start_method),
@@ -128,8 +138,7 @@ class LocalExecutor(Reaper, Dispatcher):
             initializer=initializer,
             initargs=initargs,
             loop_impl=loop_impl,
-            oom_counters=_oom_counters,
-            preload=module_names(preload),
+            preload=preload,
         )
 
     # -- public API -------------------------------------------------------------------
@@ -147,12 +156,17 @@ class LocalExecutor(Reaper, Dispatcher):
         Never blocks on a pipe. With ``timeout`` > 0, a round that produced no event
         waits up to that long for something to happen (a result, room in a pipe, a
         worker exit) and runs once more: work queued just before is dispatched first,
-        not after the wait. ``ready`` (for a caller woken by other threads) is asked after
-        the first round, which drained the wake-up pipe: true skips the wait. A thread
-        that changes what ``ready`` reads and then calls ``wake()`` is never missed.
+        not after the wait. ``timeout`` is a finite number of seconds >= 0. ``ready``
+        (for a caller woken by other threads) is asked after the first round, which
+        drained the wake-up pipe: true skips the wait. A thread that changes what
+        ``ready`` reads and then calls ``wake()`` is never missed.
         """
         if self._state != "started":
             self._require_started()
+        if type(timeout) is not float or not 0.0 <= timeout < _INF:
+            timeout = wait_timeout(timeout)  # an int, or an error: a float costs no call
+        if ready is not None and not callable(ready):
+            _checks.function(ready, "ready", none=True)
         published = self._published
         self._round()
         if timeout > 0 and self._published == published and not (ready and ready()):
@@ -213,6 +227,7 @@ class LocalExecutor(Reaper, Dispatcher):
         workers are replaced); those fail with ``TaskKilledError``. Dispatches of the key
         not started go on (``cancel`` those). Returns how many were killed."""
         self._require_started()
+        _checks.hashable(key, "key")
         deferred = None
         try:
             deferred = _signals.defer()  # start marks, deadlines and kills change together
@@ -244,6 +259,7 @@ class LocalExecutor(Reaper, Dispatcher):
         again either.) A worker that started it first runs it on, and it reports as
         usual: started or cancelled, never both. Its event says which.
         """
+        _checks.hashable(key, "key")
         deferred = None
         try:
             deferred = _signals.defer()
@@ -446,12 +462,19 @@ class LocalExecutor(Reaper, Dispatcher):
         return self._depth.depth()
 
     def _wait_bound(self) -> float:
-        """How long a wait may last before a step in this object has work to do."""
-        bound = REAP_INTERVAL
+        """How long a wait may last before a step in this object has work to do.
+
+        No bound of its own while nothing is due: every worker's exit wakes the loop (its
+        pipe's EOF, or its exit fd when a child holds that pipe open), outcomes do, and
+        ``wake()`` does. Only a worker with no exit fd (no pidfd here) needs the periodic
+        reap to look for an exit nothing would wake us for (``REAP_INTERVAL``)."""
+        bound = _INF
         if any(w.closing for w in self._workers.values()):
             bound = 0.001  # an exit code is due any moment
         else:  # a start mark may move without waking us
             for w in self._workers.values():
+                if w.exit_fd < 0:
+                    bound = min(bound, REAP_INTERVAL)
                 if w.in_flight and w.current is None:
                     if w.heard:
                         bound = START_POLL
@@ -462,18 +485,6 @@ class LocalExecutor(Reaper, Dispatcher):
         if self._queue and self._init_retry_at > time.monotonic():
             bound = min(bound, self._init_retry_at - time.monotonic())
         return max(bound, 0.0)
-
-
-def module_names(preload: Iterable[str]) -> tuple[str, ...]:
-    """``preload`` as a tuple of module names; a TypeError for anything else (a lone
-    string included: its letters are not modules)."""
-    if isinstance(preload, str | bytes):
-        raise TypeError(f"preload must be an iterable of module names, not {preload!r}")
-    names = tuple(preload)
-    for name in names:
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"preload must name modules by non-empty str, not {name!r}")
-    return names
 
 
 def _standard_start_method(name: str | None) -> str | None:
@@ -495,7 +506,10 @@ def _standard_start_method(name: str | None) -> str | None:
     try:
         multiprocessing.get_context(name)
     except ValueError:
-        raise ValueError(f"unknown start_method {name!r}") from None
+        raise ValueError(
+            "start_method must be 'fork', 'spawn', 'forkserver' (or another start method "
+            f"multiprocessing knows) or None, got {name!r}"
+        ) from None
     logging.getLogger("pipepool").debug(
         "pipepool: start method %r is not a standard one; forking instead", name
     )

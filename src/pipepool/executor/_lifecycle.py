@@ -191,8 +191,11 @@ class WorkerLifecycle(LocalState):
         w.region = region  # mapped here until the worker is removed; its fd is closed
         w.claims = self._marks.ring(slot)
         w.oom_at = oom_at
+        w.exit_fd = exit_fd(w.pid)
+        if w.exit_fd >= 0:
+            _PARENT_FDS.add(w.exit_fd)
         assert self._loop is not None
-        self._loop.add(wid, activity_w, result_r)
+        self._loop.add(wid, activity_w, result_r, w.exit_fd)  # it owns exit_fd from here
         self._workers[wid] = w
         self._stats["started_workers"] += 1
 
@@ -242,7 +245,7 @@ class WorkerLifecycle(LocalState):
         assert self._loop is not None
         if w.wid not in self._loop:
             return []
-        _PARENT_FDS.difference_update((*w.fds, w.control_fd, w.crash_fd))
+        _PARENT_FDS.difference_update((*w.fds, w.control_fd, w.crash_fd, w.exit_fd))
         os.close(w.control_fd)
         os.close(w.crash_fd)
         if w.region is not None:  # read to the end: nothing refers to it any more
@@ -361,3 +364,18 @@ def _signal_process(
     with contextlib.suppress(OSError, ValueError, AttributeError):  # already gone or closed
         _tree.signal_group(proc.pid, signal.SIGTERM if how == "terminate" else signal.SIGKILL)
         getattr(proc, how)()
+
+
+def exit_fd(pid: int | None) -> int:
+    """A pidfd of worker ``pid``, readable once it exits, for the loop to watch beside its
+    pipes (``PipeLoop.add``): an exit wakes the parent even when a child of the worker
+    holds its result pipe open (no EOF comes then). -1 where there is none (no pidfd
+    before Linux 5.3, none on macOS; or the worker is gone already): the periodic reap
+    (``REAP_INTERVAL``) catches such an exit instead, waking the parent to look."""
+    pidfd_open = getattr(os, "pidfd_open", None)
+    if pidfd_open is None or pid is None:
+        return -1
+    try:
+        return int(pidfd_open(pid))
+    except OSError:
+        return -1

@@ -52,6 +52,7 @@ class _Worker:
         "crash_fd",
         "crash_report",
         "current",
+        "exit_fd",
         "fds",
         "heard",
         "in_flight",
@@ -87,6 +88,7 @@ class _Worker:
         self.fds = fds  # the parent's ends, owned by the loop from add() to remove()
         self.control_fd = control_fd  # write end of its control pipe (REVOKE), non-blocking
         self.crash_fd = crash_fd  # its faulthandler's file (``worker._fault``), read at death
+        self.exit_fd = -1  # its pidfd, owned by the loop (``_lifecycle.exit_fd``), or -1
         self.slot = slot  # its start-mark slot in the pool's MarkTable
         # Its ring of cancel claims there (the compiled loop's; None: cancel by CANCEL):
         self.claims: ClaimsAPI | None = None
@@ -125,13 +127,12 @@ class LocalState(SchedulerAPI):
         initializer: Callable[..., object] | None,
         initargs: Iterable[Any],
         loop_impl: str | None,
-        oom_counters: tuple[_oom.Counter, ...] | None,
         preload: tuple[str, ...] = (),
     ) -> None:
         super().__init__(
             ("done", "failed", "lost", "crashes", "recycles", "started_workers", "revoked")
         )
-        # -- configuration, as given (validated by LocalExecutor) -------------------------
+        # -- configuration, as given (checked by LocalExecutor: ``pipepool._checks``) ------
         self.parallelism = parallelism  # workers at most (ProcessPoolExecutor may lower it)
         self.pipe_size = pipe_size  # F_SETPIPE_SZ for activity and result pipes, or None
         self.max_tasks_per_child = max_tasks_per_child  # a worker exits after this many
@@ -155,9 +156,9 @@ class LocalState(SchedulerAPI):
         self._workers: dict[int, _Worker] = {}  # wid -> worker, until it is retired
         self._wids = itertools.count(1)  # worker ids: channel numbers in the loop
         self._next_reap = 0.0  # when every worker's exit is checked next (REAP_INTERVAL)
-        # The counts of OOM kills a worker's SIGKILL is checked against (``_oom``; the
-        # tests pass files of their own).
-        self._oom_counters = _oom.counters() if oom_counters is None else oom_counters
+        # The counts of OOM kills a worker's SIGKILL is checked against (``_oom``; a test
+        # sets files of its own here before any worker starts).
+        self._oom_counters: tuple[_oom.Counter, ...] = _oom.counters()
         # -- the round's own ------------------------------------------------------------
         self._depth = DepthPolicy(prefetch)  # how deep to dispatch; which tasks are trapped
         self._starting: list[tuple[Task, int | None]] = []  # seen started, no RUNNING yet

@@ -82,7 +82,7 @@ from concurrent.futures import Executor, Future
 from concurrent.futures._base import FINISHED
 from typing import Any, Literal
 
-from .. import _signals
+from .. import _checks, _signals
 from ..executor import RecordExecutor
 from ..worker._zygote import preload_here
 from ._driver import Driver
@@ -127,20 +127,24 @@ class ProcessPoolExecutor(Executor):
         max_tasks_per_child: int | None = None,
         preload: Iterable[str] = (),
     ) -> None:
-        if max_workers is not None and max_workers <= 0:
-            raise ValueError("max_workers must be greater than 0")
+        # Each by the rule of its kind (``pipepool._checks``), in the stdlib's error
+        # types; where the stdlib's own tests match its words, the message starts so.
+        max_workers = _checks.count(
+            max_workers, "max_workers", none=True, says=(None, "max_workers must be greater than 0")
+        )
+        max_tasks_per_child = _checks.count(max_tasks_per_child, "max_tasks_per_child", none=True)
+        initializer = _checks.function(initializer, "initializer", none=True)
+        initargs = _checks.positionals(initargs, "initargs")
         if mp_context is None:
             # As the stdlib: spawn when workers are recycled, the platform default else.
             mp_context = multiprocessing.get_context(
                 "spawn" if max_tasks_per_child is not None else None
             )
-        if initializer is not None and not callable(initializer):
-            raise TypeError("initializer must be a callable")
-        if max_tasks_per_child is not None:
-            if not isinstance(max_tasks_per_child, int):
-                raise TypeError("max_tasks_per_child must be an integer")
-            if max_tasks_per_child <= 0:
-                raise ValueError("max_tasks_per_child must be >= 1")
+        elif not callable(getattr(mp_context, "get_start_method", None)):
+            raise TypeError(
+                "mp_context must be a multiprocessing context (such as "
+                f"multiprocessing.get_context('spawn')) or None, got {mp_context!r}"
+            )
         self._mp_context = mp_context
         self._initializer = initializer
         self._initargs = tuple(initargs)
@@ -229,13 +233,13 @@ class ProcessPoolExecutor(Executor):
     def with_options(self, *, timeout: float | None = None) -> _PoolView:
         """A view of this pool whose ``submit`` and ``map`` use per-task options.
 
-        ``timeout``: seconds a task may run, counted from the moment a worker starts it
-        (a ``map`` chunk counts as one task). Past it the worker is killed and replaced,
-        and the future fails with ``TaskTimeoutError`` (a ``TimeoutError``).
+        ``timeout``: seconds a task may run (a finite number > 0, or None for no limit),
+        counted from the moment a worker starts it (a ``map`` chunk counts as one task).
+        Past it the worker is killed and replaced, and the future fails with
+        ``TaskTimeoutError`` (a ``TimeoutError``).
         """
-        if timeout is not None and not timeout > 0:
-            raise ValueError("timeout must be a positive number of seconds or None")
-        return _PoolView(self, timeout)
+        # The rule of queue_call's timeout: one parameter, one rule, on every face.
+        return _PoolView(self, _checks.seconds(timeout, "timeout", positive=True, none=True))
 
     def kill(self, future: Future) -> bool:
         """Stop one task, without waiting. Not handed over: cancel it (True). Started:

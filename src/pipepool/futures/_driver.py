@@ -35,12 +35,16 @@ from ._round import CANCEL_WAIT, SUBMIT_CANCEL, SUBMIT_CANCEL_REST, Round
 from ._state import FED, FINISHING, FRESH, OPEN, TERMINATING, Shared
 
 BURST = 256  # records waiting that make a submitting thread run a turn itself (add)
-IDLE_WAIT = 1.0  # s a token holder may sleep in the poll; the LocalExecutor shortens it
-# to its own next deadline (worker reaping, task timeouts), and wake() cuts it short.
+IDLE_WAIT = 60.0  # s a token holder may sleep in the poll when nothing is due: the
+# LocalExecutor shortens it to its own next deadline (task timeouts, the revoke trap), and
+# wake() cuts it short for everything a holder must notice, so this is a safety net and
+# no more: a pool waiting on long tasks wakes for their outcomes, not once a second.
 
-LINGER = 0.001  # s: while callers drive, the driver looks this often instead of being
-# woken by each submit. A submit then costs no thread wake-up (its caller usually waits
-# and drives at once); work nobody waits for is dispatched at most this late.
+LINGER = 0.001  # s: while callers drive, the driver looks this soon after the token was
+# freed instead of being woken by each submit. A submit then costs no thread wake-up
+# (its caller usually waits and drives at once); work nobody waits for is dispatched at
+# most this late. While a caller holds the token longer than this (it waits for a long
+# task), the driver sleeps until the token is freed: no look while nothing can change.
 LINGER_IDLE = 0.1  # s without a caller driving before the driver goes back to sleeping
 # until woken (no periodic look-ups in an idle pool)
 
@@ -74,7 +78,7 @@ class Driver(Round):
         ):
             self.running.add(t)
             self.executor.hand_over([t])
-            if len(self.running) == 1 and not self.linger:
+            if len(self.running) == 1 and (self.parked or not self.linger):
                 self._hand_off()  # the first outstanding work: someone must drive
             return False
         self.pending.append(t)
@@ -84,6 +88,8 @@ class Driver(Round):
             self.feed = FRESH
             if self.poller is not None or not self.linger:
                 self.poke()
+            elif self.parked:
+                self.driver_cond.notify()  # to look within LINGER from now
             # else the driver looks within LINGER, if no caller has driven by then
         return False
 
@@ -96,7 +102,7 @@ class Driver(Round):
                 return
             self.poller = threading.get_ident()
             self.caller_drove = time.monotonic()
-            self.linger = True  # callers drive: the driver thread looks every LINGER
+            self.linger = True  # callers drive: the driver thread looks within LINGER
         try:
             self._step(self._turn)
         except KeyboardInterrupt:  # between steps, as everywhere: the state is whole
@@ -167,10 +173,10 @@ class Driver(Round):
                 if nested or (free and self.stage is not TERMINATING):
                     self.poller = me
                     if not nested:
+                        # From here callers drive: the driver lingers, and is woken when
+                        # the token is freed with work left (``_hand_off``), not before.
                         self.caller_drove = time.monotonic()
-                        if not self.linger:
-                            self.linger = True
-                            self.driver_cond.notify()  # to wait with a timeout from now
+                        self.linger = True
                     break
                 remaining = None if end is None else end - time.monotonic()
                 if remaining is not None and remaining <= 0:
@@ -208,8 +214,8 @@ class Driver(Round):
             return
         if self.want and self.stage is not TERMINATING:  # (callers cannot terminate)
             self.cond.notify_all()
-        elif self.stage is not OPEN or (self._outstanding() and not self.linger):
-            self.driver_cond.notify()
+        elif self.stage is not OPEN or (self._outstanding() and (self.parked or not self.linger)):
+            self.driver_cond.notify()  # (parked: to look within LINGER from now)
         # else, callers driving: the driver looks within LINGER, and takes the token if
         # none has held it since; a caller's next result() most often comes first
 
@@ -264,9 +270,15 @@ class Driver(Round):
                     while not self._driver_due():
                         if self.loop_closed:
                             return
-                        if self.linger and time.monotonic() - self.caller_drove > LINGER_IDLE:
+                        now = time.monotonic()
+                        if self.linger and now - self.caller_drove > LINGER_IDLE:
                             self.linger = False  # submits wake it again from here on
-                        self.driver_cond.wait(LINGER if self.linger else None)
+                        timeout = self._look_in(now)
+                        self.parked = timeout is None
+                        try:
+                            self.driver_cond.wait(timeout)
+                        finally:
+                            self.parked = False
                     self.poller = me
                 if self._run_rounds():
                     return
@@ -274,6 +286,23 @@ class Driver(Round):
             self._crash(exc)
         finally:
             Shared.live_drivers.discard(self)
+
+    def _look_in(self, now: float) -> float | None:
+        """How long the driver thread may sleep before it must look again (lock held);
+        None: until woken. It looks only where LINGER promises it will: within LINGER
+        of the token's release with work left, and while a caller's hold is younger than
+        LINGER (a caller driving tiny tasks takes and frees the token faster than a wake-up
+        could follow each release). A hold older than that (a caller waiting for a long
+        task), no work, or not lingering: it sleeps until ``_hand_off``, ``add`` or a poke
+        wakes it, so a pool waiting on long tasks wakes its parent for their outcomes only."""
+        if not self.linger:
+            return None  # whatever needs the driver notifies it (_hand_off)
+        if self.poller is not None:  # a caller drives
+            held = now - self.caller_drove
+            return LINGER - held if held < LINGER else None
+        if self.want or not self._outstanding():
+            return None  # nothing to take over until a submit (add) or a release
+        return max(0.0, LINGER - (now - self.caller_drove))
 
     def _driver_due(self) -> bool:
         """The token is free and no caller wants it, and there is work that no caller

@@ -20,6 +20,7 @@ from concurrent.futures import CancelledError
 from concurrent.futures._base import CANCELLED, FINISHED, PENDING
 from typing import Any, cast
 
+from .. import _checks
 from .._outcome import encode_failure, load_exception
 from ._item import Record
 
@@ -62,12 +63,15 @@ def map_calls(
 ) -> Iterator[Any]:
     """The stdlib's ``Executor.map`` (3.14, with ``buffersize``) over chunks; ``handout``
     is the pool's loop's ``chunk_results`` (compiled or its pure twin)."""
-    if chunksize < 1:
-        raise ValueError("chunksize must be >= 1.")
-    if buffersize is not None and not isinstance(buffersize, int):
-        raise TypeError("buffersize must be an integer or None")
-    if buffersize is not None and buffersize < 1:
-        raise ValueError("buffersize must be None or > 0")
+    # Counts (``pipepool._checks``); buffersize's messages start with the stdlib's words
+    # (3.14's tests match them).
+    chunksize = _checks.count(chunksize, "chunksize")
+    buffersize = _checks.count(
+        buffersize,
+        "buffersize",
+        none=True,
+        says=("buffersize must be an integer or None", "buffersize must be None or > 0"),
+    )
     end_time = None if timeout is None else timeout + time.monotonic()
     calls: Iterator[Any]
     task: Callable[..., Any]

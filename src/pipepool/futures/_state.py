@@ -14,9 +14,10 @@ What a reader can list, the pool's states:
   (it stopped at capacity: a result brings it back, so no).
 * The token: ``poller`` (the thread that holds it, or None), ``want`` (callers blocked
   until it is free), ``asked`` (a caller asked the driver thread for it), and whether the
-  driver thread lingers: ``linger`` (callers drive;
-  it looks every LINGER instead of being woken by each submit) with ``caller_drove``
-  (when a caller last held the token: LINGER_IDLE after it, the driver sleeps again).
+  driver thread lingers: ``linger`` (callers drive; it looks within LINGER of the
+  token's release instead of being woken by each submit) with ``caller_drove`` (when a
+  caller last took or freed the token: LINGER_IDLE after it, the driver sleeps again),
+  and ``parked`` (it sleeps with no timeout: whoever leaves it work must notify it).
 """
 
 from __future__ import annotations
@@ -92,7 +93,9 @@ class DriverState:
         self.asked = False  # a caller waited for the token the driver thread holds: the
         # driver gives it up at the end of its turn, even if that caller's future was
         # settled meanwhile (it will want the token again: callers drive, the driver lingers)
-        self.linger = False  # callers drive: the driver looks every LINGER, unwoken
+        self.linger = False  # callers drive: the driver looks within LINGER, unwoken
+        self.parked = False  # the driver thread sleeps until notified (no timeout): who
+        # leaves it something to do while it lingers notifies it (``Driver._look_in``)
         self.caller_drove = 0.0  # monotonic time a caller last took the token
         self.thread: threading.Thread | None = None  # the driver thread, once started
         self.driver_ident: int | None = None  # its ident, once it runs

@@ -57,6 +57,7 @@ from joblib.parallel import (  # type: ignore[import-untyped]
     register_parallel_backend,
 )
 
+from pipepool import _checks
 from pipepool.errors import DeathCause, WorkerLostError, describe_exit
 from pipepool.futures import ProcessPoolExecutor
 from pipepool.joblib._wire import _Cloudpickled, _Job, _worker_init, np
@@ -367,6 +368,8 @@ class PipepoolBackend(AutoBatchingMixin, ParallelBackendBase):
         1 inside a daemonic process (a worker) or below threads of a nested call."""
         import multiprocessing
 
+        if n_jobs is not None:  # an integer, as ProcessPoolExecutor's max_workers
+            _checks.count(n_jobs, "n_jobs", minimum=-(2**63), none=True)
         if n_jobs == 0:
             raise ValueError("n_jobs == 0 in Parallel has no meaning")
         if n_jobs is None:
@@ -412,8 +415,10 @@ class PipepoolBackend(AutoBatchingMixin, ParallelBackendBase):
             import multiprocessing
 
             start_method = multiprocessing.get_start_method()
-        initializer = kwargs.pop("initializer", None)
-        initargs = tuple(kwargs.pop("initargs", ()))
+        # Checked here, by the pool's own rules: the pool gets a wrapper of them, so a
+        # mistake would surface only in a worker.
+        initializer = _checks.function(kwargs.pop("initializer", None), "initializer", none=True)
+        initargs = _checks.positionals(kwargs.pop("initargs", ()), "initargs")
         kwargs.pop("idle_worker_timeout", None)  # loky's option: our workers stay
         env = self._prepare_worker_env(n_jobs=n_jobs)
         pool = _shared_pool(n_jobs, start_method, env, initializer, initargs)

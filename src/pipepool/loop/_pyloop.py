@@ -21,7 +21,10 @@ end with a buffer of incoming bytes. Nothing here ever blocks except ``wait``:
   times. Smaller payloads are ``bytes``. A channel is reported closed once,
   when its read end reaches EOF (the worker exited; frames it wrote before exiting come
   first, in the same call) or carries a frame that cannot be trusted. A write end whose
-  reader is gone (EPIPE) only stops being written: its EOF follows.
+  reader is gone (EPIPE) only stops being written: its EOF follows. A channel added with
+  an *exit fd* (a pidfd: readable once the worker's process has exited) is also reported
+  closed when that fd turns readable and its pipe is read dry, as at EOF: a child the
+  worker forked may hold the pipe's write end open, and then no EOF comes, ever.
 * ``remove`` closes a channel and hands back every frame that did not fully leave, so
   the layer above can dispatch those tasks again: a worker cannot have started a task
   whose frame it never fully received.
@@ -85,6 +88,7 @@ class _Channel:
         "big_size",
         "channel",
         "closed",
+        "exit_fd",
         "inbuf",
         "offset",
         "out",
@@ -95,10 +99,11 @@ class _Channel:
         "write_fd",
     )
 
-    def __init__(self, channel: int, write_fd: int, read_fd: int) -> None:
+    def __init__(self, channel: int, write_fd: int, read_fd: int, exit_fd: int) -> None:
         self.channel = channel
         self.write_fd = write_fd
         self.read_fd = read_fd
+        self.exit_fd = exit_fd  # readable once the far end's process exited, or -1
         # (kind, ident, header, payload as given, its bytes: the payload or a byte view)
         self.out: deque[tuple[int, int, bytes, bytes, bytes | memoryview]] = deque()
         self.offset = 0  # bytes of out[0] already written
@@ -147,17 +152,23 @@ class PipeLoop:
 
     # -- channels ---------------------------------------------------------------------
 
-    def add(self, channel: int, write_fd: int, read_fd: int) -> None:
-        """Take ownership of a worker's pipe ends (made non-blocking here) as ``channel``."""
+    def add(self, channel: int, write_fd: int, read_fd: int, exit_fd: int = -1) -> None:
+        """Take ownership of a worker's pipe ends (made non-blocking here) as ``channel``,
+        and of ``exit_fd`` if one is given (>= 0): an fd that turns readable when the
+        worker's process exits (a pidfd). Once it does, the channel is read dry and
+        reported closed, as at EOF, though another process may hold the pipe open."""
         if channel in self._channels:
             raise ValueError(f"channel {channel} already exists")
         os.set_blocking(write_fd, False)
         os.set_blocking(read_fd, False)
-        ch = _Channel(channel, write_fd, read_fd)
+        ch = _Channel(channel, write_fd, read_fd, exit_fd)
         self._channels[channel] = ch
         self._by_fd[read_fd] = (ch, False)
         self._by_fd[write_fd] = (ch, True)
         self._poller.register(read_fd, _IN)
+        if exit_fd >= 0:
+            self._by_fd[exit_fd] = (ch, False)
+            self._poller.register(exit_fd, _IN)
 
     def remove(self, channel: int) -> list[tuple[int, int, bytes]]:
         """Close a channel's fds; return ``(kind, ident, payload)`` of frames not fully written."""
@@ -168,6 +179,9 @@ class PipeLoop:
         self._forget_fd(ch.write_fd)
         os.close(ch.read_fd)
         os.close(ch.write_fd)
+        if ch.exit_fd >= 0:
+            self._forget_fd(ch.exit_fd)
+            os.close(ch.exit_fd)
         return unsent
 
     def _forget_fd(self, fd: int) -> None:
@@ -312,7 +326,7 @@ class PipeLoop:
                 if ch.out and not ch.write_dead:
                     self._flush(ch)
             elif not ch.closed:
-                self._read(ch, frames, closed)
+                self._read(ch, frames, closed, exited=fd == ch.exit_fd)
         return frames, closed
 
     def poll(self, timeout: float | None = 0.0) -> tuple[list[Frame], list[Closed]]:
@@ -320,10 +334,15 @@ class PipeLoop:
         self.wait(timeout)
         return self.pump()
 
-    def _read(self, ch: _Channel, frames: list[Frame], closed: list[Closed]) -> None:
+    def _read(
+        self, ch: _Channel, frames: list[Frame], closed: list[Closed], exited: bool = False
+    ) -> None:
+        """Read what the pipe holds (up to the budget); ``exited``: the worker's process
+        is gone (its exit fd), so a pipe read dry is its end, as an EOF would be."""
         fd = ch.read_fd
         budget = READ_BUDGET
         eof = False
+        drained = False
         error: BaseException | None = None
         frame_error: FrameError | None = None
         while budget > 0:
@@ -337,6 +356,7 @@ class PipeLoop:
                 try:
                     n = os.readv(fd, [memoryview(big)[ch.big_filled :]])
                 except BlockingIOError:
+                    drained = True
                     break
                 except OSError as exc:
                     error = exc
@@ -350,11 +370,13 @@ class PipeLoop:
                     frames.append((ch.channel, *ch.big_header, big))
                     ch.big = None
                 if n < want:
-                    break  # drained
+                    drained = True
+                    break
                 continue
             try:
                 data = os.read(fd, READ_SIZE)
             except BlockingIOError:
+                drained = True
                 break
             except OSError as exc:
                 error = exc
@@ -369,7 +391,10 @@ class PipeLoop:
                 except FrameError as exc:
                     frame_error = exc
             if len(data) < READ_SIZE:
-                break  # drained; an EOF behind it shows up on the next poll
+                drained = True  # an EOF behind it shows up on the next poll
+                break
+        if exited and drained and error is None:
+            eof = True  # nobody writes anymore whoever holds the pipe open: its end
         if frame_error is not None:
             error = frame_error
         elif error is None and eof and (ch.inbuf or ch.big is not None):
@@ -429,6 +454,8 @@ class PipeLoop:
         ch.inbuf.clear()
         ch.big = None
         self._poller.unregister(ch.read_fd)
+        if ch.exit_fd >= 0:  # (readable for good once the process exited)
+            self._poller.unregister(ch.exit_fd)
         self._want_out(ch, False)
         ch.write_dead = True
 
