@@ -233,6 +233,36 @@ def test_the_zygote_is_forked_after_the_first_task_is_sent(tmp_path):
             assert out["at_start"] == 0
 
 
+QUICK = r"""
+import multiprocessing
+from pipepool import ProcessPoolExecutor
+
+if __name__ == "__main__":
+    fork = multiprocessing.get_context("fork")
+    for _ in range(30):
+        with ProcessPoolExecutor(2, mp_context=fork) as pool:
+            pool.submit(abs, -1).result()
+    print("done")
+"""
+
+
+def test_a_pool_closed_at_once_leaves_its_zygote_nothing_to_say(tmp_path):
+    """Short-lived fork pools: each one's zygote is told to exit (shutdown closes its
+    socket beside the workers' pipes) maybe before it has said a word; it exits quietly
+    (it printed a BrokenPipeError traceback when its READY found the socket closed)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", QUICK],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        cwd=tmp_path,
+        timeout=BOUND * 2,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stderr
+    assert proc.stderr == "", proc.stderr
+
+
 _SEEN = "at start"
 
 

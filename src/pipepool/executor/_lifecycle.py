@@ -287,6 +287,11 @@ class WorkerLifecycle(LocalState):
                 self._remove_channel(w)
         finally:
             _signals.undefer(deferred)
+        zygote = self._zygote
+        if zygote is not None and not any(
+            isinstance(w.proc, _zygote.ZygoteChild) for w in self._workers.values()
+        ):
+            zygote.shut()  # no exit of its to report: it exits beside the workers
         deadline = time.monotonic() + STOP_GRACE
         for w in self._workers.values():
             w.proc.join(max(0.0, deadline - time.monotonic()))

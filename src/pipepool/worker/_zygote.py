@@ -295,16 +295,23 @@ class Zygote:
             if kind == _EXITED:
                 self.exits[pid] = code
 
-    def close(self) -> None:
-        """Tell the zygote to exit (its socket's EOF) and reap it."""
+    def shut(self) -> None:
+        """Tell the zygote to exit (its socket's EOF), without waiting: it starts no
+        worker and reports no exit from here on (``close`` reaps it)."""
         with self.lock:
             self.dead = True
             self.sock.close()
+
+    def close(self) -> None:
+        """Tell the zygote to exit (its socket's EOF), if not told yet, and reap it."""
+        self.shut()
         # Not join(timeout): that waits for the process' sentinel pipe, whose write end
         # the workers it forked inherited; exitcode asks waitpid.
         deadline = time.monotonic() + JOIN_TIMEOUT
+        pause = 0.00005  # it exits within a fraction of a millisecond of the EOF: look soon
         while self.process.exitcode is None and time.monotonic() < deadline:
-            time.sleep(0.001)
+            time.sleep(pause)
+            pause = min(pause * 2, 0.01)
         if self.process.exitcode is None:
             self.process.kill()
             self.process.join()
@@ -396,9 +403,10 @@ def _serve(
     failed = _preload(preload)
     if failed is not None:
         text = "\0".join(failed).encode("utf-8", "replace")
-        sock.sendall(_REPLY.pack(_PRELOAD_FAILED, 0, len(text)) + text)
+        _send(sock, _REPLY.pack(_PRELOAD_FAILED, 0, len(text)) + text)
         return
-    sock.sendall(_REPLY.pack(_READY, 0, 0))
+    if not _send(sock, _REPLY.pack(_READY, 0, 0)):
+        return
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # the wake-up fd is what counts
@@ -416,7 +424,8 @@ def _serve(
             if code is not None:
                 proc.close()
                 del children[pid]
-                sock.sendall(_REPLY.pack(_EXITED, pid, code))
+                if not _send(sock, _REPLY.pack(_EXITED, pid, code)):
+                    return
         if sock_fd not in ready:
             continue
         try:
@@ -435,13 +444,25 @@ def _serve(
             )
             proc.start()
         except OSError as exc:
-            sock.sendall(_REPLY.pack(_FAILED, exc.errno or 0, 0))
+            sent = _send(sock, _REPLY.pack(_FAILED, exc.errno or 0, 0))
         else:
             children[proc.pid] = proc
-            sock.sendall(_REPLY.pack(_STARTED, proc.pid, 0))
+            sent = _send(sock, _REPLY.pack(_STARTED, proc.pid, 0))
         finally:
             for fd in fds:
                 os.close(fd)
+        if not sent:
+            return
+
+
+def _send(sock: socket.socket, data: bytes) -> bool:
+    """Send to the parent; False if it has closed its end (the pool ended: it may do so
+    before this zygote has even said READY) or died."""
+    try:
+        sock.sendall(data)
+    except OSError:
+        return False
+    return True
 
 
 def _preload(modules: tuple[str, ...]) -> tuple[str, str] | None:
