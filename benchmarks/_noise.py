@@ -13,21 +13,26 @@ own reaped descendants the kernel folds in) plus every live descendant's
 ``utime + stime + cutime + cstime`` (``/proc/<pid>/stat``), so workers that a fork server
 reaps count as ours too. Where there is no ``/proc`` (macOS), only the load average is
 read, and the header says so.
+
+The readings are pipepool's host room (``pipepool.host``: the same ``/proc/stat`` sample,
+process table and load average ``pipepool run`` reads), and other processes' CPU is its
+``others_cpu``, the one computation ``pipepool run``'s noise and ``--wait-quiet`` make
+too; this module holds the suite's rule (the thresholds below) and its words.
 """
 
 from __future__ import annotations
 
-import os
 import resource
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from pipepool import host
+
 LOAD_SHARE = 0.5  # a 1-minute load above this many runnable tasks per core at the start
 # is noisy: the peers' extra threads would queue behind other work
 OTHER_SHARE = 0.05  # other processes using more than this share of all cores' time
 # during the run: noisy (CPU time, not wall time, so it is steady under the run's own load)
-_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 PROC_METHOD = (
     "other processes' CPU = /proc/stat busy time (steal included) minus this process "
@@ -41,10 +46,7 @@ LOAD_ONLY_METHOD = (
 
 def loadavg() -> float | None:
     """The 1-minute load average, or None where the platform has none."""
-    try:
-        return os.getloadavg()[0]
-    except (OSError, AttributeError):
-        return None
+    return host.load_average()
 
 
 def machine_busy() -> tuple[float, float] | None:
@@ -53,53 +55,13 @@ def machine_busy() -> tuple[float, float] | None:
     Busy is user + nice + system + irq + softirq + steal (guest time is already in user);
     idle and iowait are not busy.
     """
-    try:
-        with open("/proc/stat") as f:
-            fields = f.readline().split()
-    except OSError:
-        return None
-    if not fields or fields[0] != "cpu":
-        return None
-    ticks = [int(x) for x in fields[1:9]] + [0] * max(0, 9 - len(fields))
-    user, nice, system, _idle, _iowait, irq, softirq, steal = ticks[:8]
-    return (user + nice + system + irq + softirq + steal) / _TICK, steal / _TICK
-
-
-def _descendants_seconds(root: int) -> float | None:
-    """CPU seconds of every live descendant of ``root`` (their reaped children folded in)."""
-    parent_of: dict[int, int] = {}
-    spent: dict[int, float] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return None
-    for name in entries:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                # The command name may hold spaces and parentheses: split after the last ")".
-                rest = f.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # gone meanwhile
-        pid = int(name)
-        parent_of[pid] = int(rest[1])
-        # utime stime cutime cstime are fields 14-17 of stat(5): rest[11:15]
-        spent[pid] = sum(int(x) for x in rest[11:15]) / _TICK
-    total = 0.0
-    for pid, seconds in spent.items():
-        p = parent_of.get(pid)
-        while p is not None and p > 1:
-            if p == root:
-                total += seconds
-                break
-            p = parent_of.get(p)
-    return total
+    found = host.sample(None)
+    return None if found is None else (found.busy, found.steal)
 
 
 def tree_seconds() -> float | None:
     """CPU seconds this process and all its descendants have used, or None (no /proc)."""
-    live = _descendants_seconds(os.getpid())
+    live = host.tree_cpu_seconds()
     if live is None:
         return None
     me = resource.getrusage(resource.RUSAGE_SELF)
@@ -142,12 +104,11 @@ def verdict(start: Reading, end: Reading, cores: int, within_run: bool = False) 
     if None not in (start.busy, end.busy, start.ours, end.ours):
         assert start.busy is not None and end.busy is not None
         assert start.ours is not None and end.ours is not None
-        busy = end.busy[0] - start.busy[0]
         ours = end.ours - start.ours
-        other = max(0.0, busy - ours)
+        other, share = host.others_cpu(end.busy[0] - start.busy[0], ours, elapsed, cores)
         out.update(
             other_cpu_s=round(other, 3),
-            other_share=other / (elapsed * cores),
+            other_share=share,
             steal_s=round(end.busy[1] - start.busy[1], 3),
             our_cpu_s=round(ours, 3),
             method=PROC_METHOD,

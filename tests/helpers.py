@@ -475,11 +475,11 @@ def joblog_rows(path: Path, extra: list[str] | None = None) -> list[list[str]]:
     return [line.split("\t") for line in lines[1:]]
 
 
-TOPOLOGIES = Path(__file__).parent / "run" / "topologies"  # captured sysfs trees (README)
+TOPOLOGIES = Path(__file__).parent / "host" / "topologies"  # captured sysfs trees (README)
 
 
 def captured_topology(folder: Path, name: str) -> Path:
-    """The captured machine ``name`` (``tests/run/topologies/NAME.tar.gz``) unpacked in
+    """The captured machine ``name`` (``tests/host/topologies/NAME.tar.gz``) unpacked in
     ``folder``: its root, holding ``sys/`` (and ``proc/`` where captured)."""
     import tarfile
 

@@ -24,6 +24,8 @@ import os
 from collections.abc import Callable
 from time import perf_counter
 
+from .host import runnable_threads
+
 LIMIT = 100e-6  # s a spin lasts at most: above a round trip's own work, below a wake-up's
 # worth of CPU wasted when nothing comes
 MAX_SKIP = 64  # waits without a spin after misses in a row (the back-off's ceiling)
@@ -37,17 +39,7 @@ except (AttributeError, OSError):  # not Linux
 
 def runnable() -> int | None:
     """Threads runnable on the whole machine now, this one included (Linux), or None."""
-    # A file object, not os.open(): a Ctrl-C right after the open (this runs in the
-    # undeferred wait) drops it, and dropping it closes the fd, where a bare fd leaked.
-    try:
-        with open("/proc/loadavg", "rb", buffering=0) as f:
-            data = f.read(128)  # "0.52 0.58 0.59 2/345 12345": runnable/total is field 4
-    except OSError:
-        return None
-    try:
-        return int(data.split()[3].split(b"/")[0])
-    except (IndexError, ValueError):
-        return None
+    return runnable_threads()
 
 
 def core_free() -> bool:

@@ -28,7 +28,7 @@ checkout.
 
 def build_parser() -> Parser:
     from . import IMPLEMENTATION, __version__
-    from .run._cli import add_run_parser
+    from .run import add_run_parser
 
     parser = Parser(
         prog="pipepool",
@@ -105,11 +105,11 @@ def info_text() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    from .run._inputs import split_groups
+    from .run import split_groups
 
     head, groups = split_groups(argv)  # argparse cannot parse ":::"; it sees the head only
     if head[:1] == ["run"]:
-        from .run._compat import join_negative_values
+        from .run import join_negative_values
 
         head = join_negative_values(head)
     parser = build_parser()
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         race(args.tasks, args.jobs, args.rounds)
         return 0
     try:
-        from .run._cli import run_command
+        from .run import run_command
 
         return run_command(args, groups, command)
     except KeyboardInterrupt:  # before the runner took Ctrl-C over (reading stdin, say)

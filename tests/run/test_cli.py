@@ -408,6 +408,9 @@ def setsid_leftovers(mark: str) -> list[int]:
     subreaper; elsewhere the documented limit (killed here, after the count)."""
     left = survivors(f"1000.{mark}s")
     kill_survivors(f"1000.{mark}s")
+    # gone only once the kernel ran them: on a loaded machine a SIGKILLed one is still
+    # listed a moment later, and the caller's check for others would count it
+    wait_for(lambda: not survivors(f"1000.{mark}s"), timeout=10)
     return left
 
 

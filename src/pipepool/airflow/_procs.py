@@ -8,14 +8,14 @@ import contextlib
 import os
 import signal
 
+from .. import host
+
 
 def rss_bytes(pid: int | None = None) -> int:
     """Resident memory of a process now (not its peak)."""
-    with (
-        contextlib.suppress(OSError, ValueError, IndexError),
-        open(f"/proc/{pid or 'self'}/statm") as f,
-    ):
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    found = host.rss_bytes(pid)
+    if found is not None:
+        return found
     import psutil
 
     return psutil.Process(pid).memory_info().rss

@@ -11,6 +11,8 @@ import argparse
 import os
 import re
 
+from ..measure import NUMBER_OPTIONS
+
 _REMOTE = "pipepool runs jobs on this machine or on a Dask cluster: use --cluster ADDRESS"
 _PIPE = (
     "pipepool runs one job per argument, not per block of stdin: split the input first "
@@ -118,11 +120,12 @@ class _Refuse(argparse.Action):
 
 _NUMBER_OPTIONS = (
     *("-j", "-P", "--jobs", "--max-procs", "--load", "--halt"),
-    # and every other option that takes a number: ``--repeat -1`` is then refused for
-    # its value ("must be at least 1"), not as "expected one argument"
-    *("--repeat", "--retries", "--timeout", "--delay", "--cpus-per-job", "--memfree"),
-    "--noise-threshold",
+    # and every other option that takes a number: ``--retries -1`` is then refused for
+    # its value ("must be 0 or more"), not as "expected one argument"; the measuring
+    # room names its own (``--repeat``, ``--wait-quiet`` ...)
+    *("--retries", "--timeout", "--delay", "--memfree"),
     *("-N", "-n", "--max-args", "--max-replace-args"),
+    *NUMBER_OPTIONS,
 )
 
 
@@ -135,7 +138,8 @@ def join_negative_values(head: list[str]) -> list[str]:
     for word in words:
         if word in _NUMBER_OPTIONS:
             value = next(words, None)
-            if value is not None and re.fullmatch(r"-\d+(\.\d+)?%?", value):
+            # a negative number, or a negative duration (-1m30s): refused for its value
+            if value is not None and re.fullmatch(r"-\.?\d[\d.a-z]*%?", value):
                 out.append(f"{word}={value}")
                 continue
             out.append(word)
@@ -189,30 +193,6 @@ def parse_size(text: str) -> int:
     if not match:
         raise ValueError(f"{text!r}: expected a size such as 500M or 2G")
     return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
-
-
-_DURATION = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_duration(text: str) -> float:
-    """``--delay``, ``--timeout``: seconds, or with ms, s, m, h, d suffixes that add up
-    (1.5s, 1m30s, 250ms)."""
-    text = text.strip()
-    if text.endswith("auto"):
-        raise ValueError(f"{text!r}: --delay ...auto is not supported; give a fixed duration")
-    try:
-        value = float(text)
-    except ValueError:
-        parts = re.findall(r"(\d+(?:\.\d+)?|\.\d+)(ms|[smhd])", text)
-        if not parts or "".join(n + u for n, u in parts) != text:
-            raise ValueError(
-                f"{text!r} is not a duration: expected seconds (30, 1.5) or a duration "
-                "such as 1.5s, 1m30s, 250ms"
-            ) from None
-        value = sum(float(n) * _DURATION[u] for n, u in parts)
-    if value < 0:
-        raise ValueError(f"{text!r}: must be 0 or more")
-    return value
 
 
 def parse_delimiter(text: str) -> bytes:

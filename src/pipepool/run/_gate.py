@@ -8,10 +8,10 @@ job's slot, cores and start time are known when it is sent:
 * **slots** (``{%}``, ``$PARALLEL_JOBSLOT``, ``--pin``): the lowest free number in
   1..-j; a slot is freed only by its job's final event, which comes after the job's
   whole process tree was killed and reaped, so two running jobs never share one.
-* ``--pin``/``--cpus-per-job K``: slot s owns the CPUs the placement plan gives it
-  (``_placement``: by the machine's topology, among those this process may use); the
-  worker pins itself there before it starts the job, so the job and all it starts
-  inherit the mask.
+* ``--pin``/``--cpus-per-job K``: slot s owns the CPUs the measuring room's plan gives
+  it (``pipepool.measure``: by the machine's topology, among those this process may
+  use and no other run leases); the job's probe pins its worker there before it starts
+  the job, so the job and all it starts inherit the mask.
 * ``--delay D``: no job starts within D seconds of the previous one.
 * ``--load MAX``: no job starts while the number of running processes (GNU parallel's
   instant "load": tasks running or in uninterruptible sleep, less the one counting)
@@ -22,36 +22,14 @@ job's slot, cores and start time are known when it is sent:
 
 from __future__ import annotations
 
-import os
-import sys
-import time
-from collections.abc import Callable
+from .. import host
 
-from ._lease import Leases, holders
-from ._placement import PlacementError, Plan, plan
-from ._topology import TopologyError, read_topology
-
-PROC_STAT = "/proc/stat"
-MEMINFO = "/proc/meminfo"
-LEASE_POLL = 0.2  # s between looks for CPUs other runs released (--lease wait)
 SAMPLE_INTERVAL = 0.1  # s between samples of load and free memory while waiting: prompt
 # enough for jobs that last seconds, and one small /proc read per sample
-_FREE_FIELDS = (b"MemFree:", b"Buffers:", b"Cached:", b"SwapCached:")
 
 
 class GateError(ValueError):
     """The options cannot be honoured here (a message for the user)."""
-
-
-def usable_cpus() -> list[int]:
-    """The cores this process may run on, sorted; GateError where there is no affinity
-    API (macOS, Windows)."""
-    if not hasattr(os, "sched_getaffinity") or not hasattr(os, "sched_setaffinity"):
-        raise GateError(
-            f"--pin needs CPU affinity (os.sched_setaffinity), which {sys.platform} does "
-            "not have; run without --pin to run the jobs unpinned"
-        )
-    return sorted(os.sched_getaffinity(0))
 
 
 class Gate:
@@ -60,77 +38,31 @@ class Gate:
         jobs: int,
         *,
         slots: bool = False,
-        cpus_per_job: int | None = None,
+        cpus: list[tuple[int, ...]] | None = None,
         delay: float = 0.0,
         load: float | None = None,
         memfree: int | None = None,
-        reserve: bool = False,
-        lease: str = "wait",
-        on_wait: Callable[[str], None] | None = None,
-        proc_stat: str = PROC_STAT,
-        meminfo: str = MEMINFO,
+        proc_stat: str | None = None,
+        meminfo: str | None = None,
     ) -> None:
         self.jobs = jobs
-        self.cpus: list[tuple[int, ...]] | None = None
-        self.plan: Plan | None = None
-        self.leases: Leases | None = None
-        if cpus_per_job is not None:
-            usable_cpus()  # refused first where there is no affinity API
-            try:
-                top = read_topology()
-                self.plan = plan(top, jobs, cpus_per_job, reserve=reserve)  # could it fit?
-                if lease != "ignore":
-                    self.plan = self._lease(top, jobs, cpus_per_job, reserve, lease, on_wait)
-            except (PlacementError, TopologyError) as exc:
-                raise GateError(str(exc)) from None
-            self.cpus = self.plan.slots
-            slots = True
-        for path, option, wanted in ((proc_stat, "--load", load), (meminfo, "--memfree", memfree)):
-            if wanted is not None and not os.path.exists(path):
-                raise GateError(f"{option} reads {path}, which this system does not have")
+        self.cpus = cpus  # slot s's CPUs (--pin: the measuring room's plan): cpus[s - 1]
+        slots = slots or cpus is not None
+        self.proc_stat = proc_stat or host.proc_stat()  # tests: files they control
+        self.meminfo = meminfo or host.meminfo()
+        if load is not None and host.running_processes(self.proc_stat) is None:
+            raise GateError(f"--load reads {self.proc_stat}, which this system does not have")
+        if memfree is not None and host.free_memory(self.meminfo) is None:
+            raise GateError(f"--memfree reads {self.meminfo}, which this system does not have")
         self.slots = slots
         self.delay = delay
         self.load = load
         self.memfree = memfree
-        self.proc_stat = proc_stat
-        self.meminfo = meminfo
         self.exclusive = slots or delay > 0 or load is not None or memfree is not None
         self._free = list(range(jobs, 0, -1))  # a stack: the lowest number on top
         self._next_start = 0.0
         self._next_sample = 0.0
         self.waiting = ""  # why the last ready() said no, for a note to the user
-
-    def _lease(self, top, jobs: int, width: int, reserve: bool, mode: str, on_wait) -> Plan:
-        """The plan on the CPUs no other run holds, with their leases taken: waiting
-        (``--lease wait``) or refusing (``fail``) while too few are free."""
-        leases = self.leases = Leases()
-        noted = False
-        while True:
-            free = leases.take(top.cpus)
-            try:
-                placed = plan(top.restricted(free), jobs, width, reserve=reserve)
-            except PlacementError:
-                leases.release()
-                taken = holders(set(top.cpus) - free, leases.directory)
-                who = "; ".join(h.describe() for h in taken) or "(released just now)"
-                if mode == "fail":
-                    raise GateError(
-                        f"--pin: {len(free)} of {len(top.cpus)} CPUs free, too few for -j "
-                        f"{jobs} x {width}; leased by other runs: {who} (--lease wait to "
-                        "wait for them, --lease ignore to pin anyway)"
-                    ) from None
-                if not noted and on_wait is not None:
-                    noted = True
-                    on_wait(f"--pin: waiting for CPUs leased by other runs: {who}")
-                time.sleep(LEASE_POLL)
-                continue
-            leases.keep({c for s in placed.slots for c in s} | set(placed.reserved))
-            return placed
-
-    def close(self) -> None:
-        """The run is over: give back the CPU leases."""
-        if self.leases is not None:
-            self.leases.release()
 
     # -- slots ----------------------------------------------------------------------------
 
@@ -160,13 +92,13 @@ class Gate:
             return False
         self._next_sample = now + SAMPLE_INTERVAL
         if self.load is not None:
-            load = running_processes(self.proc_stat)
-            if load >= self.load:
+            load = host.running_processes(self.proc_stat)
+            if load is not None and load >= self.load:  # None: gone meanwhile, no say
                 self.waiting = f"--load {self.load:g}: {load} processes running"
                 return False
         if self.memfree is not None:
-            free = free_memory(self.meminfo)
-            if free < self.memfree:
+            free = host.free_memory(self.meminfo)
+            if free is not None and free < self.memfree:
                 self.waiting = f"--memfree {_size(self.memfree)}: {_size(free)} free"
                 return False
         self._next_sample = 0.0  # the next job decides on a fresh sample
@@ -195,29 +127,10 @@ class Gate:
 
     def memory_low(self) -> bool:
         """Free memory is below half of ``--memfree``: time to kill the youngest job."""
-        return self.memfree is not None and free_memory(self.meminfo) < self.memfree / 2
-
-
-def running_processes(path: str = PROC_STAT) -> int:
-    """GNU parallel's load: tasks running or blocked on I/O right now, less this one."""
-    running = blocked = 0
-    with open(path, "rb") as f:
-        for line in f:
-            if line.startswith(b"procs_running "):
-                running = int(line.split()[1])
-            elif line.startswith(b"procs_blocked "):
-                blocked = int(line.split()[1])
-    return max(running + blocked - 1, 0)
-
-
-def free_memory(path: str = MEMINFO) -> int:
-    """Bytes free as GNU parallel counts them: MemFree + Buffers + Cached + SwapCached."""
-    total = 0
-    with open(path, "rb") as f:
-        for line in f:
-            if line.startswith(_FREE_FIELDS):
-                total += int(line.split()[1]) * 1024
-    return total
+        if self.memfree is None:
+            return False
+        free = host.free_memory(self.meminfo)
+        return free is not None and free < self.memfree / 2
 
 
 def _size(n: float) -> str:

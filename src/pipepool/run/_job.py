@@ -36,10 +36,9 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .. import _oom
-from . import _noise
-from ._quiet import wait_quiet
 from ._reaper import (
     Usage,
     expect_job,
@@ -50,6 +49,9 @@ from ._reaper import (
     sweep_orphans,
     tell_guardian,
 )
+
+if TYPE_CHECKING:
+    from ._seam import Probe
 
 KILL_GRACE = 0.5  # s between SIGTERM and SIGKILL of a timed-out job: long enough for a
 # well-behaved command to clean up, short enough that a timeout ends promptly
@@ -67,13 +69,8 @@ class JobSpec:
     timeout: float | None = None
     drop_empty: bool = False  # unlink an output file the job left empty (temporary ones)
     slot: int = 0  # the job slot ({%}, $PARALLEL_JOBSLOT) when the runner tracks slots
-    cpus: tuple[int, ...] | None = None  # --pin: the cores this job's whole tree may use
     inherit_output: bool = False  # --ungroup: write to the runner's stdout/stderr
-    noise: bool = False  # sample what else ran meanwhile (_noise): --pin, --repeat
-    noise_threshold: float = _noise.CONTENTION  # --noise-threshold
-    wait_quiet: float | None = None  # --wait-quiet MAX: s to wait for quiet CPUs first
-    quiet_allowance: int = 0  # CPUs the run's other jobs may be using (no --pin: -j - 1)
-    quiet_stat: str = "/proc/stat"  # where --wait-quiet looks (tests: a file they control)
+    probe: Probe | None = None  # what the measuring room does around the job (_seam)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,12 +95,19 @@ class JobResult:
     sys: float = 0.0  # ... and in the kernel
     maxrss: int = 0  # bytes: the largest peak resident set of a process in the tree
     oom: str = ""  # SIGKILL (or exit 137) while a count of OOM kills rose: how it rose
-    noise: dict | None = None  # what else ran meanwhile (_noise.measure), if sampled
-    quiet: dict | None = None  # --wait-quiet: how long it waited, and if quiet came
+    measured: dict | None = None  # what its probe found (the measuring room's record)
 
     @property
     def ok(self) -> bool:
         return self.exitval == 0 and self.signal == 0 and not self.timed_out
+
+
+def prepare_worker() -> None:
+    """The pool's initializer: a worker imports this module and becomes a job runner
+    (subreaper, guardian) before its first start mark. Under spawn and forkserver the
+    import would otherwise come with the first job, after the mark, where ``--delay``
+    already counts (a 0.5 s delay logged starts 0.37 s apart on a loaded machine)."""
+    setup_worker()
 
 
 def run_job(spec: JobSpec) -> JobResult:
@@ -114,29 +118,62 @@ def run_job(spec: JobSpec) -> JobResult:
     start = time.time()
     t0 = time.monotonic()
     setup_worker()
-    if spec.cpus is not None:  # --pin: this worker, hence the job and all it starts
-        os.sched_setaffinity(0, spec.cpus)
-    quiet = None
-    if spec.wait_quiet is not None:  # the job starts after the wait: stamped again
-        cpus = spec.cpus if spec.cpus is not None else tuple(sorted(_usable()))
-        quiet = wait_quiet(
-            cpus, spec.wait_quiet, allowance=spec.quiet_allowance, stat=spec.quiet_stat
-        )
+    probe = spec.probe
+    if probe is not None and probe.prepare():  # it waited (--wait-quiet): stamped again
         start = time.time()
         t0 = time.monotonic()
-    if spec.inherit_output:  # --ungroup: straight to the runner's stdout and stderr
-        out_fd, err_fd = None, None
-    else:
-        out_fd = _open_output(spec.stdout_path)
-        err_fd = _open_output(spec.stderr_path)
     # Set in this worker's own environment, which the child inherits: a copy of the
     # environment per job costs more than the fork does.
     os.environ["PIPEPOOL_SEQ"] = os.environ["PARALLEL_SEQ"] = str(spec.seq)
     if spec.slot:
         os.environ["PARALLEL_JOBSLOT"] = str(spec.slot)
     oom_at = _oom.snapshot(_oom.counters())  # a SIGKILL is the OOM killer's if these rise
+    started = _start(spec)
+    if isinstance(started, int):  # no such program, not executable: it never ran
+        sizes = (0, 0) if spec.inherit_output else _sizes(spec)
+        return JobResult(
+            spec.seq, spec.attempt, start, time.monotonic() - t0, started, 0, False, *sizes,
+            0, measured=probe.finish(None) if probe is not None else None,
+        )  # fmt: skip
+    usage = Usage()
+    timed_out, sent = _wait(started, spec.timeout, usage)
+    measured = probe.finish(usage.user + usage.sys) if probe is not None else None
+    runtime = time.monotonic() - t0
+    code = started.returncode
+    if timed_out:
+        exitval, sig = -1, sent
+    elif code < 0:
+        exitval, sig = 0, -code
+    else:
+        exitval, sig = code, 0
+    oom = ""
+    # SIGKILL, or a shell's 128 + 9 for a child of its that SIGKILL ended
+    if not timed_out and signal.SIGKILL in (sig, exitval - 128):
+        oom = _oom.rise(oom_at, _oom.counters()) or ""
+    sizes = (0, 0) if spec.inherit_output else _sizes(spec)
+    if spec.drop_empty:  # most jobs print little: spare the runner opening empty files
+        for path, size in zip((spec.stdout_path, spec.stderr_path), sizes, strict=True):
+            if size == 0:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+    return JobResult(
+        spec.seq, spec.attempt, start, runtime, exitval, sig, timed_out, *sizes, started.pid,
+        user=usage.user, sys=usage.sys, maxrss=usage.maxrss, oom=oom, measured=measured,
+    )  # fmt: skip
+
+
+def _start(spec: JobSpec) -> subprocess.Popen | int:
+    """Fork the job in a session of its own, its guardian told; the exit status a shell
+    gives when it cannot (127: no such program, 126: not executable), its error written
+    to the job's stderr."""
+    if spec.inherit_output:  # --ungroup: straight to the runner's stdout and stderr
+        out_fd, err_fd = None, None
+    else:
+        out_fd = _open_output(spec.stdout_path)
+        err_fd = _open_output(spec.stderr_path)
     expect_job()  # from here a worker's death kills the job, even before it has a pid
-    before = _noise.sample(spec.cpus) if spec.noise else None
+    if spec.probe is not None:
+        spec.probe.start()
     try:
         proc = subprocess.Popen(
             spec.argv,
@@ -146,32 +183,33 @@ def run_job(spec: JobSpec) -> JobResult:
             start_new_session=True,
             close_fds=True,
         )
-    except OSError as exc:  # no such program, not executable: report it as a shell would
+    except OSError as exc:  # report it as a shell would
         tell_guardian(0)
         os.write(err_fd or 2, f"pipepool: {spec.argv[0]}: {exc.strerror}\n".encode())
-        code = 127 if exc.errno == errno.ENOENT else 126
-        sizes = (0, 0) if out_fd is None or err_fd is None else (_size(out_fd), _size(err_fd))
-        return JobResult(
-            spec.seq, spec.attempt, start, time.monotonic() - t0, code, 0, False, *sizes, 0,
-            quiet=quiet,
-        )  # fmt: skip
+        return 127 if exc.errno == errno.ENOENT else 126
     finally:
         # The child holds its copies; ours would only keep the files open (and leak
         # one pair per job if Popen raised something else, a NUL in an argument say).
         for fd in (out_fd, err_fd):
             if fd is not None:
                 os.close(fd)
-    pgid = pid = proc.pid  # a session leader's pid is its process group id
-    tell_guardian(pgid)
-    usage = Usage()
+    tell_guardian(proc.pid)  # a session leader's pid is its process group id
+    return proc
+
+
+def _wait(proc: subprocess.Popen, timeout: float | None, usage: Usage) -> tuple[bool, int]:
+    """Wait for the job (past ``timeout``: SIGTERM its group, then SIGKILL after
+    ``KILL_GRACE``), then kill what is left of its group, reap it and sweep its
+    orphans, adding what each used to ``usage``; (timed out, the signal sent)."""
+    pgid = pid = proc.pid
     timed_out = group_gone = False
+    sent = 0
     status = rusage = None
     try:
-        if spec.timeout is None:  # wait4 blocks until the exit, and reaps
+        if timeout is None:  # wait4 blocks until the exit, and reaps
             _, status, rusage = os.wait4(pid, 0)
-        elif not _exited(pid, spec.timeout):
-            timed_out = True
-            sent = signal.SIGTERM
+        elif not _exited(pid, timeout):
+            timed_out, sent = True, signal.SIGTERM
             killpg(pgid, signal.SIGTERM)
             # The grace is for the whole group: under ``sh -c`` the shell (the leader)
             # dies of SIGTERM at once while the real program is still cleaning up.
@@ -194,49 +232,11 @@ def run_job(spec: JobSpec) -> JobResult:
             usage.add(rusage)
         tell_guardian(0)  # the group is gone: nothing for the guardian to kill any more
         sweep_orphans(usage)
-    noise = None
-    if before is not None:
-        width = len(spec.cpus) if spec.cpus else len(_usable())
-        after = _noise.sample(spec.cpus)
-        used = usage.user + usage.sys
-        noise = _noise.measure(before, after, used, width, spec.noise_threshold)
-    runtime = time.monotonic() - t0
-    code = proc.returncode
-    if timed_out:
-        exitval, sig = -1, int(sent)
-    elif code < 0:
-        exitval, sig = 0, -code
-    else:
-        exitval, sig = code, 0
-    oom = ""
-    # SIGKILL, or a shell's 128 + 9 for a child of its that SIGKILL ended
-    if not timed_out and signal.SIGKILL in (sig, exitval - 128):
-        oom = _oom.rise(oom_at, _oom.counters()) or ""
-    sizes = (0, 0)
-    if not spec.inherit_output:
-        sizes = file_size(spec.stdout_path), file_size(spec.stderr_path)
-    if spec.drop_empty:  # most jobs print little: spare the runner opening empty files
-        for path, size in zip((spec.stdout_path, spec.stderr_path), sizes, strict=True):
-            if size == 0:
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
-    return JobResult(
-        spec.seq,
-        spec.attempt,
-        start,
-        runtime,
-        exitval,
-        sig,
-        timed_out,
-        *sizes,
-        pid,
-        user=usage.user,
-        sys=usage.sys,
-        maxrss=usage.maxrss,
-        oom=oom,
-        noise=noise,
-        quiet=quiet,
-    )
+    return timed_out, int(sent)
+
+
+def _sizes(spec: JobSpec) -> tuple[int, int]:
+    return file_size(spec.stdout_path), file_size(spec.stderr_path)
 
 
 _CLUSTER_LOCK = threading.Lock()  # one job at a time per Dask worker process
@@ -270,13 +270,6 @@ def run_job_on_cluster(spec: JobSpec) -> JobResult:
     return dataclasses.replace(result, host=address, output=output)
 
 
-def _usable() -> set[int]:
-    try:
-        return os.sched_getaffinity(0)
-    except AttributeError:  # macOS
-        return set(range(os.cpu_count() or 1))
-
-
 def _read(path: str) -> bytes:
     try:
         with open(path, "rb") as f:
@@ -292,10 +285,6 @@ def _open_output(path: str) -> int:
     except FileNotFoundError:  # --results DIR/<seq>/ not made yet: workers make it
         os.makedirs(os.path.dirname(path), exist_ok=True)
         return os.open(path, flags, 0o644)
-
-
-def _size(fd: int) -> int:
-    return os.fstat(fd).st_size
 
 
 def file_size(path: str) -> int:

@@ -35,23 +35,9 @@ COLUMNS = (
     "Command",
 )
 HEADER = "\t".join(COLUMNS) + "\n"
-# pipepool's own columns, after GNU's nine: a reader of GNU's format that takes the
-# first nine columns still reads every row. "CPUs" with --pin (the job's CPUs), "Noisy"
-# where noise is measured (--pin, --repeat): 1 if the job was noisy, 0 if not, - if
-# it was not judged.
-
-
-def extra_columns(*, pinned: bool, noise: bool) -> tuple[str, ...]:
-    return ("CPUs",) * pinned + ("Noisy",) * noise
-
-
-def extra_values(outcome: Outcome, *, pinned: bool, noise: bool) -> tuple[str, ...]:
-    values = []
-    if pinned:
-        values.append(",".join(map(str, outcome.cpus or ())))
-    if noise:
-        values.append("-" if outcome.noisy is None else str(int(outcome.noisy)))
-    return tuple(values)
+# The measuring room's columns follow GNU's nine (Measuring.columns: "CPUs" with --pin,
+# "Noisy" where noise is measured): a reader of GNU's format that takes the first nine
+# columns still reads every row.
 
 
 HOST = ":"  # GNU parallel's name for the local machine
@@ -84,7 +70,8 @@ class JoblogRow:
 
 
 class JoblogError(Exception):
-    """``--resume`` was given a file that is not a joblog."""
+    """The joblog cannot be used: ``--resume`` was given a file that is not a joblog, or
+    the file cannot be opened (a message for the user, naming the option)."""
 
 
 class Joblog:
@@ -99,7 +86,10 @@ class Joblog:
         self.path = path
         self.fsync = fsync
         self.torn = 0
-        self._fd = os.open(path, flags, 0o644)
+        try:
+            self._fd = os.open(path, flags, 0o644)
+        except OSError as exc:  # checked before the run (_paths): gone since, or a race
+            raise JoblogError(f"--joblog {path}: cannot write there: {exc.strerror}") from None
         try:
             regular = stat.S_ISREG(os.fstat(self._fd).st_mode)  # not /dev/null, a FIFO
             if regular and append:

@@ -1,4 +1,5 @@
-"""What ``pipepool run`` was asked to do, as the runner reads it."""
+"""What ``pipepool run`` was asked to do, as the runner reads it (what to measure is the
+measuring room's record, ``pipepool.measure.MeasureOptions``)."""
 
 from __future__ import annotations
 
@@ -24,17 +25,10 @@ class RunOptions:
     json: bool = False
     cluster: str | None = None  # --cluster: a Dask scheduler's address, or "local"
     slots: bool = False  # track job slots ({%} in the command or the tag string)
-    cpus_per_job: int | None = None  # --pin (1) or --cpus-per-job K
-    pin_reserve: bool = False  # --pin-reserve: a core left for pipepool itself
-    noise_threshold: float = 0.5  # --noise-threshold: contention above it is noisy
-    wait_quiet: float | None = None  # --wait-quiet MAX: s a job may wait for quiet CPUs
-    lease: str = "wait"  # --lease: wait for CPUs other runs hold, "fail", or "ignore"
     delay: float = 0.0
     load: float | None = None
     memfree: int | None = None  # bytes
     line_buffer: bool = False
     ungroup: bool = False
-    repeat: int = 1
-    compare: bool = False  # --compare: the two jobs' ratio with its interval
-    proc_stat: str = "/proc/stat"  # where --load, --wait-quiet, --memfree look (tests point them
-    meminfo: str = "/proc/meminfo"  # at files they control)
+    proc_stat: str | None = None  # where --load and --memfree look instead of the host's
+    meminfo: str | None = None  # /proc/stat and /proc/meminfo (tests: files they control)

@@ -32,6 +32,8 @@ import sys
 import threading
 import time
 
+from ..host import children, holding_environ, processes, processes_from_ps
+
 SWEEP_ROUNDS = 50  # bound on kill-and-reap rounds over reparented descendants; each round
 # goes one generation deeper, so only a fork bomb outlasts it
 MAXRSS_UNIT = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB else
@@ -49,7 +51,6 @@ TOKEN_SCANS = 20  # scans for a token's processes (/proc, or ps), TOKEN_PAUSE ap
 TOKEN_PAUSE = 0.01  # exec may not have set up its new environment yet (the kernel closes
 # the fds first), or the worker died before the fork: then none is found
 _tokens = 0  # tokens this worker handed out
-PS_TIMEOUT = 10.0  # s: a ps(1) that takes longer is given up on (where there is no /proc)
 
 
 def setup_worker() -> None:
@@ -153,52 +154,9 @@ def _kill_token(token: bytes) -> bool:
 
 
 def _token_holders(token: bytes) -> list[tuple[int, int]] | None:
-    """``(pid, pgid)`` of each process whose environment holds ``token``: from /proc,
-    or from ps(1) where there is none (macOS: ``ps -E``; procps: ``ps e``); None if
-    neither can tell."""
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return _token_holders_from_ps(token)
-    found = []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                environ = f.read().split(b"\0")
-            if token not in environ:
-                continue
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                pgid = int(f.read().rsplit(b")", 1)[1].split()[2])
-        except (OSError, ValueError, IndexError):
-            continue  # gone, or not ours to read
-        found.append((int(entry), pgid))
-    return found
-
-
-def _token_holders_from_ps(token: bytes) -> list[tuple[int, int]] | None:
-    import subprocess
-
-    columns = ["-o", "pid=", "-o", "pgid=", "-o", "command="]
-    for spelling in (["-E", *columns], [*columns, "e"]):  # each environment after its command
-        try:
-            out = subprocess.run(
-                ["ps", "-A", "-ww", *spelling], capture_output=True, timeout=PS_TIMEOUT
-            )
-        except (OSError, subprocess.SubprocessError):
-            return None
-        if out.returncode == 0:
-            break
-    else:
-        return None
-    found = []
-    for line in out.stdout.splitlines():
-        fields = line.split(None, 2)  # pid, pgid, then the command and its environment
-        if len(fields) == 3 and token in fields[2].split():
-            with contextlib.suppress(ValueError):
-                found.append((int(fields[0]), int(fields[1])))
-    return found
+    """``(pid, pgid)`` of each process whose environment holds ``token``: from /proc, or
+    from ps(1) where there is none; None if neither can tell (``pipepool.host``)."""
+    return holding_environ(token)
 
 
 def _stop_guardian() -> None:
@@ -236,18 +194,7 @@ def _children() -> set[int]:
     subreaper under the subreaper's first live thread: the main one. So two small reads,
     this thread's and the main thread's, instead of a listing of every thread.
     """
-    pid = os.getpid()
-    pids: set[int] = set()
-    for tid in {pid, threading.get_native_id()}:
-        try:
-            fd = os.open(f"/proc/{pid}/task/{tid}/children", os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            pids.update(int(p) for p in os.read(fd, 65536).split())
-        finally:
-            os.close(fd)
-    return pids
+    return children(os.getpid(), {os.getpid(), threading.get_native_id()})
 
 
 def sweep_orphans(usage: Usage) -> None:
@@ -307,38 +254,10 @@ def group_alive(pgid: int) -> bool:
 def _group_states(pgid: int) -> list[str] | None:
     """The state letter of each process in group ``pgid``: from /proc, else from ps(1);
     None if neither can tell."""
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        import subprocess
-
-        try:
-            out = subprocess.run(
-                ["ps", "-A", "-o", "pgid=", "-o", "stat="],
-                capture_output=True,
-                text=True,
-                timeout=PS_TIMEOUT,
-            )
-        except (OSError, subprocess.SubprocessError):
-            return None
-        states = []
-        for line in out.stdout.splitlines():
-            fields = line.split()
-            if len(fields) == 2 and fields[0] == str(pgid):
-                states.append(fields[1][:1])
-        return states
-    states = []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                after = f.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if len(after) > 2 and after[2] == str(pgid).encode():
-            states.append(after[0].decode())
-    return states
+    table = processes()
+    if table is None:
+        table = processes_from_ps()
+    return None if table is None else [p.state for p in table if p.pgid == pgid]
 
 
 class Usage:

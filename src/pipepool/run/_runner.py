@@ -10,55 +10,40 @@ Jobs run in pool workers through ``_job.run_job`` (timeouts and process-tree cle
 happen there, so a timed-out job does not cost a worker). The runner feeds the executor
 only a few jobs ahead of the free workers: stopping early then means cancelling a
 handful of queued tasks, not a million. With ``--halt`` it feeds none ahead: each job
-starts only after the runner saw every outcome before it (``_check_halt``).
+starts only after the runner saw every outcome before it (``_ending``).
 
 With ``{%}``, ``--pin``, ``--delay``, ``--load`` or ``--memfree`` the ``Gate`` decides
-instead: a job is sent only when a slot is free and the gate is open (``_gate``).
+instead: a job is sent only when a slot is free and the gate is open (``_gate``). What
+is measured of each job (its slot's CPUs, its noise, its wait for quiet) is the
+measuring room's: the runner asks it through ``_seam.Measuring``.
 
-Ctrl-C: the first starts no new job and lets the running ones finish; the second (or
-SIGTERM, or ``--halt now``) kills them: ``LocalExecutor.kill`` SIGKILLs their workers and
-each worker's guardian SIGKILLs its job's process group. Either way the summary is
-printed and nothing is left running. Jobs killed by the runner get no joblog row, so
-``--resume`` runs them again.
+The state the steps share is declared in ``_state``; finishing attempts and stopping
+the run are ``_ending``'s steps, the loop and the feeding this module's.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
-import sys
 import time
-from collections import deque
-from collections.abc import Callable
-from concurrent.futures import CancelledError
-from types import FrameType
-from typing import TYPE_CHECKING, Any, BinaryIO, TextIO, cast
+from typing import TYPE_CHECKING, BinaryIO, TextIO, cast
 
-from ..errors import TaskKilledError
-from ..events import Event, State
 from ..executor import LocalExecutor
+from ._ending import Ending
 from ._gate import Gate
-from ._job import KILL_GRACE, JobResult, JobSpec, file_size, run_job, run_job_on_cluster
-from ._joblog import (
-    HOST,
-    Joblog,
-    JoblogRow,
-    extra_columns,
-    extra_values,
-    logged_outcomes,
-    select_jobs,
-)
+from ._job import KILL_GRACE, JobSpec, prepare_worker, run_job, run_job_on_cluster
+from ._joblog import Joblog, logged_outcomes, select_jobs
 from ._options import RunOptions
-from ._output import OutputWriter, binary, isatty, land_output, make_tmpdir, write_record
+from ._output import OutputWriter, binary, isatty, make_tmpdir
 from ._progress import Progress
-from ._summary import Outcome, Summary, job_outcome, lost_outcome
+from ._summary import Summary
 from ._template import Job
 
 if TYPE_CHECKING:
     from ..cluster import ClusterExecutor
     from ._executor import JobExecutor
+    from ._seam import Measuring
 
 TICK = 0.1  # s the loop waits when nothing happens: bounds how late a Ctrl-C is noticed
 # and a progress redraw is due; a finished job wakes it at once
@@ -66,14 +51,13 @@ FEED_AHEAD = 1  # jobs queued per worker beyond the running one, so that a worke
 # reports a result gets its next job in the same round; more only delays cancelling
 BACKSTOP_SLACK = 5.0  # s past --timeout (and its kill grace) after which the executor
 # kills the worker itself: only if the worker-side timeout could not end the job
-Handler = Callable[[int, FrameType | None], Any] | int | None  # what signal.signal takes
 
 
 def make_executor(options: RunOptions) -> LocalExecutor | ClusterExecutor:
     """A LocalExecutor, or with ``--cluster`` a ClusterExecutor: both drive the same loop
     (both are the ``_executor.JobExecutor`` the runner is typed against)."""
     if options.cluster is None:
-        return LocalExecutor(options.jobs, prefetch=1)
+        return LocalExecutor(options.jobs, prefetch=1, initializer=prepare_worker)
     import logging
 
     from ..cluster import ClusterExecutor
@@ -91,61 +75,88 @@ def make_executor(options: RunOptions) -> LocalExecutor | ClusterExecutor:
     return ClusterExecutor(options.cluster, max_in_flight=options.jobs or None)
 
 
-class Runner:
+class Runner(Ending):
+    """Runs ``jobs`` as ``options`` say, measured as ``measuring`` says (default: the
+    measuring room asked nothing); ``run`` returns the summary."""
+
     def __init__(
         self,
         jobs: list[Job],
         options: RunOptions,
         *,
+        measuring: Measuring | None = None,
         stdout: BinaryIO | None = None,
         stderr: TextIO | None = None,
     ) -> None:
-        self.jobs = jobs
-        self.options = options
-        self.stdout = stdout or sys.stdout.buffer
-        self.stderr = stderr or sys.stderr
-        self._interrupts = 0
-        self._terminated = False
-        self._stopping = False
-        self._aborting = False
-        self._pending: deque[tuple[Job, int]] = deque()  # (job, attempt) not yet queued
-        self._inflight: dict[int, tuple[Job, JobSpec, float]] = {}  # seq -> job, spec, t
-        self._failed = 0
-        self._running_since: dict[int, float] = {}  # seq -> when its worker started it
-        self._runtime_sum = 0.0  # of finished jobs, for the progress bar's ETA
-        self._memkilled: set[int] = set()  # seqs killed by --memfree, to be run again
-        self._noted_wait = False
-        self._noise_on = options.cpus_per_job is not None or options.repeat > 1
+        if measuring is None:  # nothing asked of the measuring room: it measures nothing
+            from ..measure import Measurement
+
+            measuring = Measurement()
+        super().__init__(jobs, options, measuring, stdout, stderr)
+        # First: a -j the cores cannot pin fails before anything starts (and, pinned,
+        # the CPUs are leased until the run ends).
+        self.placement = measuring.plan(options.jobs or 1, self._early_note)
         o = options
-        self.gate = Gate(
-            o.jobs or 1,
-            slots=o.slots,
-            cpus_per_job=o.cpus_per_job,
-            delay=o.delay,
-            load=o.load,
-            memfree=o.memfree,
-            reserve=o.pin_reserve,
-            lease=o.lease,
-            on_wait=self._early_note,
-            proc_stat=o.proc_stat,
-            meminfo=o.meminfo,
-        )  # first: a -j the cores cannot pin fails before anything starts
+        try:
+            self.gate = Gate(
+                o.jobs or 1,
+                slots=o.slots,
+                cpus=self.placement.slots if self.placement is not None else None,
+                delay=o.delay,
+                load=o.load,
+                memfree=o.memfree,
+                proc_stat=o.proc_stat,
+                meminfo=o.meminfo,
+            )
+        except BaseException:
+            measuring.close()
+            raise
 
     # -- the run ------------------------------------------------------------------------
 
     def run(self) -> Summary:
+        try:
+            ex = make_executor(self.options)  # first: without Dask, --cluster fails here
+            self._prepare()
+        except BaseException:
+            self.measuring.close()
+            raise
+        started = time.monotonic()
+        previous = self._install_signal_handlers()
+        affinity = None
+        if self.placement is not None and self.placement.reserved:  # --pin-reserve: the
+            affinity = os.sched_getaffinity(0)  # runner and its workers (each pins itself
+            os.sched_setaffinity(0, self.placement.reserved)  # to its slot per job)
+        try:
+            self._drive(ex)
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            if affinity is not None:
+                os.sched_setaffinity(0, affinity)
+            self.measuring.close()  # the CPU leases (--pin)
+            self.progress.clear()
+            if self.joblog is not None:
+                self.joblog.close()
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+        self.summary.elapsed = time.monotonic() - started
+        if self.options.summary:
+            self.stderr.write(self.summary.text())
+            self.stderr.flush()
+        return self.summary
+
+    def _prepare(self) -> None:
+        """The run's summary, progress bar, output, joblog and temporary directory."""
         options = self.options
-        ex = make_executor(options)  # first: without Dask, --cluster fails before any file
         to_run = select_jobs(self.jobs, options.joblog, options.resume)
         summary = self.summary = Summary(
             total=len(self.jobs),
+            measuring=self.measuring,
             jobs=options.jobs,
             skipped=len(self.jobs) - len(to_run),
-            repeat=options.repeat,
             halt=options.halt,
-            compare=options.compare,
         )
-        if options.repeat > 1 and options.resume and options.joblog:
+        if self.measuring.keeps_history and options.resume and options.joblog:
             summary.earlier = logged_outcomes(self.jobs, to_run, options.joblog)
         self._pending.extend((job, 1) for job in to_run)
         progress_on = options.progress
@@ -161,16 +172,14 @@ class Runner:
             order=[j.seq for j in to_run],
             before_write=self._before_output,
         )
-        self.joblog = (
-            Joblog(
+        self.joblog = None
+        if options.joblog:
+            self.joblog = Joblog(
                 options.joblog,
                 append=options.resume is not None,
                 fsync=options.joblog_fsync,
-                extra=extra_columns(pinned=self.gate.plan is not None, noise=self._noise_on),
+                extra=self.measuring.columns,
             )
-            if options.joblog
-            else None
-        )
         if self.joblog is not None and self.joblog.torn:
             self._note(
                 f"--resume: the last line of {options.joblog} was cut short (a row torn by "
@@ -178,48 +187,31 @@ class Runner:
                 "job runs again"
             )
         self.tmpdir = make_tmpdir()
-        started = time.monotonic()
-        previous = self._install_signal_handlers()
+
+    def _drive(self, ex: LocalExecutor | ClusterExecutor) -> None:
+        """Start the executor, run the loop to its end, and end the executor (terminate
+        it if the loop did not end cleanly)."""
         clean = False
-        affinity = None
-        if self.gate.plan is not None and self.gate.plan.reserved:  # --pin-reserve: the
-            affinity = os.sched_getaffinity(0)  # runner and its workers (each pins itself
-            os.sched_setaffinity(0, self.gate.plan.reserved)  # to its slot per job)
         try:
             ex.start()
-            if not options.jobs:  # --cluster ADDRESS without -j: one job per worker thread
-                options.jobs = summary.jobs = max(1, ex.parallelism)
+            if not self.options.jobs:  # --cluster ADDRESS without -j: one job per thread
+                self.options.jobs = self.summary.jobs = max(1, ex.parallelism)
                 if not isinstance(ex, LocalExecutor):  # always so: a local run has a -j
-                    ex.max_in_flight = options.jobs
+                    ex.max_in_flight = self.options.jobs
             self._loop(ex)
             clean = True
             self.output.flush_all()  # --keep-order: what waited for a job that never ran
+            stopped = self.summary.stopped
             self.progress.finish(
-                len(summary.outcomes),
+                len(self.summary.outcomes),
                 self._failed,
-                note=f"stopped: {summary.stopped}" if summary.stopped else "",
+                note=f"stopped: {stopped}" if stopped else "",
             )
         finally:
-            try:
-                if clean:
-                    ex.end()
-                else:
-                    ex.terminate()
-            finally:
-                for signum, handler in previous.items():
-                    signal.signal(signum, handler)
-                if affinity is not None:
-                    os.sched_setaffinity(0, affinity)
-                self.gate.close()  # the CPU leases (--pin)
-                self.progress.clear()
-                if self.joblog is not None:
-                    self.joblog.close()
-                shutil.rmtree(self.tmpdir, ignore_errors=True)
-        summary.elapsed = time.monotonic() - started
-        if options.summary:
-            self.stderr.write(summary.text())
-            self.stderr.flush()
-        return summary
+            if clean:
+                ex.end()
+            else:
+                ex.terminate()
 
     def _loop(self, ex: JobExecutor) -> None:
         while True:
@@ -271,203 +263,45 @@ class Runner:
                     break
                 gate.started(now)
             job, attempt = self._pending.popleft()
-            slot, cpus = gate.take()
-            job = job.bind_slot(slot)
-            spec = JobSpec(
-                job.seq,
-                attempt,
-                job.argv,
-                *self._output_paths(job.seq, attempt),
-                timeout=self.options.timeout,
-                drop_empty=self.options.results is None,
-                slot=slot,
-                cpus=cpus,
-                inherit_output=self.options.ungroup,
-                noise=self._noise_on,
-                noise_threshold=self.options.noise_threshold,
-                wait_quiet=self.options.wait_quiet,
-                quiet_allowance=0 if cpus is not None else self.options.jobs - 1,
-                quiet_stat=self.options.proc_stat,
-            )
-            if self.options.line_buffer:
-                self.output.follow(job.seq, job.tag, spec.stdout_path, spec.stderr_path)
-            backstop = None
-            if self.options.timeout is not None:
-                backstop = self.options.timeout + KILL_GRACE + BACKSTOP_SLACK
-                backstop += self.options.wait_quiet or 0.0  # the worker waits first
-            ex.queue_call(
-                job.seq,
-                run_job if self.options.cluster is None else run_job_on_cluster,
-                (spec,),
-                timeout=backstop,
-            )
-            self._inflight[job.seq] = (job, spec, time.time())
+            self._send(ex, job, attempt)
             fed = True
         return fed
 
-    def _finish(self, ex: JobExecutor, event: Event) -> None:
-        """A job's attempt ended: retry it, or log it, print its output and count it."""
-        seq = cast(int, event.key)  # each job is queued under its sequence number
-        job, spec, queued_at = self._inflight.pop(seq)
-        if self._running_since.pop(seq, None) is None:
-            self.gate.running(time.monotonic())  # started and ended within one round
-        self.gate.release(spec.slot)
-        host = HOST
-        if event.state is State.SUCCESS:
-            result: JobResult = event.result
-            host = result.host
-            if result.output is not None:  # run on a Dask worker: its output came back
-                land_output(spec, result.output)
-            outcome = job_outcome(job, spec, result)
-            outcome.noise = result.noise
-            outcome.quiet = result.quiet
-            start, receive = result.start, result.stdout_size
-        else:
-            exc = event.exception
-            if isinstance(exc, CancelledError):  # cancelled while queued: it never ran
-                self.output.skip(job.seq)
-                return
-            start, receive = queued_at, file_size(spec.stdout_path)
-            host = getattr(exc, "address", None) or HOST  # a lost Dask worker's
-            outcome = lost_outcome(job, spec, exc, time.time() - queued_at)
-            if job.seq in self._memkilled and isinstance(exc, TaskKilledError):
-                self._memkilled.discard(job.seq)
-                if spec.attempt <= self.options.retries and not self._stopping:
-                    self._discard_output(spec)
-                    self._pending.append((job, spec.attempt + 1))  # "to be run later"
-                    return
-                outcome.status = "failed"
-                outcome.error = "killed: free memory below half of --memfree"
-        outcome.origin, outcome.rep, outcome.start = job.origin, job.rep, start
-        outcome.cpus = spec.cpus
-        if (
-            outcome.status == "failed"
-            and spec.attempt <= self.options.retries
-            and not self._stopping
-        ):
-            self._discard_output(spec)
-            self._pending.appendleft((job, spec.attempt + 1))
-            return
-        if outcome.status != "aborted" and self.joblog is not None:
-            self.joblog.write(
-                JoblogRow(
-                    job.seq,
-                    start,
-                    outcome.runtime,
-                    receive,
-                    outcome.exitval,
-                    outcome.signal,
-                    job.command,
-                    host,
-                    extra=self._extra_columns(outcome),
-                )
-            )
-        if (
-            event.state is State.SUCCESS
-            and spec.drop_empty
-            and result.stdout_size == result.stderr_size == 0
-        ):
-            self.output.skip(job.seq)  # no output, and the worker removed the empty files
-        else:
-            self.output.finished(
-                job.seq,
-                job.tag,
-                spec.stdout_path,
-                spec.stderr_path,
-                remove=self.options.results is None,
-            )
-        if self.options.results is not None:
-            write_record(self.options.results, outcome)
-        self.summary.outcomes.append(outcome)
-        self._runtime_sum += outcome.runtime
-        if outcome.status == "failed":
-            self._failed += 1
-        self._check_halt(ex, outcome)
-
-    def _check_halt(self, ex: JobExecutor, outcome: Outcome) -> None:
-        """After each finished job, before any other starts: is ``--halt`` met?"""
-        halt = self.options.halt
-        if self._aborting or (self._stopping and halt.when == "soon"):
-            return
-        failed = self._failed
-        succeeded = len(self.summary.outcomes) - failed
-        total = self.progress.total
-        if halt.reached(failed=failed, succeeded=succeeded, total=total):
-            if self.summary.halt_status is None:  # decided by the job that met it
-                self.summary.halt_status = halt.status_when_reached(
-                    failed=failed, total=total, exitval=outcome.exitval, signal=outcome.signal
-                )
-            self._stop(ex, f"--halt {halt}")
-            if halt.when == "now":
-                self._abort(ex)
-
-    def _react_to_signals(self, ex: JobExecutor) -> None:
-        if self._terminated and not self._aborting:
-            self._stop(ex, "terminated", force_reason=True)
-            self._abort(ex)
-        elif self._interrupts and not self._stopping:
-            self._stop(ex, "interrupted")
-            running = len(ex.running)
-            if running:
-                self._note(
-                    f"Ctrl-C: starting no new job; waiting for {running} running "
-                    "(Ctrl-C again kills them)"
-                )
-        elif self._interrupts >= 2 and not self._aborting:
-            self._stop(ex, "interrupted")
-            self._note(f"Ctrl-C again: killing {len(ex.running)} running jobs")
-            self._abort(ex)
-        if self._aborting:
-            for key in ex.running:  # again each round: a job sent but not yet started
-                ex.kill(key)
-
-    def _stop(self, ex: JobExecutor, reason: str, *, force_reason: bool = False) -> None:
-        """Start no new job: cancel the few queued in the executor, keep the rest."""
-        if not self.summary.stopped or force_reason:
-            self.summary.stopped = reason
-        self._stopping = True
-        for key in ex.queued:
-            ex.cancel(key)  # a CancelledError event each; _finish drops them
-        for job, _attempt in self._pending:
-            self.output.skip(job.seq)
-        self._pending.clear()
-
-    def _relieve_memory(self, ex: JobExecutor) -> None:
-        """``--memfree``: below half of SIZE free, kill the youngest running job (it goes
-        back on the queue); one at a time, the next only once that one is gone."""
-        if self._memkilled or self._aborting or not self._running_since:
-            return
-        if not self.gate.memory_low():
-            return
-        youngest = max(self._running_since, key=self._running_since.__getitem__)
-        self._memkilled.add(youngest)
-        self._note(f"--memfree: free memory below half; killing job {youngest} to run it later")
-        ex.kill(youngest)
+    def _send(self, ex: JobExecutor, job: Job, attempt: int) -> None:
+        """Queue one attempt of ``job`` in the next slot, with its measuring probe."""
+        options = self.options
+        slot, cpus = self.gate.take()
+        job = job.bind_slot(slot)
+        probe = self.measuring.probe(cpus, options.jobs)
+        spec = JobSpec(
+            job.seq,
+            attempt,
+            job.argv,
+            *self._output_paths(job.seq, attempt),
+            timeout=options.timeout,
+            drop_empty=options.results is None,
+            slot=slot,
+            inherit_output=options.ungroup,
+            probe=probe,
+        )
+        if options.line_buffer:
+            self.output.follow(job.seq, job.tag, spec.stdout_path, spec.stderr_path)
+        backstop = None
+        if options.timeout is not None:
+            backstop = options.timeout + KILL_GRACE + BACKSTOP_SLACK
+            backstop += probe.wait if probe is not None else 0.0  # the worker waits first
+        ex.queue_call(
+            job.seq,
+            run_job if options.cluster is None else run_job_on_cluster,
+            (spec,),
+            timeout=backstop,
+        )
+        self._inflight[job.seq] = (job, spec, cpus, time.time())
 
     def _note_wait(self) -> None:
         if not self._noted_wait and self.gate.waiting:
             self._noted_wait = True  # once: the reason is the same until jobs finish
             self._note(f"waiting to start jobs: {self.gate.waiting}")
-
-    def _abort(self, ex: JobExecutor) -> None:
-        self._aborting = True
-        for key in ex.running:
-            ex.kill(key)
-
-    # -- helpers -----------------------------------------------------------------------
-
-    def _output_paths(self, seq: int, attempt: int) -> tuple[str, str]:
-        if self.options.results is not None:
-            base = os.path.join(self.options.results, str(seq))
-            return os.path.join(base, "stdout"), os.path.join(base, "stderr")
-        base = os.path.join(self.tmpdir, f"{seq}.{attempt}")
-        return base + ".out", base + ".err"
-
-    def _discard_output(self, spec: JobSpec) -> None:
-        if self.options.results is None:  # --results files are overwritten by the retry
-            for path in (spec.stdout_path, spec.stderr_path):
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
 
     def _draw(self, ex: JobExecutor) -> None:
         if not self.progress.due():
@@ -487,40 +321,3 @@ class Runner:
             mean_runtime=self._runtime_sum / done if done else 0.0,
             note="stopping" if self._stopping else "",
         )
-
-    def _extra_columns(self, outcome: Outcome) -> tuple[str, ...]:
-        """The joblog's columns after GNU parallel's nine (``EXTRA_COLUMNS``)."""
-        return extra_values(outcome, pinned=self.gate.plan is not None, noise=self._noise_on)
-
-    def stdout_ends_line(self) -> bool:
-        """Whether the jobs' output on stdout ended a line (or there was none), so that
-        ``--json`` knows if its line needs a newline first. With ``--ungroup`` the jobs
-        wrote to the descriptor themselves, unseen: a line is assumed open once any ran."""
-        if self.options.ungroup:
-            return not self.summary.outcomes
-        return self.output.ends_line
-
-    def _before_output(self) -> None:
-        self.progress.clear()
-
-    def _early_note(self, message: str) -> None:
-        self.stderr.write(f"pipepool: {message}\n")  # before the run: no progress line
-        self.stderr.flush()
-
-    def _note(self, message: str) -> None:
-        self.progress.clear()
-        self.stderr.write(f"pipepool: {message}\n")
-        self.stderr.flush()
-
-    def _install_signal_handlers(self) -> dict[int, Handler]:
-        def on_interrupt(signum: int, frame: object) -> None:
-            self._interrupts += 1  # the loop decides what it means, between its steps
-
-        def on_terminate(signum: int, frame: object) -> None:
-            self._terminated = True
-
-        previous: dict[int, Handler] = {}  # to restore
-        for signum, handler in ((signal.SIGINT, on_interrupt), (signal.SIGTERM, on_terminate)):
-            with contextlib.suppress(ValueError):  # not the main thread: the caller's job
-                previous[signum] = signal.signal(signum, handler)
-        return previous

@@ -13,14 +13,15 @@ import signal as _signal
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from .._cli_common import listing
 from ..errors import TaskKilledError, TaskTimeoutError, WorkerLostError
 from ._halt import Halt
 
 if TYPE_CHECKING:
     from ._job import JobResult, JobSpec
+    from ._seam import Measuring
     from ._template import Job
 
-SHOWN_FAILURES = 20  # failures listed by name in the text summary (all are in the JSON)
 SHOWN_SLOWEST = 5
 
 
@@ -45,14 +46,8 @@ class Outcome:
     start: float = 0.0  # epoch seconds
     oom: str = ""  # SIGKILL (or exit 137) while a count of OOM kills rose: how it rose
     logged: bool = False  # read back from the joblog (--resume): no CPU time or RSS known
-    cpus: tuple[int, ...] | None = None  # --pin: the CPUs its slot was pinned to
-    noise: dict | None = None  # what else ran meanwhile (_noise.measure), if measured
-    quiet: dict | None = None  # --wait-quiet: the wait before it started (_quiet)
-
-    @property
-    def noisy(self) -> bool | None:
-        """Whether others disturbed the job (None: not measured)."""
-        return None if not self.noise else bool(self.noise.get("noisy"))
+    measured: dict = field(default_factory=dict)  # the measuring room's part of its
+    # record (its CPUs, noise, wait for quiet: Measuring.record)
 
     def describe(self) -> str:
         if self.status == "aborted":
@@ -91,10 +86,7 @@ class Outcome:
             "maxrss": self.maxrss,
             "job": self.origin or self.seq,
             "rep": self.rep,
-            "cpus": list(self.cpus) if self.cpus is not None else None,
-            "noisy": self.noisy,
-            "noise": self.noise or None,
-            "wait_quiet": self.quiet,
+            **self.measured,
         }
 
     def usage(self) -> str:
@@ -152,17 +144,16 @@ def lost_outcome(job: Job, spec: JobSpec, exc: BaseException | None, runtime: fl
 @dataclass(slots=True)
 class Summary:
     total: int  # jobs in the input
+    measuring: Measuring  # what it says of what was measured (the measuring room)
     skipped: int = 0  # already in the joblog (--resume)
     elapsed: float = 0.0
     jobs: int = 0  # -j
     stopped: str = ""  # why no further job started: "interrupted", "halt: ...", "terminated"
     outcomes: list[Outcome] = field(default_factory=list)
-    repeat: int = 1  # --repeat N: each job ran N times
     halt: Halt = field(default_factory=Halt)
     halt_status: int | None = None  # the exit status decided when --halt's condition was met
-    compare: bool = False  # --compare: the two jobs' ratio, interval and verdict
     earlier: list[Outcome] = field(default_factory=list)  # --resume: the joblog's rows of
-    # the jobs skipped, for the per-job statistics of --repeat (not counted as run now)
+    # the jobs skipped, for the measuring room's statistics (not counted as run now)
 
     @property
     def succeeded(self) -> list[Outcome]:
@@ -197,39 +188,6 @@ class Summary:
         ran = [o for o in self.outcomes if o.status != "aborted" and o.maxrss]
         return sorted(ran, key=lambda o: -o.maxrss)[:n]
 
-    def repetitions(self) -> list[dict[str, object]]:
-        """``--repeat``: per job, the median and spread of its wall times."""
-        import statistics  # only with --repeat: it costs a run's start-up ~10 ms
-
-        times: dict[int, list[Outcome]] = {}
-        for o in [*self.earlier, *self.outcomes]:
-            if o.status != "aborted":
-                times.setdefault(o.origin or o.seq, []).append(o)
-        stats = []
-        for job, runs in sorted(times.items()):
-            walls = sorted(o.runtime for o in runs)
-            median = statistics.median(walls)
-            measured = [o for o in runs if not o.logged]  # the joblog has no CPU time
-            stats.append(
-                {
-                    "job": job,
-                    "command": runs[0].command,
-                    "runs": len(walls),
-                    "from_joblog": len(runs) - len(measured),
-                    "median": round(median, 6),
-                    "min": round(walls[0], 6),
-                    "max": round(walls[-1], 6),
-                    "spread": round((walls[-1] - walls[0]) / median, 6) if median else 0.0,
-                    "user_median": (
-                        round(statistics.median(o.user for o in measured), 6) if measured else None
-                    ),
-                    "maxrss_max": max((o.maxrss for o in measured), default=None),
-                    "noisy_runs": sum(1 for o in runs if o.noisy),
-                    "warnings": _instability(walls, sum(1 for o in runs if o.noisy)),
-                }
-            )
-        return stats
-
     def text(self) -> str:
         ran = len(self.outcomes)
         rate = ran / self.elapsed if self.elapsed > 0 else 0.0
@@ -248,101 +206,22 @@ class Summary:
                 f"  killed by the runner: {len(self.aborted)} (no joblog row; "
                 "--resume runs them again)"
             )
-            lines += _listing(self.aborted, lambda o: o.describe())
+            lines += listing(self.aborted, lambda o: o.describe())
         failed = self.failed
         if failed:
             lines.append(f"failed ({len(failed)}):")
-            lines += _listing(failed, lambda o: o.describe())
+            lines += listing(failed, lambda o: o.describe())
         slowest = self.slowest()
         if len(self.outcomes) > 1 and slowest:
             lines.append("slowest:")
-            lines += _listing(slowest, lambda o: f"{o.runtime:.3f} s ({o.usage()})")
+            lines += listing(slowest, lambda o: f"{o.runtime:.3f} s ({o.usage()})")
         hungriest = self.hungriest()
         if len(self.outcomes) > 1 and hungriest:
             lines.append("most memory:")
-            lines += _listing(hungriest, lambda o: f"{_mib(o.maxrss)} max RSS")
-        judged = [o for o in self.outcomes if o.noisy is not None]
-        if judged:
-            noisy = sorted((o for o in judged if o.noisy), key=_by_seq)
-            lines.append(
-                f"noisy: {len(noisy)} of {len(judged)} jobs had others on their CPUs"
-                + (" (see --json's noise)" if noisy else "")
-            )
-            if noisy:
-                lines += _listing(noisy, lambda o: str((o.noise or {}).get("why") or ""))
-        waits = self.quiet_waits()
-        if waits is not None:
-            lines.append(
-                f"wait for quiet: {waits['held']} of {waits['jobs']} jobs found their CPUs "
-                f"busy and waited; {waits['seconds']:.2f} s in all; {waits['not_quiet']} "
-                "started without quiet (--wait-quiet's bound ran out)"
-            )
-        if self.repeat > 1:
-            lines += self._repetition_lines()
-        comparison = self.comparison()
-        if comparison is not None:
-            from ._compare import describe
-
-            commands = [str(st["command"]) for st in self.repetitions()]
-            lines += describe(comparison, _short(commands[0]), _short(commands[1]))
+            lines += listing(hungriest, lambda o: f"{_mib(o.maxrss)} max RSS")
+        lines += self.measuring.summary_lines(self.outcomes, self.earlier)
         lines.append(f"exit status {self.exit_status()}")
         return "\n".join(lines) + "\n"
-
-    def quiet_waits(self) -> dict[str, object] | None:
-        """``--wait-quiet``: how many jobs found their CPUs busy (``held``: more than one
-        look), how long all waited, how many started only because the bound ran out
-        (None: not asked)."""
-        waits = [o.quiet for o in self.outcomes if o.quiet is not None]
-        if not waits:
-            return None
-        return {
-            "jobs": len(waits),
-            "held": sum(1 for w in waits if w["looks"] > 1 or w["quiet"] is False),
-            "seconds": round(sum(w["waited"] for w in waits), 3),
-            "not_quiet": sum(1 for w in waits if w["quiet"] is False),
-        }
-
-    def comparison(self) -> dict[str, object] | None:
-        """``--compare``: B (the second job) against A (the first), over their runs."""
-        if not self.compare:
-            return None
-        runs: dict[int, list[float]] = {}
-        for o in self.outcomes:
-            if o.status == "ok":
-                runs.setdefault(o.origin or o.seq, []).append(o.runtime)
-        if sorted(runs) != [1, 2]:
-            return None  # a side has no successful run: nothing to compare
-        from ._compare import compare
-
-        return compare(runs[1], runs[2])
-
-    def _repetition_lines(self) -> list[str]:
-        """``--repeat``: each job's median over the runs it had (after Ctrl-C or
-        ``--halt`` some had fewer than N; with ``--resume`` the joblog's count too)."""
-        stats = self.repetitions()
-        counts = {st["runs"] for st in stats}
-        if counts == {self.repeat}:
-            head = f"per job over {self.repeat} runs: median wall time (min-max, spread)"
-        else:
-            head = f"per job, over the runs it had (of {self.repeat}): median wall time"
-            head += " (min-max, spread)"
-        lines = [head]
-        for st in stats[:SHOWN_FAILURES]:
-            runs = "" if counts == {self.repeat} else f", {st['runs']} run"
-            runs += "s" if runs and st["runs"] != 1 else ""
-            if st["from_joblog"]:
-                runs += f", {st['from_joblog']} from the joblog"
-            lines.append(
-                f"  job {st['job']:<5} {st['median']:.3f} s ({st['min']:.3f}-"
-                f"{st['max']:.3f} s, {st['spread']:.0%}{runs})  {_short(str(st['command']))}"
-            )
-        if len(stats) > SHOWN_FAILURES:
-            lines.append(f"  ... and {len(stats) - SHOWN_FAILURES} more (see --json)")
-        for st in stats:
-            warnings = st["warnings"]
-            for warning in warnings if isinstance(warnings, list) else ():
-                lines.append(f"  warning: job {st['job']} may be unstable: {warning}")
-        return lines
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -361,56 +240,9 @@ class Summary:
             "aborted_jobs": [o.as_dict() for o in self.aborted],
             "slowest": [o.as_dict() for o in self.slowest()],
             "most_memory": [o.as_dict() for o in self.hungriest()],
-            "noisy": sum(1 for o in self.outcomes if o.noisy),
-            "wait_quiet": self.quiet_waits(),
-            "repeat": self.repeat,
-            "repetitions": self.repetitions() if self.repeat > 1 else None,
-            "comparison": self.comparison(),
+            **self.measuring.summary_fields(self.outcomes, self.earlier),
             "records": [o.as_dict() for o in sorted(self.outcomes, key=_by_seq)],
         }
-
-
-def _instability(walls: list[float], noisy: int) -> list[str]:
-    """pyperf's warnings for a result that may be unstable, for one job's wall times."""
-    import statistics
-
-    found = []
-    mean = statistics.fmean(walls)
-    if len(walls) < 3:
-        found.append(f"only {len(walls)} run{'s' if len(walls) != 1 else ''}: too few to judge")
-    elif mean > 0:
-        stdev = statistics.stdev(walls)
-        if stdev > 0.1 * mean:
-            found.append(
-                f"the standard deviation ({stdev:.3g} s) is {stdev / mean:.0%} of the mean"
-            )
-        if walls[-1] > 1.5 * mean:
-            found.append(
-                f"the maximum ({walls[-1]:.3g} s) is {walls[-1] / mean - 1:.0%} above the mean"
-            )
-        if walls[0] < 0.5 * mean:
-            found.append(
-                f"the minimum ({walls[0]:.3g} s) is {1 - walls[0] / mean:.0%} below the mean"
-            )
-    if walls and walls[0] < 0.001:
-        found.append(f"the shortest run took {walls[0] * 1e6:.0f} us: start-up and timer dominate")
-    if noisy:
-        found.append(f"{noisy} of {len(walls)} runs were noisy")
-    return found
-
-
-def _listing(outcomes: list[Outcome], what) -> list[str]:
-    shown = outcomes[:SHOWN_FAILURES]
-    width = max(len(what(o)) for o in shown)
-    lines = [f"  #{o.seq:<5} {what(o):<{width}}  {_short(o.command)}" for o in shown]
-    if len(outcomes) > len(shown):
-        lines.append(f"  ... and {len(outcomes) - len(shown)} more (see --joblog or --json)")
-    return lines
-
-
-def _short(command: str, limit: int = 60) -> str:
-    command = command.replace("\n", "\\n")
-    return command if len(command) <= limit else command[: limit - 3] + "..."
 
 
 def _by_seq(o: Outcome) -> int:

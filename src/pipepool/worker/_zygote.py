@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PreloadError, RemoteTraceback
+from ..host import process_state, thread_count
 from ._bootstrap import EXIT_UNGUARDED_MAIN, WORKER_NAME, unguarded_main
 
 if TYPE_CHECKING:
@@ -63,12 +64,8 @@ JOIN_TIMEOUT = 5.0  # s ``close`` waits for the zygote to exit before killing it
 def threads() -> int:
     """The threads this process has now: the kernel's count where /proc says (a C
     library's threads too), as CPython's own warning counts; else Python's."""
-    try:
-        with open("/proc/self/stat", "rb") as f:
-            stat = f.read()
-        return int(stat[stat.rindex(b")") + 2 :].split()[17])
-    except (OSError, ValueError, IndexError):
-        return threading.active_count()
+    count = thread_count()
+    return threading.active_count() if count is None else count
 
 
 def threaded() -> bool:
@@ -321,15 +318,9 @@ class Zygote:
 def _gone(pid: int) -> bool:
     """True once an orphaned worker has exited: no such process, or a zombie its new
     parent has not reaped (not every container's init reaps)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-        return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] in (b"Z", b"X")
-    except FileNotFoundError:
-        if os.path.exists("/proc/self/stat"):
-            return True
-    except (OSError, ValueError):
-        pass
+    state = process_state(pid)  # "": no such process
+    if state is not None:
+        return state in ("", "Z", "X")
     try:  # no /proc: ask the kernel whether the pid exists (a zombie does)
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 
+from ..host import others_cpu
 from . import _noise
 
 WINDOW = 0.25  # s per look: 25 clock ticks per CPU, short enough to start promptly
@@ -30,12 +31,13 @@ def wait_quiet(
     limit: float,
     *,
     allowance: int = 0,
-    stat: str = "/proc/stat",
+    stat: str | None = None,
 ) -> dict[str, object]:
     """Wait until others use at most ``QUIET`` of ``cpus`` over a ``WINDOW``, at most
     ``limit`` s; the record of the wait (``waited`` s, ``quiet``: reached or not, None
     when it cannot be told, ``others``: the share in the last window, ``looks``: the
-    windows it took; 1 when the CPUs were quiet at once)."""
+    windows it took; 1 when the CPUs were quiet at once). ``stat``: a file read in place
+    of ``/proc/stat`` (a test's)."""
     t0 = time.monotonic()
     room = len(cpus) - allowance  # CPUs not taken as the run's own other jobs'
     before = _noise.sample(cpus, stat)
@@ -69,8 +71,8 @@ def share(before: _noise.Sample, after: _noise.Sample, width: int, allowance: in
     """Of the CPU time the ``width`` CPUs had between two samples, less ``allowance``
     CPUs' worth, the share others used (0-1)."""
     span = max(after.t - before.t, 1e-9)
-    room = (width - allowance) * span
-    if room <= 0:
+    if width - allowance <= 0:
         return 0.0
-    busy = max(after.busy - before.busy - allowance * span, 0.0)
-    return min(busy / room, 1.0)
+    # the run's other jobs' allowance counts as the caller's own CPU
+    _, others = others_cpu(after.busy - before.busy, allowance * span, span, width - allowance)
+    return min(others, 1.0)

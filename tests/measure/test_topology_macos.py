@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipepool.run._placement import plan
-from pipepool.run._topology import TopologyError, macos_topology, read_macos
+from pipepool.host import TopologyError, macos_topology, read_macos
+from pipepool.measure._placement import plan
 
 M1_PRO = """\
 hw.ncpu: 10

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from helpers import run_cli
-from pipepool.run._summary import _instability
+from pipepool.measure._report import _instability
 
 
 def test_steady_times_draw_no_warning() -> None:

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from helpers import captured_topology, run_cli
-from pipepool.run import _noise
+from pipepool.measure import _noise
 
 TREE = "20em64t-hybrid-1p6c2t+2ca4co1t"
 STAT = "cpu  1 0 1 9 0 0 0 0 0 0\ncpu0 1 0 1 9 0 0 0 0 0 0\ncpu2 1 0 1 9 0 0 0 0 0 0\n"

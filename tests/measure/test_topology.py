@@ -1,5 +1,5 @@
 """``--pin``'s placement by topology, on ten sysfs trees captured from real machines
-(``tests/run/topologies``, from hwloc's test data), with hwloc's own ``lstopo``
+(``tests/host/topologies``, from hwloc's test data), with hwloc's own ``lstopo``
 rendering of each as the oracle: the reader must find the cores, packages, last-level
 caches, L2 domains and NUMA nodes hwloc finds, and every plan for ``-j`` 1..N with 1 and
 2 CPUs per job must keep the rules, judged by hwloc's units, not by the reader's."""
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from helpers import TOPOLOGIES, captured_topology
-from pipepool.run._placement import RULES, PlacementError, plan
-from pipepool.run._topology import parse_cpu_list, parse_cpu_mask, read_topology
+from pipepool.host import parse_cpu_list, parse_cpu_mask, read_topology
+from pipepool.measure._placement import RULES, PlacementError, plan
 
 DATA = TOPOLOGIES
 WITH_ORACLE = sorted(p.stem for p in DATA.glob("*.console"))

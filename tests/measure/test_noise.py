@@ -1,6 +1,6 @@
 """A real CPU hog started during a run: the jobs it shares a CPU with are flagged noisy
 (JSON ``noisy`` beside the measures, the joblog's Noisy column, the summary), the jobs
-before it are not.
+before it are not flagged for it (a busy machine may flag them for itself).
 
 The effect is made relative, not absolute: the job is pinned (``--pin``) and twelve
 hog processes are pinned to the very same CPU, so an affected job gets at most a
@@ -86,7 +86,13 @@ def test_a_hog_on_the_job_s_cpu_flags_the_jobs_it_overlaps(tmp_path: Path) -> No
     assert run.returncode == 0, err
     records = {r["seq"]: r for r in json.loads(out.splitlines()[-1])["records"]}
     contention = {seq: r["noise"]["contention"] for seq, r in records.items()}
-    assert [records[s]["noisy"] for s in (1, 2, 3, 4)] == [False, False, True, True], contention
+    # Jobs 3 and 4 had the hogs on their CPU. Jobs 1 and 2 did not, but the verdict also
+    # weighs the whole machine, which other tests may keep busy: their flag is what its
+    # reason says, and it is never the hogs' (others on their CPU above the threshold).
+    assert records[3]["noisy"] and records[4]["noisy"], contention
+    for seq in (1, 2):
+        why = records[seq]["noise"]["why"] or ""
+        assert records[seq]["noisy"] == bool(why) and "others used" not in why, records[seq]
     assert min(contention[3], contention[4]) > max(contention[1], contention[2]), contention
     for r in records.values():  # the measures behind the flag, beside it
         assert {"others_cpu", "contention", "steal", "cpu_pressure", "procs_running"} <= set(
@@ -94,8 +100,11 @@ def test_a_hog_on_the_job_s_cpu_flags_the_jobs_it_overlaps(tmp_path: Path) -> No
         )
     rows = [line.split("\t") for line in log.read_text().splitlines()]
     assert rows[0][8:] == ["Command", "CPUs", "Noisy"]
-    assert {int(r[0]): r[10] for r in rows[1:]} == {1: "0", 2: "0", 3: "1", 4: "1"}
-    assert "noisy: 2 of 4 jobs had others on their CPUs" in err
+    assert {int(r[0]): r[10] for r in rows[1:]} == {
+        seq: str(int(r["noisy"])) for seq, r in records.items()
+    }
+    noisy = sum(r["noisy"] for r in records.values())
+    assert f"noisy: {noisy} of 4 jobs had others on their CPUs or a busy machine" in err
     assert "#3" in err and "others used" in err
 
 

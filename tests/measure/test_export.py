@@ -84,3 +84,20 @@ def test_the_hyperfine_export_matches_real_hyperfine_s(tmp_path: Path) -> None:
         assert a["times"] == pytest.approx(runtimes, abs=1e-6)  # the records: 6 digits
         assert a["exit_codes"] == [0, 0, 0]
         assert a["min"] <= a["median"] <= a["max"]
+
+
+def test_the_hyperfine_export_carries_each_run_s_real_exit_code(tmp_path: Path) -> None:
+    # As hyperfine --ignore-failure writes them: every run that ended, with its exit
+    # code; 128 + N for a run signal N ended (what hyperfine 1.15 writes for one).
+    out = tmp_path / "export.json"
+    proc = run_cli(
+        "run", "-j", "1", "--repeat", "2", "--export-hyperfine", str(out),
+        ":::", "exit 3", "true", "kill -KILL $$",
+    )  # fmt: skip
+    assert proc.returncode == 4, proc.stderr
+    results = {r["command"]: r for r in json.loads(out.read_text())["results"]}
+    assert results["exit 3"]["exit_codes"] == [3, 3], results
+    assert results["true"]["exit_codes"] == [0, 0], results
+    assert results["kill -KILL $$"]["exit_codes"] == [137, 137], results
+    for r in results.values():
+        assert len(r["times"]) == len(r["exit_codes"]) == 2, r

@@ -10,7 +10,7 @@ import platform
 from pathlib import Path
 
 from helpers import captured_topology, run_cli
-from pipepool.run._machine import machine_metadata
+from pipepool.measure import machine_metadata
 
 TREE = "20em64t-hybrid-1p6c2t+2ca4co1t"
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from helpers import run_cli
-from pipepool.run._compare import compare
+from pipepool.measure._compare import compare
 
 
 def comparison(*args: str) -> dict:
@@ -63,3 +63,17 @@ def test_compare_needs_two_jobs_and_repeat() -> None:
     assert "--compare needs exactly two jobs (A and B) and --repeat N of at least 2" in proc.stderr
     with pytest.raises(ValueError):
         compare([], [1.0])
+
+
+def test_a_side_without_a_successful_run_says_why_there_is_no_verdict() -> None:
+    proc = run_cli(
+        "run", "--json", "--compare", "-j", "1", "--repeat", "2", ":::", "true", "exit 3",
+        timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr  # B's two runs failed
+    result = json.loads(proc.stdout.splitlines()[-1])["comparison"]
+    assert result is not None, "the comparison disappeared without a reason"
+    assert result["verdict"] is None and result["ratio"] is None, result
+    assert result["runs"] == [2, 0], result
+    assert result["why"] == "B had no successful run (2 failed)", result
+    assert "compare: no verdict: B had no successful run (2 failed)" in proc.stderr, proc.stderr

@@ -47,11 +47,26 @@ def compare(a: list[float], b: list[float], *, seed: int = SEED) -> dict[str, ob
     }
 
 
+def no_verdict(runs: list[int], why: str) -> dict[str, object]:
+    """The comparison when there is none to make (a side without a successful run):
+    ``compare``'s keys, nulls for its numbers and verdict, and ``why``."""
+    return {
+        "ratio": None,
+        "low": None,
+        "high": None,
+        "level": LEVEL,
+        "runs": runs,
+        "verdict": None,
+        "why": why,
+    }
+
+
 def describe(result: dict[str, object], a: str, b: str) -> list[str]:
+    head = ["compare (B/A of median wall time, runs interleaved):", f"  A: {a}", f"  B: {b}"]
+    if result["verdict"] is None:
+        return [*head, f"  compare: no verdict: {result['why']}"]
     return [
-        "compare (B/A of median wall time, runs interleaved):",
-        f"  A: {a}",
-        f"  B: {b}",
+        *head,
         f"  ratio {result['ratio']:.3f}, {float(str(result['level'])):.0%} interval "
         f"{result['low']:.3f}-{result['high']:.3f} (bootstrap, fixed seed): {result['verdict']}",
     ]

@@ -6,7 +6,8 @@ cores), ``/sys/devices/system/node`` (NUMA nodes). Everything is read under a *r
 (``/`` by default) so that tests, and ``pipepool run --sysfs-root DIR --show-plan``,
 read a tree captured from another machine. The CPUs a run may use are its affinity
 mask on this machine; under another root, the online CPUs less those its cgroup's
-cpuset excludes (v1 ``cpuset.cpus``, v2 ``cpuset.cpus.effective``), as hwloc does.
+cpuset excludes (v1 ``cpuset.cpus``, v2 ``cpuset.cpus.effective``: ``_cgroup``), as
+hwloc does.
 
 macOS has no affinity API and no per-CPU topology: ``sysctl`` gives the counts of
 packages, cores and threads and of P and E cores (``hw.perflevel*``), which is what
@@ -20,6 +21,9 @@ import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
+
+from ._files import ROOT, read_int, read_text
+from ._process import allowed_cpus
 
 EFFICIENT_BELOW = 0.95  # a CPU whose capacity (or max frequency) is below 95% of the top
 # one's is an efficiency (E) core: BenchExec's threshold for "slower" cores
@@ -82,73 +86,76 @@ class Topology:
         return bool(own) and own < EFFICIENT_BELOW * self.top_capacity
 
 
-def read_topology(root: str = "/", allowed: set[int] | None = None) -> Topology:
+def read_topology(root: str = ROOT, allowed: set[int] | None = None) -> Topology:
     """The topology of the CPUs under ``root``, limited to ``allowed`` (default: this
     process's affinity mask when ``root`` is ``/``, else the captured cgroup's cpuset)."""
+    from ._cgroup import cgroup_cpuset
+
     base = os.path.join(root, "sys/devices/system/cpu")
+    here = os.path.abspath(root) == "/"
+    mask = allowed_cpus() if here else None
     if not os.path.isdir(base):
-        if sys.platform == "darwin" and root == "/":
+        if sys.platform == "darwin" and here:
             return read_macos()
-        if os.path.abspath(root) == "/" and hasattr(os, "sched_getaffinity"):
-            flat = {n: Cpu(n, n, 0, 0, -1, n, n, 0) for n in os.sched_getaffinity(0)}
+        if mask is not None:
+            flat = {n: Cpu(n, n, 0, 0, -1, n, n, 0) for n in mask}
             return Topology(flat, notes=[f"no {base}: each CPU taken as a core of its own"])
         raise TopologyError(f"no CPU topology under {base}")
     online = _online(base)
     if allowed is None:
-        if os.path.abspath(root) == "/" and hasattr(os, "sched_getaffinity"):
-            allowed = set(os.sched_getaffinity(0))
-        else:
-            allowed = _cgroup_cpus(root)
+        allowed = mask if mask is not None else cgroup_cpuset(root)
     usable = sorted(online if allowed is None else online & allowed)
     nodes = _nodes(root)
+    core_of = _cores(base, usable)
+    cpus = {n: _cpu(base, n, core_of.get(n), nodes.get(n, -1)) for n in usable}
     notes: list[str] = []
-    # A core is the thread siblings that share one (package, die, core_id), as hwloc
-    # counts them: AMD's Bulldozer lists a module's two cores as thread siblings, each
-    # with its own core_id; older kernels repeat a core_id in each die of a package.
-    core_keys: dict[int, tuple | None] = {}
-    for n in usable:
-        topo = os.path.join(base, f"cpu{n}", "topology")
-        core_id = _int(os.path.join(topo, "core_id"), -1)
-        if core_id >= 0:
-            package = _int(os.path.join(topo, "physical_package_id"), 0)
-            threads = frozenset(_cpu_set(topo, "thread_siblings_list", "thread_siblings"))
-            die = _int(os.path.join(topo, "die_id"), 0)
-            core_keys[n] = (package, die, core_id, threads)
-        else:
-            core_keys[n] = None
-    first_of: dict[tuple, int] = {}
-    for n in usable:
-        key = core_keys[n]
-        if key is not None:
-            first_of.setdefault(key, n)
-    cpus: dict[int, Cpu] = {}
-    for n in usable:
-        path = os.path.join(base, f"cpu{n}")
-        topo = os.path.join(path, "topology")
-        siblings = _cpu_set(topo, "thread_siblings_list", "thread_siblings") or {n}
-        package = _int(os.path.join(topo, "physical_package_id"), 0)
-        die = _int(os.path.join(topo, "die_id"), 0)
-        caches = _caches(path)
-        llc_level = max(caches, default=0)
-        llc = min(caches[llc_level]) if caches else min(siblings)
-        l2 = min(caches[2]) if 2 in caches else min(siblings)
-        capacity = _int(os.path.join(path, "cpu_capacity"), 0) or _int(
-            os.path.join(path, "cpufreq/cpuinfo_max_freq"), 0
-        )
-        cpus[n] = Cpu(
-            n,
-            core=first_of[key] if (key := core_keys[n]) is not None else min(siblings),
-            package=max(package, 0),
-            die=max(die, 0),
-            node=nodes.get(n, -1),
-            llc=llc,
-            l2=l2,
-            capacity=capacity,
-            llc_level=llc_level,
-        )
     if cpus and all(c.llc_level == 0 for c in cpus.values()):
         notes.append("the kernel lists no caches: cache domains are unknown")
     return Topology(cpus, notes=notes)
+
+
+def _cores(base: str, usable: list[int]) -> dict[int, int]:
+    """CPU -> its core's id (the lowest CPU of the core), for the CPUs whose ``core_id``
+    the kernel gives. A core is the thread siblings that share one (package, die,
+    core_id), as hwloc counts them: AMD's Bulldozer lists a module's two cores as thread
+    siblings, each with its own core_id; older kernels repeat a core_id in each die of a
+    package."""
+    first_of: dict[tuple, int] = {}
+    core_of: dict[int, int] = {}
+    for n in usable:
+        topo = os.path.join(base, f"cpu{n}", "topology")
+        core_id = read_int(os.path.join(topo, "core_id"), -1)
+        if core_id < 0:
+            continue
+        package = read_int(os.path.join(topo, "physical_package_id"), 0)
+        threads = frozenset(_cpu_set(topo, "thread_siblings_list", "thread_siblings"))
+        die = read_int(os.path.join(topo, "die_id"), 0)
+        core_of[n] = first_of.setdefault((package, die, core_id, threads), n)
+    return core_of
+
+
+def _cpu(base: str, n: int, core: int | None, node: int) -> Cpu:
+    """CPU ``n`` and the units it belongs to (``core``: None where the kernel gives no
+    core_id, then its thread siblings make its core)."""
+    path = os.path.join(base, f"cpu{n}")
+    topo = os.path.join(path, "topology")
+    siblings = _cpu_set(topo, "thread_siblings_list", "thread_siblings") or {n}
+    caches = _caches(path)
+    llc_level = max(caches, default=0)
+    capacity = read_int(os.path.join(path, "cpu_capacity"), 0) or read_int(
+        os.path.join(path, "cpufreq/cpuinfo_max_freq"), 0
+    )
+    return Cpu(
+        n,
+        core=core if core is not None else min(siblings),
+        package=max(read_int(os.path.join(topo, "physical_package_id"), 0), 0),
+        die=max(read_int(os.path.join(topo, "die_id"), 0), 0),
+        node=node,
+        llc=min(caches[llc_level]) if caches else min(siblings),
+        l2=min(caches[2]) if 2 in caches else min(siblings),
+        capacity=capacity,
+        llc_level=llc_level,
+    )
 
 
 def read_macos(sysctl_output: str | None = None) -> Topology:
@@ -243,35 +250,19 @@ def parse_cpu_mask(text: str) -> set[int]:
     return {bit for bit in range(value.bit_length()) if value >> bit & 1}
 
 
-def _read(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read().replace("\0", "")  # some sysfs files end in NUL
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def _int(path: str, default: int) -> int:
-    text = _read(path)
-    try:
-        return int(text) if text is not None else default
-    except ValueError:
-        return default
-
-
 def _cpu_set(folder: str, listed: str, mask: str) -> set[int]:
     """A CPU set from the file ``mask`` (``00000000,00000300``) in ``folder``, else
     ``listed`` (``8-9``): the mask first, as hwloc reads them (some old kernels wrote
     a ``shared_cpu_list`` that disagrees with its map)."""
-    text = _read(os.path.join(folder, mask))
+    text = read_text(os.path.join(folder, mask))
     if text is not None and text.strip():
         return parse_cpu_mask(text)
-    text = _read(os.path.join(folder, listed))
+    text = read_text(os.path.join(folder, listed))
     return parse_cpu_list(text) if text is not None and text.strip() else set()
 
 
 def _online(base: str) -> set[int]:
-    text = _read(os.path.join(base, "online"))
+    text = read_text(os.path.join(base, "online"))
     if text is not None and text.strip():
         return parse_cpu_list(text)
     found = set()  # no list: each cpuN folder with a topology, and not marked offline
@@ -279,7 +270,7 @@ def _online(base: str) -> set[int]:
         match = re.fullmatch(r"cpu(\d+)", name)
         if not match:
             continue
-        if _read(os.path.join(base, name, "online")) in ("0\n", "0"):
+        if read_text(os.path.join(base, name, "online")) in ("0\n", "0"):
             continue
         if os.path.isdir(os.path.join(base, name, "topology")):
             found.add(int(match.group(1)))
@@ -313,35 +304,10 @@ def _caches(cpu_path: str) -> dict[int, set[int]]:
         if not name.startswith("index"):
             continue
         folder = os.path.join(base, name)
-        if (_read(os.path.join(folder, "type")) or "").strip() == "Instruction":
+        if (read_text(os.path.join(folder, "type")) or "").strip() == "Instruction":
             continue
-        level = _int(os.path.join(folder, "level"), 0)
+        level = read_int(os.path.join(folder, "level"), 0)
         shared = _cpu_set(folder, "shared_cpu_list", "shared_cpu_map")
         if level and shared:
             found[level] = shared
     return found
-
-
-def _cgroup_cpus(root: str) -> set[int] | None:
-    """The CPUs a captured process's cpuset cgroup allows (None: no cpuset found)."""
-    path = (_read(os.path.join(root, "proc/self/cpuset")) or "").strip()
-    if not path:
-        for line in (_read(os.path.join(root, "proc/self/cgroup")) or "").splitlines():
-            if line.startswith("0::"):
-                path = line[3:].strip()
-    mounts = _read(os.path.join(root, "proc/mounts")) or ""
-    candidates = []
-    for line in mounts.splitlines():
-        fields = line.split()
-        if len(fields) < 4:
-            continue
-        if fields[2] == "cgroup2" or (fields[2] == "cgroup" and "cpuset" in fields[3]):
-            candidates.append(fields[1])
-    candidates.append("/sys/fs/cgroup/cpuset")  # where v1 mounts it, listed or not
-    for mount in candidates:
-        folder = os.path.join(root, mount.lstrip("/"), (path or "/").lstrip("/"))
-        for name in ("cpuset.cpus.effective", "cpuset.cpus"):
-            text = _read(os.path.join(folder, name))
-            if text is not None and text.strip():
-                return parse_cpu_list(text)
-    return None

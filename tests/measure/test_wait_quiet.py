@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from helpers import ENV, joblog_rows, run_cli, wait_for
-from pipepool.run import _quiet
-from pipepool.run._noise import Sample
+from pipepool.measure import _quiet
+from pipepool.measure._noise import Sample
 
 linux = pytest.mark.skipif(
     not os.path.exists("/proc/stat") or not hasattr(os, "sched_setaffinity"),
@@ -132,6 +132,7 @@ def test_a_bound_that_runs_out_starts_the_job_and_says_it_was_not_quiet(
 
 
 def test_quiet_cpus_start_the_job_after_one_look(tmp_path: Path) -> None:
+    from pipepool.measure import Measurement, MeasureOptions
     from pipepool.run._options import RunOptions
     from pipepool.run._runner import Runner
     from pipepool.run._template import Template, build_jobs
@@ -141,11 +142,12 @@ def test_quiet_cpus_start_the_job_after_one_look(tmp_path: Path) -> None:
     stat.write_text(f"cpu  10 0 10 500 0 0 0 0 0 0\n{cpus}procs_running 1\n")
     marker = tmp_path / "ran"
     jobs = build_jobs(Template(()), [(f"touch {marker}",)])
-    options = RunOptions(jobs=1, progress=False, summary=False, wait_quiet=60.0,
-                         proc_stat=str(stat))  # fmt: skip
-    summary = Runner(jobs, options, stdout=io.BytesIO(), stderr=io.StringIO()).run()
+    options = RunOptions(jobs=1, progress=False, summary=False)
+    measuring = Measurement(MeasureOptions(wait_quiet=60.0, proc_stat=str(stat)))
+    runner = Runner(jobs, options, measuring=measuring, stdout=io.BytesIO(), stderr=io.StringIO())
+    summary = runner.run()
     assert marker.exists()
-    wait = summary.outcomes[0].quiet
+    wait = summary.outcomes[0].measured["wait_quiet"]
     assert wait is not None
     assert wait["quiet"] is True and wait["looks"] == 1 and wait["others"] == 0
     assert wait["waited"] < 60 and wait["procs_running"] == 1

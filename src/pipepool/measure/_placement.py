@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from ._topology import Topology
+from ..host import Topology
 
 RULES = (
     "a core left for pipepool",
@@ -77,7 +77,7 @@ class Plan:
             where.append("E-core" if len(cpus) == 1 else "E-cores")
         shared = self.shares(index)
         return (
-            f"slot {index + 1}: CPU{'s' if len(cpus) > 1 else ''} {_list(cpus)} "
+            f"slot {index + 1}: CPU{'s' if len(cpus) > 1 else ''} {cpu_list(cpus)} "
             f"({', '.join(where)}; {'shares ' + '; '.join(shared) if shared else 'shares nothing'})"
         )
 
@@ -90,7 +90,7 @@ class Plan:
         ]
         lines += [f"  {self.describe(i)}" for i in range(len(self.slots))]
         if self.reserved:
-            lines.append(f"  left for pipepool: CPUs {_list(self.reserved)}")
+            lines.append(f"  left for pipepool: CPUs {cpu_list(self.reserved)}")
         for note in self.given_up:
             lines.append(f"  given up: {note}")
         for note in top.notes:
@@ -112,7 +112,7 @@ def plan(top: Topology, jobs: int, width: int, *, reserve: bool = False) -> Plan
     """Place ``jobs`` slots of ``width`` CPUs each on ``top`` by the rules above."""
     total = len(top.cpus)
     if jobs * width > total:
-        cpus = _list(sorted(top.cpus)) if top.cpus else "none"
+        cpus = cpu_list(sorted(top.cpus)) if top.cpus else "none"
         raise PlacementError(
             f"-j {jobs} with {width} CPU(s) per job needs {jobs * width} CPUs, but this "
             f"process may use {total} (CPUs {cpus}): use -j {max(total // width, 1)} or "
@@ -177,47 +177,15 @@ def _place(
     whole: bool,
 ) -> list[tuple[int, ...]] | None:
     """One try at the plan under the rules kept; None if it does not fit."""
-    # Units a slot is made of: whole cores (its unused threads stay idle), or CPUs.
-    if whole:
-        units = {c: cores[c] for c in pool}
-    else:
-        # one thread of each core before any second one, so slots meet on a core last
-        order = sorted(
-            (cpu for c in pool for cpu in cores[c]),
-            key=lambda cpu: (cores[top.cpus[cpu].core].index(cpu), cpu),
-        )
-        units = {cpu: (cpu,) for cpu in order}
+    units = _units(top, cores, pool, whole)
     free = dict(units)
     rank = {u: i for i, u in enumerate(units)}
-    llc_slots: dict[int, int] = {}
-    node_slots: dict[int, int] = {}
+    used: dict[str, dict[int, int]] = {"llc": {}, "node": {}}  # slots per domain, node
     slots: list[tuple[int, ...]] = []
     for _ in range(jobs):
-        domains: dict[int, list[int]] = {}
-        for unit, cpus in free.items():
-            domains.setdefault(top.cpus[cpus[0]].llc, []).append(unit)
-
-        def threads(us: list[int]) -> int:
-            return sum(len(free[u]) for u in us)
-
-        fitting = [d for d, us in domains.items() if threads(us) >= width]
-        if fitting:
-            chosen = min(
-                fitting,
-                key=lambda d: (
-                    _p_short(top, free, domains[d], width),
-                    llc_slots.get(d, 0),
-                    node_slots.get(top.cpus[free[domains[d][0]][0]].node, 0),
-                    d,
-                ),
-            )
-            candidates = domains[chosen]
-        elif contain:
+        candidates = _candidates(top, free, rank, width, used, contain=contain)
+        if candidates is None:
             return None
-        else:  # wider than any domain's free room: fill domains one after another
-            candidates = sorted(free, key=lambda u: (top.cpus[free[u][0]].llc, rank[u]))
-        if fitting:
-            candidates.sort(key=rank.__getitem__)
         picked = _smallest(top, cores, free, candidates, width)
         if picked is None:
             return None
@@ -226,11 +194,57 @@ def _place(
             taken.extend(free.pop(unit))
         slot = tuple(sorted(_prefer_p(top, taken)[:width]))
         slots.append(slot)
-        for llc in {top.cpus[c].llc for c in slot}:
-            llc_slots[llc] = llc_slots.get(llc, 0) + 1
-        for node in {top.cpus[c].node for c in slot}:
-            node_slots[node] = node_slots.get(node, 0) + 1
+        for attr, counts in used.items():
+            for unit in {getattr(top.cpus[c], attr) for c in slot}:
+                counts[unit] = counts.get(unit, 0) + 1
     return slots
+
+
+def _units(
+    top: Topology, cores: dict[int, tuple[int, ...]], pool: list[int], whole: bool
+) -> dict[int, tuple[int, ...]]:
+    """What a slot is made of: whole cores (their unused threads stay idle), or CPUs,
+    one thread of each core before any second one, so slots meet on a core last."""
+    if whole:
+        return {c: cores[c] for c in pool}
+    order = sorted(
+        (cpu for c in pool for cpu in cores[c]),
+        key=lambda cpu: (cores[top.cpus[cpu].core].index(cpu), cpu),
+    )
+    return {cpu: (cpu,) for cpu in order}
+
+
+def _candidates(
+    top: Topology,
+    free: dict[int, tuple[int, ...]],
+    rank: dict[int, int],
+    width: int,
+    used: dict[str, dict[int, int]],
+    *,
+    contain: bool,
+) -> list[int] | None:
+    """The units the next slot is taken from: those of the last-level-cache domain that
+    holds it with P-cores, then with the fewest slots so far, then on the NUMA node with
+    the fewest; a slot wider than any domain's free room fills domains one after
+    another (None if ``contain`` forbids it)."""
+    domains: dict[int, list[int]] = {}
+    for unit, cpus in free.items():
+        domains.setdefault(top.cpus[cpus[0]].llc, []).append(unit)
+    fitting = [d for d, us in domains.items() if sum(len(free[u]) for u in us) >= width]
+    if not fitting:
+        if contain:
+            return None
+        return sorted(free, key=lambda u: (top.cpus[free[u][0]].llc, rank[u]))
+    chosen = min(
+        fitting,
+        key=lambda d: (
+            _p_short(top, free, domains[d], width),
+            used["llc"].get(d, 0),
+            used["node"].get(top.cpus[free[domains[d][0]][0]].node, 0),
+            d,
+        ),
+    )
+    return sorted(domains[chosen], key=rank.__getitem__)
 
 
 def _p_short(top: Topology, free: dict, units: list[int], width: int) -> bool:
@@ -289,7 +303,7 @@ def _take(free: dict[int, tuple[int, ...]], units: list[int], width: int) -> lis
     return taken if count >= width else None
 
 
-def _list(cpus) -> str:
+def cpu_list(cpus) -> str:
     """``0,1,2,3,8`` as ``0-3,8``."""
     out: list[str] = []
     values = sorted(cpus)
