@@ -32,14 +32,14 @@ Done-callbacks run in the thread
 that holds the token when the result comes in, the driver or a waiting caller (the
 stdlib runs them in its manager thread); they may submit more work, and wait for it.
 
-Workers start on demand. Under fork, the first ``submit`` forks the first one from the
-calling thread, sends it the call, and forks the pool's zygote, all before the driver
-thread exists; every later worker (more for more work, replacements of a dead or
-recycled one) is forked by the zygote, a single-threaded copy of the program as it was
-then (docs/design.md, "The zygote"), never from this multi-threaded process. At
-interpreter exit, pools finish the work already submitted (as the stdlib), unless the
-program is ending on KeyboardInterrupt; a worker never outlives its parent (its lifeline
-pipe ends it).
+Workers start on demand, the first one from the first ``submit``'s thread, which sends
+it the call before the driver thread exists. Under fork it then forks the pool's zygote;
+every later worker (more for more work, replacements of a dead or recycled one) is
+forked by the zygote, a single-threaded copy of the program as it was then
+(docs/design.md, "The zygote"), never from this multi-threaded process. At interpreter
+exit, pools finish the work already submitted (as the stdlib), unless the program is
+ending on KeyboardInterrupt; a worker never outlives its parent (its lifeline pipe ends
+it).
 
 Where it differs from the standard library, on purpose:
 
@@ -340,13 +340,14 @@ class ProcessPoolExecutor(Executor):
         try:
             if first is not None:
                 d.add(first)  # the token is free: straight into the LocalExecutor
-            if ex.start_method == "fork":
-                # One round from this thread while the driver thread does not exist yet
-                # (fork copies only the forking thread; the fewer threads then, the fewer
-                # locks a child inherits held): it forks a worker for the first call and
-                # sends it there, then forks the pool's zygote, which forks every later
-                # worker (``worker._zygote``), so no fork waits for interpreter shutdown
-                # to forbid it (3.12) and the first result waits for one fork only.
+            if first is not None:
+                # One round from this thread before the driver thread exists: it starts a
+                # worker for the first call and sends it there, as the stdlib's submit
+                # starts one, with no thread to start and schedule first. Under fork
+                # (which copies only the forking thread: the fewer threads then, the fewer
+                # locks a child inherits held) it then forks the pool's zygote, which forks
+                # every later worker (``worker._zygote``), so no fork waits for interpreter
+                # shutdown to forbid it (3.12) and the first result waits for one fork.
                 with contextlib.suppress(Exception):  # the driver retries, futures report
                     d._step(ex.steps)
         finally:
