@@ -20,7 +20,8 @@ The kinds:
 * *keywords* (a call's ``kwargs``): a mapping whose keys are strings, or None;
 * *positionals* (a call's ``args``, an initializer's ``initargs``): a tuple, a list or
   another sequence, never a string (``args="ab"`` would be two arguments);
-* a *choice* (a start method, a loop): one of a few strings, or None.
+* a *choice* (a start method, a loop): one of a few strings, or None;
+* *module names* (``preload``): an iterable of non-empty strings, never a string itself.
 
 ``bool`` is neither a count nor a number of seconds: ``True`` is 1 to Python, never to a
 user who wrote it. Where the standard library refuses a value itself and its tests match
@@ -154,3 +155,20 @@ def hashable(value: Any, name: str = "key") -> None:
         hash(value)
     except TypeError:
         raise TypeError(f"{name} must be hashable, got {_got(value)}") from None
+
+
+def module_names(value: Any, name: str) -> tuple[str, ...]:
+    """``value`` as a tuple of module names if it is an iterable of non-empty strings
+    (a lone string is not: its letters are not modules); else a TypeError naming
+    ``name``."""
+    accepted = f"{name} must be an iterable of module names (non-empty str)"
+    if isinstance(value, str | bytes):
+        raise TypeError(f"{accepted}, not a single string: got {_got(value)}")
+    try:
+        names = tuple(value)
+    except TypeError:
+        raise TypeError(f"{accepted}, got {_got(value)}") from None
+    for item in names:
+        if not isinstance(item, str) or not item:
+            raise TypeError(f"{accepted}, got {_got(item)} in it")
+    return names

@@ -110,6 +110,27 @@ def _rebuild_duplicate_key(message: str, key: object, where: str) -> DuplicateKe
     return DuplicateKeyError(message, key=key, where=where)
 
 
+class PreloadError(PipepoolError, ImportError):
+    """A module the pool was asked to ``preload`` could not be imported where its workers
+    are made from (this process under fork, else the pool's zygote), so the pool did not
+    start: nothing it made is left running.
+
+    ``name`` is the module, as given (``"__main__"`` for the main module); the message
+    says why, and ``__cause__`` is the import's own exception (in this process) or its
+    traceback as the zygote printed it (a ``RemoteTraceback``).
+    """
+
+    def __init__(self, message: str, *, name: str | None = None) -> None:
+        super().__init__(message, name=name)
+
+    def __reduce__(self):
+        return (_rebuild_preload_error, (str(self), self.name))
+
+
+def _rebuild_preload_error(message: str, name: str | None) -> PreloadError:
+    return PreloadError(message, name=name)
+
+
 def signal_name(exitcode: int | None) -> str | None:
     """Name of the signal behind a negative exit code (``-9`` → ``"SIGKILL"``)."""
     if exitcode is None or exitcode >= 0:

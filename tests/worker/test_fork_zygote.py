@@ -156,6 +156,113 @@ def test_local_executor_recycling_forks_single_threaded(tmp_path):
     assert WARNING not in stderr
 
 
+# Each fork of the parent with whether a task was in flight then (the zygote's must come
+# after the first task was sent), and where each worker came from.
+ORDER = r"""
+import json, os, sys, time
+import pipepool
+from pipepool import LocalExecutor, ProcessPoolExecutor
+import multiprocessing
+
+forks = []
+pools = []
+
+def _before():
+    if os.getpid() != parent:
+        return
+    ex = pools[-1] if pools else None
+    sent = bool(ex) and any(w.in_flight for w in ex._workers.values())
+    forks.append({"workers": len(ex._workers) if ex else 0, "sent": sent})
+
+def ppid(_=None):
+    return os.getppid()
+
+if __name__ == "__main__":
+    parent = os.getpid()
+    os.register_at_fork(before=_before)
+    out = {}
+    if sys.argv[1] == "futures":
+        with ProcessPoolExecutor(4, mp_context=multiprocessing.get_context("fork")) as pool:
+            pools.append(pool._driver.executor)
+            out["first"] = pool.submit(ppid).result()
+            out["zygote"] = pools[-1]._zygote.process.pid
+            out["later"] = sorted(set(pool.map(ppid, range(200))))
+    else:
+        ex = LocalExecutor(2, start_method="fork")
+        pools.append(ex)
+        ex.start()
+        out["at_start"] = len(forks)
+        ex.queue("a", ppid)
+        while ex.has_work():
+            ex.sync(timeout=0.01)
+        out["first"] = ex.get_event_buffer()["a"].result
+        out["zygote"] = ex._zygote.process.pid
+        ex.end()
+    out["parent"] = parent
+    out["forks"] = forks
+    print(json.dumps(out))
+"""
+
+
+def test_the_zygote_is_forked_after_the_first_task_is_sent(tmp_path):
+    """Issue 44.1: a fork pool's first result waits for one fork, not the zygote's too.
+    ProcessPoolExecutor's first submit forks one worker from the parent and sends it the
+    call, then forks the zygote, which forks every later worker; a LocalExecutor in a
+    program without threads forks nothing at start(), and its first round forks the
+    worker the task needs, sends it the task, then forks the zygote."""
+    for face in ("futures", "local"):
+        proc = subprocess.run(
+            [sys.executable, "-c", ORDER, face],
+            capture_output=True,
+            text=True,
+            env=ENV,
+            cwd=tmp_path,
+            timeout=BOUND * 2,
+            stdin=subprocess.DEVNULL,
+        )
+        assert proc.returncode == 0, proc.stderr
+        out = json.loads(proc.stdout.splitlines()[-1])
+        forks = out["forks"]
+        assert out["first"] == out["parent"], f"{face}: the first worker is the parent's child"
+        # One worker for the one task, then the zygote, with that task sent already.
+        assert forks == [{"workers": 0, "sent": False}, {"workers": 1, "sent": True}], face
+        if face == "futures":  # every other worker came from the zygote
+            assert out["later"] and set(out["later"]) <= {out["parent"], out["zygote"]}
+            assert out["zygote"] in out["later"], out
+        else:
+            assert out["at_start"] == 0
+
+
+QUICK = r"""
+import multiprocessing
+from pipepool import ProcessPoolExecutor
+
+if __name__ == "__main__":
+    fork = multiprocessing.get_context("fork")
+    for _ in range(30):
+        with ProcessPoolExecutor(2, mp_context=fork) as pool:
+            pool.submit(abs, -1).result()
+    print("done")
+"""
+
+
+def test_a_pool_closed_at_once_leaves_its_zygote_nothing_to_say(tmp_path):
+    """Short-lived fork pools: each one's zygote is told to exit (shutdown closes its
+    socket beside the workers' pipes) maybe before it has said a word; it exits quietly
+    (it printed a BrokenPipeError traceback when its READY found the socket closed)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", QUICK],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        cwd=tmp_path,
+        timeout=BOUND * 2,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stderr
+    assert proc.stderr == "", proc.stderr
+
+
 _SEEN = "at start"
 
 

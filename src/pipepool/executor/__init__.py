@@ -91,10 +91,18 @@ class LocalExecutor(Reaper, Dispatcher, OutsideLoop):
     ``loop_impl`` picks the parent's loop: "cython", "python" (its pure-Python twin), or
     None for the compiled one if it was built (tests and benchmarks compare the two).
 
+    ``preload`` names modules to import once, where workers are made from, so that no
+    worker imports them again, a replacement after ``max_tasks_per_child`` or a crash
+    included: under fork this process imports them at ``start()`` (workers are copies of
+    it); under spawn and forkserver ``start()`` makes the pool's zygote with that start
+    method, which imports them (and the main module, as every such child does) and
+    forks every worker. A module that fails makes ``start()`` raise ``PreloadError``
+    naming it and why, with nothing left running (docs/design.md, "The zygote").
+
     Every argument is checked here, by the rule of its kind (``pipepool._checks``):
     ``parallelism``, ``prefetch``, ``pipe_size`` (bytes) and ``max_tasks_per_child`` are
     integers >= 1 (or None), ``initializer`` a callable (or None), ``initargs`` a tuple
-    or list; a TypeError or ValueError names the one that is not.
+    or list, ``preload`` module names; a TypeError or ValueError names the one that is not.
     """
 
     def __init__(
@@ -108,6 +116,7 @@ class LocalExecutor(Reaper, Dispatcher, OutsideLoop):
         initializer: Callable[..., object] | None = None,
         initargs: Iterable[Any] = (),
         loop_impl: str | None = None,
+        preload: Iterable[str] = (),
     ) -> None:
         parallelism = _checks.count(parallelism, "parallelism", none=True)
         prefetch = _checks.count(prefetch, "prefetch", none=True)
@@ -116,6 +125,7 @@ class LocalExecutor(Reaper, Dispatcher, OutsideLoop):
         initializer = _checks.function(initializer, "initializer", none=True)
         initargs = _checks.positionals(initargs, "initargs")
         loop_impl = _checks.choice(loop_impl, "loop_impl", ("cython", "python"))
+        preload = _checks.module_names(preload, "preload")
         if start_method is not None and not isinstance(start_method, str):
             _checks.choice(start_method, "start_method", ("fork", "spawn", "forkserver"))
         self.parallelism_reason = f"{parallelism} given"
@@ -130,6 +140,7 @@ class LocalExecutor(Reaper, Dispatcher, OutsideLoop):
             initializer=initializer,
             initargs=initargs,
             loop_impl=loop_impl,
+            preload=preload,
         )
 
     # -- public API -------------------------------------------------------------------
@@ -205,6 +216,8 @@ class LocalExecutor(Reaper, Dispatcher, OutsideLoop):
         self._start_workers()
         self._revoke_trapped()
         self._dispatch()
+        if self._zygote_due and self._workers:  # fork: first workers up, their tasks sent
+            self._fork_due_zygote()
 
     def _dispatched(self) -> Iterable[_Task]:
         return (t for w in self._workers.values() for t in w.in_flight.values())
@@ -417,13 +430,17 @@ class LocalExecutor(Reaper, Dispatcher, OutsideLoop):
     def prestart(self) -> None:
         """Start every missing worker now, work or not (``sync`` starts them only while
         work is outstanding), from the calling thread: a fork from a thread of the
-        caller's choosing, and before anything can forbid it (interpreter shutdown)."""
+        caller's choosing, and before anything can forbid it (interpreter shutdown).
+        Work already queued is sent to them at once; then, under fork, the pool's zygote
+        is forked (docs/design.md, "The zygote"), before the caller starts a thread."""
         self._require_started()
         deferred = None
         try:
             deferred = _signals.defer()
             alive = sum(1 for w in self._workers.values() if not w.closing)
             self._start_batch(self.parallelism - alive)
+            self._dispatch()
+            self._fork_due_zygote()
         finally:
             _signals.undefer(deferred)
 

@@ -16,7 +16,7 @@ from typing import Any
 from .. import _oom, _signals
 from ..errors import InitializerError, WorkerLostError
 from ..events import State
-from ..worker import ChildFd, WorkerStart, _fault, _tree, _zygote
+from ..worker import ChildFd, WorkerShare, _fault, _tree, _zygote
 from ..worker import main as worker_main
 from ..worker._bootstrap import WORKER_NAME, refuse_while_bootstrapping
 from ..worker._marks import MarkTable
@@ -35,10 +35,20 @@ class WorkerLifecycle(LocalState):
     """The steps that open the pool, start and kill workers, and stop the pool."""
 
     def _open(self) -> None:
-        """Create the loop, the page of start marks and the lifeline (``start()``)."""
+        """Create the loop, the page of start marks and the lifeline (``start()``), and
+        the zygote where one is due now; a ``PreloadError`` leaves nothing open."""
         # In a spawn or forkserver worker importing an unguarded main module: stop here,
         # before any process starts (``worker._bootstrap``).
         refuse_while_bootstrapping()
+        try:
+            self._open_all()
+        except BaseException:
+            self._close()  # whatever was opened; the executor is ended
+            raise
+
+    def _open_all(self) -> None:
+        if self.start_method == "fork":
+            _zygote.preload_here(self.preload)  # workers are copies of this process
         if self.start_method == "forkserver":
             # Start the server now, with signals unblocked: it would inherit a blocked
             # mask if it were started lazily from inside a bookkeeping step.
@@ -52,58 +62,52 @@ class WorkerLifecycle(LocalState):
         lifeline_r, lifeline_w = os.pipe()
         _PARENT_FDS.update((lifeline_r, lifeline_w))
         self._lifeline = (lifeline_r, lifeline_w)
-        if self.start_method == "fork":
-            _share_the_resource_tracker()
-            self._fork_zygote()
+        if self.start_method != "fork":
+            if self.preload:  # made from it, every worker has them imported
+                self._make_zygote()
+            return
+        _share_the_resource_tracker()
+        if _zygote.threaded():
+            self._make_zygote()  # threads run already: every worker comes from it
+        else:
+            # Forked once the first workers are started and their first tasks sent
+            # (``_fork_due_zygote``): not on the path to the first result.
+            self._zygote_due = True
 
-    def _fork_zygote(self) -> None:
-        """Under fork: the zygote that forks workers once threads run here (``_zygote``),
-        forked now, before the pool starts a thread. It keeps what every worker shares
-        (the lifeline's read end, the page of start marks) and closes the parent's other
-        pipepool fds; a worker it forks gets its own fds with the request."""
+    def _fork_due_zygote(self) -> None:
+        """The zygote a fork pool put off at ``start()``, forked now: after the round
+        (or ``prestart()``) that started its first workers and sent them their first
+        tasks, or before a worker starts while threads run here, whichever comes first."""
+        if self._zygote_due:
+            self._zygote_due = False
+            self._make_zygote()
+
+    def _make_zygote(self) -> None:
+        """The pool's zygote (``worker._zygote``). Under fork: forked while this process
+        has one thread (``_fork_due_zygote``), or at ``start()`` if it had more then; it
+        keeps what every worker shares (the lifeline's read end, the page of start
+        marks) and closes this process's other pipepool fds (the first workers' ends
+        included). Under spawn and forkserver (with ``preload``): made with that start
+        method at ``start()``, which waits for its imports (``PreloadError``). A worker
+        it forks gets its own fds with the request."""
         assert self._lifeline is not None and self._marks is not None
-        lifeline_r, marks_fd = self._lifeline[0], self._marks.fd
-
-        def make_start(
-            fds: list[int], slot: int, region_fd: int | None, zygote_fds: tuple[int, ...]
-        ) -> WorkerStart:
-            activity, result, control, crash = fds
-            return self._worker_start(
-                activity, result, control, crash, slot, region_fd, list(zygote_fds)
-            )
-
+        keep = (self._lifeline[0], self._marks.fd)
         try:
-            self._zygote = _zygote.Zygote.fork(
-                self._context, worker_main, make_start, (lifeline_r, marks_fd), _PARENT_FDS
+            self._zygote = _zygote.Zygote.make(
+                self._context, worker_main, self._share(), keep, _PARENT_FDS, self.preload
             )
-        except OSError as exc:  # out of processes or fds: every worker forks from here
-            log.warning("pipepool: no zygote (%s); workers fork from this process", exc)
+        except OSError as exc:  # out of processes or fds: every worker starts from here
+            log.warning("pipepool: no zygote (%s); workers start from this process", exc)
             return
         _PARENT_FDS.add(self._zygote.fd)
 
-    def _worker_start(
-        self,
-        activity_r: int,
-        result_w: int,
-        control_r: int,
-        crash_fd: int,
-        slot: int,
-        region_fd: int | None,
-        close_fds: list[int],
-    ) -> WorkerStart:
-        """What a new worker is handed (``WorkerStart``): its own fds and the pool's."""
+    def _share(self) -> WorkerShare:
+        """What every worker of this pool is handed alike (``WorkerShare``)."""
         assert self._lifeline is not None and self._marks is not None
-        return WorkerStart(
-            activity=ChildFd(activity_r),
-            result=ChildFd(result_w),
-            control=ChildFd(control_r),
+        return WorkerShare(
             lifeline=ChildFd(self._lifeline[0]),
             marks=ChildFd(self._marks.fd),
-            mark_slot=slot,
             claims_at=self._marks.claims_at,
-            crash=ChildFd(crash_fd),
-            region=ChildFd(region_fd) if region_fd is not None else None,
-            close_fds=close_fds,
             initializer=self.initializer,
             initargs=self.initargs,
             max_tasks=self.max_tasks_per_child,
@@ -210,31 +214,25 @@ class WorkerLifecycle(LocalState):
         """Start worker ``wid`` with its ``fds`` (activity, result, control, crash) and
         ``region``: forked by the zygote while threads run here (a fork would copy one of
         them, and whatever locks the others held), else by the start method, from here."""
-        activity_r, result_w, control_r, crash_fd = fds
         zygote = self._zygote
-        if zygote is not None and not zygote.dead and _zygote.threaded():
+        if self.start_method != "fork":
+            through = True  # made to preload: it forks every worker
+        else:
+            through = (zygote is not None or self._zygote_due) and _zygote.threaded()
+            if through and zygote is None:  # put off, and threads came first: fork it now
+                self._fork_due_zygote()
+                zygote = self._zygote
+        if through and zygote is not None and not zygote.dead:
             try:
                 sent = fds + ((region.fd,) if region else ())
                 return zygote.start(sent, wid, slot, region is not None)
             except OSError as exc:
                 if not zygote.dead:
                     raise
-                log.warning("pipepool: the zygote is gone (%s); forking workers from here", exc)
+                log.warning("pipepool: the zygote is gone (%s); starting workers from here", exc)
+        start = self._share().start(fds, slot, region.fd if region else None, close_fds)
         proc = self._context.Process(
-            target=worker_main,
-            args=(
-                self._worker_start(
-                    activity_r,
-                    result_w,
-                    control_r,
-                    crash_fd,
-                    slot,
-                    region.fd if region else None,
-                    close_fds,
-                ),
-            ),
-            name=f"{WORKER_NAME}-{wid}",
-            daemon=True,
+            target=worker_main, args=(start,), name=f"{WORKER_NAME}-{wid}", daemon=True
         )
         proc.start()
         return proc
@@ -293,6 +291,11 @@ class WorkerLifecycle(LocalState):
                 self._remove_channel(w)
         finally:
             _signals.undefer(deferred)
+        zygote = self._zygote
+        if zygote is not None and not any(
+            isinstance(w.proc, _zygote.ZygoteChild) for w in self._workers.values()
+        ):
+            zygote.shut()  # no exit of its to report: it exits beside the workers
         deadline = time.monotonic() + STOP_GRACE
         for w in self._workers.values():
             w.proc.join(max(0.0, deadline - time.monotonic()))

@@ -39,6 +39,7 @@ class RecordExecutor(LocalExecutor):
         initializer: Callable[..., object] | None = None,
         initargs: Iterable[Any] = (),
         loop_impl: str | None = None,
+        preload: Iterable[str] = (),
     ) -> None:
         super().__init__(
             parallelism,
@@ -48,6 +49,7 @@ class RecordExecutor(LocalExecutor):
             initializer=initializer,
             initargs=initargs,
             loop_impl=loop_impl,
+            preload=preload,
         )
         # The records way out (``pipepool._api``, "Two ways out"): the face's own records
         # (a subclass of Task this room does not know, so ``Any``), as it handed them over.

@@ -130,6 +130,7 @@ class LocalState(SchedulerAPI):
         initializer: Callable[..., object] | None,
         initargs: Iterable[Any],
         loop_impl: str | None,
+        preload: tuple[str, ...] = (),
     ) -> None:
         super().__init__(
             (
@@ -150,6 +151,7 @@ class LocalState(SchedulerAPI):
         self.initializer = initializer  # run in each worker before its first task
         self.initargs = tuple(initargs)
         self._keep_warm = False  # parallelism workers even with no work (``keep_warm``)
+        self.preload = preload  # modules imported where workers are made from (_zygote)
         # A multiprocessing context; Any because typeshed's BaseContext lacks Process.
         self._context: Any = multiprocessing.get_context(start_method)
         self.start_method: str = self._context.get_start_method()
@@ -162,6 +164,7 @@ class LocalState(SchedulerAPI):
         self._marks: MarkTable | None = None  # the page of start marks, a slot per worker
         self._lifeline: tuple[int, int] | None = None  # read end for workers, write end kept
         self._zygote: Zygote | None = None  # under fork: forks workers once threads run here
+        self._zygote_due = False  # under fork: put off at start(), until the first workers
         # -- workers ---------------------------------------------------------------------
         self._workers: dict[int, _Worker] = {}  # wid -> worker, until it is retired
         self._wids = itertools.count(1)  # worker ids: channel numbers in the loop

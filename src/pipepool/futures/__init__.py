@@ -32,13 +32,14 @@ Done-callbacks run in the thread
 that holds the token when the result comes in, the driver or a waiting caller (the
 stdlib runs them in its manager thread); they may submit more work, and wait for it.
 
-Workers: under fork, all of them are started by the first ``submit`` from the calling
-thread (as the stdlib does); later ones (replacing a dead or recycled worker) are forked
-from the token holder's thread, which the usual fork-with-threads caveats apply to: prefer
-forkserver or spawn for code that holds locks in other threads. Under spawn and
-forkserver they start on demand. At interpreter exit, pools finish the work already
-submitted (as the stdlib), unless the program is ending on KeyboardInterrupt; a worker
-never outlives its parent (its lifeline pipe ends it).
+Workers start on demand, the first one from the first ``submit``'s thread, which sends
+it the call before the driver thread exists. Under fork it then forks the pool's zygote;
+every later worker (more for more work, replacements of a dead or recycled one) is
+forked by the zygote, a single-threaded copy of the program as it was then
+(docs/design.md, "The zygote"), never from this multi-threaded process. At interpreter
+exit, pools finish the work already submitted (as the stdlib), unless the program is
+ending on KeyboardInterrupt; a worker never outlives its parent (its lifeline pipe ends
+it).
 
 Where it differs from the standard library, on purpose:
 
@@ -83,6 +84,7 @@ from typing import Any, Literal
 
 from .. import _checks, _signals
 from ..executor import RecordExecutor
+from ..worker._zygote import preload_here
 from ._driver import Driver
 from ._item import PoolFuture, Record
 from ._map import MapItem, map_calls
@@ -106,6 +108,13 @@ class ProcessPoolExecutor(Executor):
     for where it differs. Extras: ``with_options(timeout=...)`` returns a view whose
     ``submit``/``map`` bound each task's run time, ``kill(future)`` stops one task, and
     ``worker_pids()`` lists the live workers.
+
+    ``preload`` names modules imported once where workers are made from, so that no
+    worker imports them again (a replacement after ``max_tasks_per_child`` or a crash
+    included); a module that fails raises ``PreloadError`` here, naming it and why,
+    with nothing left running. Under fork this process imports them; under spawn and
+    forkserver the pool starts now, with a zygote made with that start method that
+    imports them and forks every worker (docs/guides/futures.md, "Imports paid once").
     """
 
     def __init__(
@@ -116,6 +125,7 @@ class ProcessPoolExecutor(Executor):
         initargs: Iterable[Any] = (),
         *,
         max_tasks_per_child: int | None = None,
+        preload: Iterable[str] = (),
     ) -> None:
         # Each by the rule of its kind (``pipepool._checks``), in the stdlib's error
         # types; where the stdlib's own tests match its words, the message starts so.
@@ -150,6 +160,7 @@ class ProcessPoolExecutor(Executor):
             # wake-ups), long ones go one per worker, and tasks sent behind a surprise
             # long one are revoked and run elsewhere (no head-of-line blocking).
             prefetch=None,
+            preload=preload,
         )
         max_workers = self._max_workers = executor.parallelism
         # Why max_workers workers: "4 given", or the limit that decided (pipepool._cpus).
@@ -161,6 +172,13 @@ class ProcessPoolExecutor(Executor):
         # together with its referent (a pool in a reference cycle) never calls back.
         driver = self._driver
         self._driver.pool_ref = weakref.ref(self, lambda _: driver.request_shutdown())
+        if executor.preload:
+            # A module that cannot be preloaded fails here, not at the first submit.
+            if start_method == "fork":
+                preload_here(executor.preload)  # the pool starts at the first submit
+            else:
+                with driver.lock:
+                    self._start_driver(None)  # its zygote imports them now
 
     # -- the stdlib API -----------------------------------------------------------------
 
@@ -289,20 +307,24 @@ class ProcessPoolExecutor(Executor):
                 raise RuntimeError("cannot schedule new futures after shutdown")
             if Shared.global_shutdown:
                 raise RuntimeError("cannot schedule new futures after interpreter shutdown")
-            if d.thread is None:
-                self._start_driver()
             t = record(d, next(d.keys), fn, args, kwargs, timeout)
             if not callable(fn):  # the call's own error, as a task's: its future fails
+                if d.thread is None:
+                    self._start_driver(None)
                 t._exception = TypeError(f"{fn!r} is not callable")
                 t._state = FINISHED
+                return t
+            if d.thread is None:
+                self._start_driver(t)  # t handed over, and under fork already sent
                 return t
             burst = d.add(t)
         if burst:  # a burst of submits: this thread feeds the workers (Driver.add)
             d.burst()
         return t
 
-    def _start_driver(self) -> None:
-        """Start the LocalExecutor and its driver thread (caller holds the lock).
+    def _start_driver(self, first: Record | None) -> None:
+        """Start the LocalExecutor and its driver thread, with the first submitted
+        record (caller holds the lock; None: that call failed on its own).
 
         Runs in the submitting thread, not the driver, so helper processes the start
         method needs (resource tracker, fork server) start with that thread's signal
@@ -316,14 +338,18 @@ class ProcessPoolExecutor(Executor):
             resource_tracker.ensure_running()
         ex.start()
         try:
-            if ex.start_method == "fork":
-                # As the stdlib does under fork: every worker now, from this thread, while
-                # the driver thread does not exist yet (fork copies only the forking
-                # thread; the fewer threads then, the fewer locks a child inherits held),
-                # and before interpreter shutdown can forbid fork (3.12). Replacements
-                # come from the pool's zygote, forked in start() (``worker._zygote``).
+            if first is not None:
+                d.add(first)  # the token is free: straight into the LocalExecutor
+            if first is not None:
+                # One round from this thread before the driver thread exists: it starts a
+                # worker for the first call and sends it there, as the stdlib's submit
+                # starts one, with no thread to start and schedule first. Under fork
+                # (which copies only the forking thread: the fewer threads then, the fewer
+                # locks a child inherits held) it then forks the pool's zygote, which forks
+                # every later worker (``worker._zygote``), so no fork waits for interpreter
+                # shutdown to forbid it (3.12) and the first result waits for one fork.
                 with contextlib.suppress(Exception):  # the driver retries, futures report
-                    ex.prestart()
+                    d._step(ex.steps)
         finally:
             thread = threading.Thread(
                 target=d.run, name=f"pipepool-driver-{id(self):x}", daemon=True

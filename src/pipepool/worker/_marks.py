@@ -187,6 +187,11 @@ class StartMark:
         """Say that task ``seq`` is about to run."""
         self._marks[self._slot] = seq
 
+    def view(self) -> tuple[memoryview, int]:
+        """Where ``set`` stores: the page and this worker's slot in it (the task loop
+        stores there itself, ``_serve._Gate.start``)."""
+        return self._marks, self._slot
+
     def unmap(self) -> None:
         if self.claims is not None:  # it holds the mapping: let go of it first
             self.claims.release()

@@ -20,7 +20,15 @@ from .. import _spin, _startup_watch
 from .. import loop as _impl
 from .._outcome import encode_failure, unsendable_result
 from ..errors import FrameError, TaskUnpicklingError
-from ..frames import ELAPSED, PICKLE_PROTOCOL, Kind, encode_header, split_frames
+from ..frames import (
+    ELAPSED,
+    HEADER,
+    MAGIC,
+    PICKLE_PROTOCOL,
+    Kind,
+    encode_header,
+    split_frames,
+)
 from . import _tree
 from ._marks import StartMark
 from ._region import Region
@@ -73,11 +81,13 @@ class _Gate:
         "current",
         "lock",
         "mark",
+        "marks",
         "region",
         "result_fd",
         "revoked_upto",
         "shared_min",
         "skipped",
+        "slot",
     )
 
     def __init__(
@@ -86,6 +96,9 @@ class _Gate:
         self.lock = threading.Lock()
         self.result_fd = result_fd
         self.mark = mark  # None only in tests that drive serve() without a pool
+        # Where the mark is stored, bound once: ``start`` writes it there itself (a
+        # method call per task less); a page of our own when there is no pool.
+        self.marks, self.slot = mark.view() if mark is not None else (_no_marks(), 0)
         # Its ring of cancel claims (docs/design.md, "Cancel claims"), or None: the
         # parent then cancels only by CANCEL and REVOKE frames.
         self.claims = mark.claims if mark is not None else None
@@ -97,9 +110,17 @@ class _Gate:
         self.skipped: set[int] = set()  # tasks numbered above current a CANCEL named
 
     def write(self, buffers: list[bytes]) -> None:
-        """Write one frame (header, then its payload's pieces); a big payload goes into
-        the shared ring first, and the pipe carries its reference (``_region``). Only
-        the main thread writes payloads, so the ring needs no lock of its own."""
+        """Write one frame (header, then its payload's pieces; or a small frame whole,
+        in one piece); a big payload goes into the shared ring first, and the pipe
+        carries its reference (``_region``). Only the main thread writes payloads, so the
+        ring needs no lock of its own."""
+        if len(buffers) == 1:  # a small frame whole (most outcomes): below any threshold
+            data = buffers[0]
+            with self.lock:
+                written = os.write(self.result_fd, data)
+                if written != len(data):  # cut short (a signal): the rest, in order
+                    _write_all(self.result_fd, [data[written:]])
+            return
         if len(buffers) > 3:  # a result in pieces: big, some maybe views of its memory
             if self.region is not None:
                 buffers = self.region.send(buffers)  # copied into the ring: 1 buffer left
@@ -125,8 +146,7 @@ class _Gate:
             if claims is not None and not claims.decide(seq):
                 return False  # the parent claimed it: its cancel() said True
             self.current = seq
-            if self.mark is not None:
-                self.mark.set(seq)
+            self.marks[self.slot] = seq  # the start mark (StartMark.set, inline)
             return True
 
     def revoke(self, upto: int) -> None:
@@ -187,6 +207,11 @@ def _watch(lifeline_fd: int, control_fd: int, gate: _Gate) -> None:
     os._exit(EXIT_PARENT_DIED)
 
 
+def _no_marks() -> memoryview:
+    """A start-mark slot nobody reads: a gate's without a pool (tests drive serve())."""
+    return memoryview(bytearray(8)).cast("Q")
+
+
 def _failure_frame(kind: int, ident: int, exc: BaseException) -> list[bytes]:
     """Header and payload carrying ``pickle((traceback text, pickle(exception)))``
     (``_outcome.encode_failure``)."""
@@ -214,13 +239,19 @@ _result_pickler = pickle.Pickler(_ResultSink, PICKLE_PROTOCOL)
 
 
 _SCALARS = frozenset({int, float, bool, complex, type(None)})  # hold no buffer: dumps is cheaper
+_DONE = int(Kind.DONE)  # a plain name: an enum member's look-up costs more, per task
+_ELAPSED_SIZE = ELAPSED.size
+_pack_elapsed = ELAPSED.pack
+_header = HEADER.pack  # a frame's header, for payloads far below MAX_PAYLOAD
+_dumps = pickle.dumps
 
 
 def _done_frame(ident: int, elapsed: bytes, result: object) -> list[bytes]:
-    """Header and pieces of the DONE frame carrying ``elapsed`` and ``pickle(result)``."""
+    """The DONE frame carrying ``elapsed`` and ``pickle(result)``: one piece for a
+    scalar (header and payload joined: one buffer to write), else header and pieces."""
     if type(result) in _SCALARS:
-        data = pickle.dumps(result, PICKLE_PROTOCOL)
-        return [encode_header(Kind.DONE, ident, len(elapsed) + len(data)), elapsed, data]
+        data = _dumps(result, PICKLE_PROTOCOL)
+        return [_header(MAGIC, _DONE, 0, _ELAPSED_SIZE + len(data), ident) + elapsed + data]
     parts = _result_parts
     try:
         _result_pickler.dump(result)
@@ -266,7 +297,10 @@ def _run(ident: int, fn: Callable[..., Any], args: tuple, kwargs: dict) -> list[
         return _failure_frame(Kind.RAISED, ident, exc)
     finally:
         del fn, args, kwargs
-    elapsed = ELAPSED.pack(perf_counter() - began)
+    elapsed = _pack_elapsed(perf_counter() - began)
+    if type(result) in _SCALARS:  # most outcomes: _done_frame's first case, inline
+        data = _dumps(result, PICKLE_PROTOCOL)
+        return [_header(MAGIC, _DONE, 0, _ELAPSED_SIZE + len(data), ident) + elapsed + data]
     try:
         return _done_frame(ident, elapsed, result)
     except BaseException as exc:
@@ -312,7 +346,8 @@ def serve(
     gate = gate or _Gate(result_fd)
     region = gate.region
     held = region.inbound.held if region is not None else ()  # ring payloads being read
-    shared = Kind.SHARED
+    shared, task, batch = int(Kind.SHARED), int(Kind.TASK), int(Kind.BATCH)
+    start, write = gate.start, gate.write  # per call: bound once
     served = 0
     seq = 0  # calls read so far: the numbering start marks, REVOKE and REVOKED use
     # After an outcome, the next task may come within microseconds (a caller that waits
@@ -341,16 +376,16 @@ def serve(
         del frame
         if kind == shared:
             kind, payload = _shared_payload(region, payload)
-        if kind == Kind.TASK:
+        if kind == task:
             seq += 1
-            if gate.start(seq):  # else revoked: the parent gave it to another worker
+            if start(seq):  # else revoked: the parent gave it to another worker
                 # The outcome is in the pipe before the next mark: a later crash never
                 # loses it, and a dead worker's lost task is the one its mark names.
-                gate.write(_outcome(ident, payload))
+                write(_outcome(ident, payload))
                 served += 1
             del payload
             continue
-        if kind != Kind.BATCH:
+        if kind != batch:
             os._exit(EXIT_BAD_FRAME)
         try:
             calls = _unpickle_batch(payload, ident)
@@ -364,10 +399,10 @@ def serve(
         for i, call in enumerate(calls):
             calls[i] = None  # free each call's arguments once it has run
             seq += 1
-            if gate.start(seq):
+            if start(seq):
                 ident, fn, args, kwargs = call  # ident: the task id, as for a TASK frame
                 del call
-                gate.write(_run(ident, fn, args, kwargs))
+                write(_run(ident, fn, args, kwargs))
                 del fn, args, kwargs
                 served += 1
                 if _retiring:  # the rest of the batch never started: it runs elsewhere

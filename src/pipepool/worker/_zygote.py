@@ -1,25 +1,31 @@
-"""The zygote: a single-threaded process that forks a fork pool's workers once the pool's
-own threads exist.
+"""The zygote: a single-threaded process that forks a pool's workers, made once so that
+no worker is forked from a process where other threads run, and no worker imports again
+what the zygote imported.
 
 Under the fork start method a worker is a copy of the process that forks it, with only
 the forking thread. Forked from a parent where other threads run (a ProcessPoolExecutor's
 driver, the Airflow executor's), it inherits whatever locks those threads held at that
 instant, and may hang on one (Python 3.12+ warns: "This process ... is multi-threaded,
-use of fork() may lead to deadlocks in the child"). So a fork pool forks a zygote when it
-starts, before it starts any thread (``Zygote.fork``), and from then on every worker
-started while the parent has more than one thread (``threaded``) is forked by the zygote
-on request (``Zygote.start``): a copy of the program as it was when the pool started.
-The forkserver start method works alike, but re-imports the main module and pickles
-everything; the zygote already holds the pool's initializer and settings.
+use of fork() may lead to deadlocks in the child"). So a fork pool forks a zygote while
+it has one thread (``Zygote.make``), and from then on every worker started while the
+parent has more than one thread (``threaded``) is forked by the zygote on request
+(``Zygote.start``): a copy of the program as it was then.
+
+A pool given modules to ``preload`` under spawn or forkserver makes its zygote with that
+start method instead: a fresh process (or one from the fork server) that imports them,
+and the main module as any such child does, reports that it is ready (or which module
+failed, and why), and then forks every worker of the pool, first ones and replacements:
+a recycled worker does not import them again. Under fork the parent imports them itself.
 
 The parent and the zygote talk over a Unix socket pair. A request carries the new
 worker's own fds (``socket.send_fds``): its activity, result and control pipe ends, its
 crash report file and its payload region; the zygote already holds what every worker of
-the pool shares (the lifeline's read end and the page of start marks). It answers with
-the worker's pid, and later with its exit code: the worker is the zygote's child, so the
-zygote reaps it (woken by SIGCHLD) and reports, and ``ZygoteChild`` stands for the
-worker's ``multiprocessing.Process`` in the parent. The zygote exits when the parent
-closes its end (the pool ended) or dies (the socket's and the lifeline's EOF).
+the pool shares (``WorkerShare``: the lifeline's read end, the page of start marks, the
+initializer and the settings). It answers with the worker's pid, and later with its exit
+code: the worker is the zygote's child, so the zygote reaps it (woken by SIGCHLD) and
+reports, and ``ZygoteChild`` stands for the worker's ``multiprocessing.Process`` in the
+parent. The zygote exits when the parent closes its end (the pool ended) or dies (the
+socket's EOF).
 """
 
 from __future__ import annotations
@@ -33,15 +39,23 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
+from ..errors import PreloadError, RemoteTraceback
 from ..host import process_state, thread_count
-from ._bootstrap import WORKER_NAME
+from ._bootstrap import EXIT_UNGUARDED_MAIN, WORKER_NAME, unguarded_main
+
+if TYPE_CHECKING:
+    from . import WorkerShare
 
 _REQUEST = struct.Struct("=iii")  # the worker's id, its start-mark slot, 1 if a region is sent
-_REPLY = struct.Struct("=iii")  # kind, pid (or errno), exit code
-_STARTED, _EXITED, _FAILED = 1, 2, 3
+_REPLY = struct.Struct("=iii")  # kind, pid (or errno), exit code (PRELOAD_FAILED: text size)
+_STARTED, _EXITED, _FAILED, _READY, _PRELOAD_FAILED = 1, 2, 3, 4, 5
+# READY: the zygote imported what it preloads and takes requests. PRELOAD_FAILED: it could
+# not, and exits; the reply's third field is the size of the text that follows it, the
+# module's name and the import's traceback, "\0" between them.
+NAME = f"{WORKER_NAME}-zygote"  # a worker's prefix: an unguarded main exits it quietly
 LOST_EXIT = 255  # the exit code of a worker whose zygote died before reporting it
 SETTLE_LIMIT = 0.05  # s ``settle`` waits at most for an ending thread to be gone
 JOIN_TIMEOUT = 5.0  # s ``close`` waits for the zygote to exit before killing it
@@ -70,6 +84,23 @@ def settle() -> None:
         time.sleep(0.0005)
 
 
+def preload_here(modules: Iterable[str]) -> None:
+    """Under fork: import ``modules`` into this process, which every worker is a copy of
+    (the zygote too); ``PreloadError`` names the first that fails and why. The main
+    module is here already."""
+    import importlib
+
+    for name in modules:
+        if name == "__main__":
+            continue
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            raise PreloadError(
+                f"the pool could not preload {name!r}: {type(exc).__name__}: {exc}", name=name
+            ) from exc
+
+
 class Zygote:
     """The parent's end of a pool's zygote: start workers through it, read their exits."""
 
@@ -82,25 +113,33 @@ class Zygote:
         self._buffer = b""
 
     @classmethod
-    def fork(
+    def make(
         cls,
         context: Any,
         worker: Callable[[Any], None],
-        make_start: Callable[..., Any],
-        keep: Iterable[int],
-        close: Iterable[int],
+        share: WorkerShare,
+        keep: Iterable[int] = (),
+        close: Iterable[int] = (),
+        preload: Sequence[str] = (),
     ) -> Zygote:
-        """Fork the zygote. ``worker`` is the workers' entry point, ``make_start(fds, slot,
-        region_fd, close_fds)`` builds a worker's start record in the zygote; the zygote
-        keeps the fds in ``keep`` (lifeline, marks) and closes those in ``close``."""
-        settle()
+        """Make the zygote with ``context``'s start method. ``worker`` is the workers'
+        entry point and ``share`` what each is handed alike. Under fork it keeps the fds
+        in ``keep`` (lifeline, marks) and closes those in ``close`` (this process's
+        others); under spawn and forkserver it has only what ``share`` passes it, imports
+        ``preload`` first, and this call waits until it has: ``PreloadError`` if a module
+        failed (the zygote is gone then)."""
+        forked = context.get_start_method() == "fork"
+        if forked:
+            settle()
         parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         keep = tuple(keep)
-        close = [fd for fd in close if fd not in keep]
+        close = [fd for fd in close if fd not in keep] + [parent_end.fileno()] if forked else []
+        from . import ChildFd
+
         process = context.Process(
             target=_serve,
-            args=(child_end.fileno(), parent_end.fileno(), worker, make_start, close),
-            name="pipepool-zygote",
+            args=(ChildFd(child_end.fileno()), worker, share, close, tuple(preload)),
+            name=NAME,
             daemon=True,
         )
         try:
@@ -110,7 +149,60 @@ class Zygote:
             raise
         finally:
             child_end.close()
-        return cls(process, parent_end)
+        zygote = cls(process, parent_end)
+        if not forked:
+            try:
+                zygote._wait_ready(preload, context.get_start_method())
+            except BaseException:
+                zygote.close()
+                raise
+        return zygote
+
+    def _wait_ready(self, preload: Sequence[str], method: str) -> None:
+        """Until the zygote says it imported what it preloads; ``PreloadError`` if it
+        could not, or exited first."""
+        kind, _, size = self._next()
+        if kind == _READY:
+            return
+        if kind == _PRELOAD_FAILED:
+            text = self._exactly(size).decode("utf-8", "replace")
+            module, _, tb = text.partition("\0")
+            last = tb.strip().splitlines()[-1] if tb.strip() else "failed"
+            error = PreloadError(
+                f"the pool could not preload {module!r} in its zygote: {last}", name=module
+            )
+            error.__cause__ = RemoteTraceback(tb)
+            raise error
+        # Gone before it said anything: its exit status says why, if it has one yet.
+        self.process.join(JOIN_TIMEOUT)
+        code = self.process.exitcode
+        if code == EXIT_UNGUARDED_MAIN:
+            raise PreloadError(unguarded_main(method), name="__main__")
+        modules = ", ".join(map(repr, preload))
+        raise PreloadError(
+            f"the pool's zygote ended before it had imported {modules} "
+            f"(exit status {code}; its stderr says why)",
+            name=preload[0] if preload else None,
+        )
+
+    def _next(self) -> tuple[int, int, int]:
+        """The next message, blocking (EOF: kind 0)."""
+        try:
+            data = self._exactly(_REPLY.size)
+        except OSError:
+            return 0, 0, 0
+        return _REPLY.unpack(data)
+
+    def _exactly(self, size: int) -> bytes:
+        """``size`` bytes of the stream, blocking; OSError at its EOF."""
+        while len(self._buffer) < size:
+            data = self.sock.recv(max(4096, size - len(self._buffer)))
+            if not data:
+                self.dead = True
+                raise OSError("the pool's zygote is gone")
+            self._buffer += data
+        data, self._buffer = self._buffer[:size], self._buffer[size:]
+        return data
 
     @property
     def fd(self) -> int:
@@ -189,7 +281,7 @@ class Zygote:
             self._buffer = self._buffer[_REPLY.size :]
             if kind == _EXITED:
                 self.exits[pid] = code
-            else:
+            elif kind != _READY:  # (a fork zygote's, not waited for)
                 return kind, pid
 
     def _take(self, data: bytes) -> None:
@@ -200,16 +292,23 @@ class Zygote:
             if kind == _EXITED:
                 self.exits[pid] = code
 
-    def close(self) -> None:
-        """Tell the zygote to exit (its socket's EOF) and reap it."""
+    def shut(self) -> None:
+        """Tell the zygote to exit (its socket's EOF), without waiting: it starts no
+        worker and reports no exit from here on (``close`` reaps it)."""
         with self.lock:
             self.dead = True
             self.sock.close()
+
+    def close(self) -> None:
+        """Tell the zygote to exit (its socket's EOF), if not told yet, and reap it."""
+        self.shut()
         # Not join(timeout): that waits for the process' sentinel pipe, whose write end
         # the workers it forked inherited; exitcode asks waitpid.
         deadline = time.monotonic() + JOIN_TIMEOUT
+        pause = 0.00005  # it exits within a fraction of a millisecond of the EOF: look soon
         while self.process.exitcode is None and time.monotonic() < deadline:
-            time.sleep(0.001)
+            time.sleep(pause)
+            pause = min(pause * 2, 0.01)
         if self.process.exitcode is None:
             self.process.kill()
             self.process.join()
@@ -272,24 +371,33 @@ class ZygoteChild:
 
 
 def _serve(
-    sock_fd: int,
-    parent_end: int,
+    sock_fd: Any,
     worker: Callable[[Any], None],
-    make_start: Callable[..., Any],
+    share: WorkerShare,
     close: list[int],
+    preload: tuple[str, ...],
 ) -> None:
-    """The zygote's loop: fork a worker per request, report each worker's exit."""
+    """The zygote's loop: import what it preloads, then fork a worker per request and
+    report each worker's exit. ``sock_fd``: its end of the socket pair (a ``ChildFd``)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     from .. import _signals
 
     _signals.reset_in_child()
     _signals.unblock_all_in_this_thread()
-    for fd in (parent_end, *close):  # the parent's ends: its death must show as EOF
+    for fd in close:  # under fork, the parent's ends: its death must show as EOF
         with contextlib.suppress(OSError):
             os.close(fd)
     multiprocessing.current_process().daemon = False  # a daemon may not have children
+    sock_fd = sock_fd.fd
     sock = socket.socket(fileno=sock_fd)
+    failed = _preload(preload)
+    if failed is not None:
+        text = "\0".join(failed).encode("utf-8", "replace")
+        _send(sock, _REPLY.pack(_PRELOAD_FAILED, 0, len(text)) + text)
+        return
+    if not _send(sock, _REPLY.pack(_READY, 0, 0)):
+        return
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # the wake-up fd is what counts
@@ -307,7 +415,8 @@ def _serve(
             if code is not None:
                 proc.close()
                 del children[pid]
-                sock.sendall(_REPLY.pack(_EXITED, pid, code))
+                if not _send(sock, _REPLY.pack(_EXITED, pid, code)):
+                    return
         if sock_fd not in ready:
             continue
         try:
@@ -319,20 +428,50 @@ def _serve(
         wid, slot, region = _REQUEST.unpack(data)
         for fd in fds:  # as the parent's pipes were: not inherited across exec
             os.set_inheritable(fd, False)
-        start = make_start(fds[:4], slot, fds[4] if region else None, own)
+        start = share.start(fds[:4], slot, fds[4] if region else None, own)
         try:
             proc = context.Process(
                 target=_run_worker, args=(worker, start), name=f"{WORKER_NAME}-{wid}", daemon=True
             )
             proc.start()
         except OSError as exc:
-            sock.sendall(_REPLY.pack(_FAILED, exc.errno or 0, 0))
+            sent = _send(sock, _REPLY.pack(_FAILED, exc.errno or 0, 0))
         else:
             children[proc.pid] = proc
-            sock.sendall(_REPLY.pack(_STARTED, proc.pid, 0))
+            sent = _send(sock, _REPLY.pack(_STARTED, proc.pid, 0))
         finally:
             for fd in fds:
                 os.close(fd)
+        if not sent:
+            return
+
+
+def _send(sock: socket.socket, data: bytes) -> bool:
+    """Send to the parent; False if it has closed its end (the pool ended: it may do so
+    before this zygote has even said READY) or died."""
+    try:
+        sock.sendall(data)
+    except OSError:
+        return False
+    return True
+
+
+def _preload(modules: tuple[str, ...]) -> tuple[str, str] | None:
+    """Import ``modules`` here; the first that fails and its traceback, or None. The main
+    module ("__main__") is already here: multiprocessing imports it into every spawn
+    and forkserver child before its target runs."""
+    import importlib
+
+    for name in modules:
+        if name == "__main__":
+            continue
+        try:
+            importlib.import_module(name)
+        except BaseException:  # SystemExit and friends from a module's top level too
+            import traceback
+
+            return name, traceback.format_exc()
+    return None
 
 
 def _run_worker(worker: Callable[[Any], None], start: Any) -> None:
