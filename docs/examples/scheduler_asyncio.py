@@ -1,12 +1,19 @@
 """LocalExecutor driven by asyncio's loop: watch its fds, step on them or its deadline."""
 
 import asyncio
+import os
 
 from pipepool import LocalExecutor, State
 
 
 def square(n: int) -> int:
     return n * n
+
+
+def named(fds: list[int]) -> set[tuple[int, int]]:
+    """Each fd with the pipe it names (its inode): when a worker is replaced, its
+    replacement's pipe may get a number the old one had, and the loop must watch anew."""
+    return {(fd, os.fstat(fd).st_ino) for fd in fds}
 
 
 async def run(ex: LocalExecutor, count: int) -> dict:
@@ -22,14 +29,14 @@ async def run(ex: LocalExecutor, count: int) -> dict:
         for key, event in ex.get_event_buffer().items():
             if event.state is State.SUCCESS:
                 results[key] = event.result
-        readable, writable = map(set, ex.watched_fds())
-        for fd in watched[0] - readable:
+        readable, writable = map(named, ex.watched_fds())
+        for fd, _ in watched[0] - readable:
             loop.remove_reader(fd)
-        for fd in readable - watched[0]:
+        for fd, _ in readable - watched[0]:
             loop.add_reader(fd, step)
-        for fd in watched[1] - writable:
+        for fd, _ in watched[1] - writable:
             loop.remove_writer(fd)
-        for fd in writable - watched[1]:
+        for fd, _ in writable - watched[1]:
             loop.add_writer(fd, step)
         watched = (readable, writable)
         if timer is not None:
@@ -42,9 +49,9 @@ async def run(ex: LocalExecutor, count: int) -> dict:
         ex.queue(n, square, n)
     step()
     await done.wait()
-    for fd in watched[0]:
+    for fd, _ in watched[0]:
         loop.remove_reader(fd)
-    for fd in watched[1]:
+    for fd, _ in watched[1]:
         loop.remove_writer(fd)
     timer.cancel()
     return results

@@ -33,6 +33,11 @@ from .. import _signals
 from ._dispatch import Dispatcher
 from ._state import LocalState, _Worker
 
+# s the deadline is ahead at most when nothing is due: every worker's exit (its pipe or
+# exit fd), each outcome and ``wake()`` arrive on a watched fd; a finite time for loops
+# whose timers take no infinity (selectors, kombu's hub). The futures driver parks as long.
+IDLE_STEP = 60.0
+
 
 class OutsideLoop(LocalState):
     """The public verbs of an outside loop's driver, and workers kept warm."""
@@ -42,18 +47,34 @@ class OutsideLoop(LocalState):
         ``(readable, writable)``, each sorted: when one is ready, or at
         ``next_deadline()``, call ``sync()``, then ask again (the sets change as workers
         start and exit, and as writes wait for room). The readable ones include the
-        wake-up pipe that ``wake()`` writes to."""
+        wake-up pipe that ``wake()`` writes to. A number may come back naming another
+        pipe (a replacement worker's): tell them apart by what they name
+        (``os.fstat(fd).st_ino``), not by number alone."""
         self._require_started()
         assert self._loop is not None
         return self._loop.watched()
 
     def next_deadline(self) -> float:
         """The ``time.monotonic()`` by which ``sync()`` must run again even if no watched
-        fd is ready: a task's timeout, a start to notice, the periodic check of worker
-        exits, the initializer's back-off. Never more than a quarter of a second ahead
-        while the executor is started (the exit check); ask again after each ``sync()``."""
+        fd is ready: a task's timeout, a start to notice, the initializer's back-off, the
+        periodic check of exits of workers without an exit fd (no pidfd: macOS, old
+        kernels). Now, when work queued since the last round can be handed out or a
+        worker started for it (``queue`` does not step). With nothing due, ``IDLE_STEP``
+        (a minute) ahead: always finite. Ask again after each ``sync()``."""
         self._require_started()
-        return time.monotonic() + self._wait_bound()
+        now = time.monotonic()
+        if self._queue and self._round_would_dispatch(now):
+            return now
+        return now + min(self._wait_bound(), IDLE_STEP)
+
+    def _round_would_dispatch(self, now: float) -> bool:
+        """Whether a round now would start a worker for queued work or hand some out:
+        after a round, queued work waits only for room (or the initializer's back-off)."""
+        alive = sum(1 for w in self._workers.values() if not w.closing)
+        probing = self._init_failures and alive  # (one worker at a time after failures)
+        if alive < self.parallelism and now >= self._init_retry_at and not probing:
+            return True
+        return bool(Dispatcher._open_workers(self, self._depth.depth()))  # type: ignore[arg-type]
 
     @property
     def keep_warm(self) -> bool:
