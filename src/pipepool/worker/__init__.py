@@ -115,6 +115,7 @@ class WorkerShare(NamedTuple):
     initargs: tuple
     max_tasks: int | None
     impl: str
+    announce: bool  # (``WorkerStart.announce``: fixed at the pool's start, as keep_warm is)
 
     def start(
         self,
@@ -141,6 +142,7 @@ class WorkerShare(NamedTuple):
             initargs=self.initargs,
             max_tasks=self.max_tasks,
             impl=self.impl,
+            announce=self.announce,
         )
 
 
