@@ -22,12 +22,26 @@ too; this module holds the suite's rule (the thresholds below) and its words.
 
 from __future__ import annotations
 
+import importlib
+import os
 import resource
 import time
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
-from pipepool import host
+
+def _host_room() -> ModuleType | None:
+    """pipepool's host room, or None in an older pipepool without it (the A/B mode's
+    side B, benchmarks/ab.py): then the load average only, as where there is no /proc;
+    side A's process reads the machine."""
+    try:
+        return importlib.import_module("pipepool.host")
+    except ImportError:
+        return None
+
+
+host = _host_room()
 
 LOAD_SHARE = 0.5  # a 1-minute load above this many runnable tasks per core at the start
 # is noisy: the peers' extra threads would queue behind other work
@@ -46,6 +60,8 @@ LOAD_ONLY_METHOD = (
 
 def loadavg() -> float | None:
     """The 1-minute load average, or None where the platform has none."""
+    if host is None:
+        return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     return host.load_average()
 
 
@@ -55,13 +71,13 @@ def machine_busy() -> tuple[float, float] | None:
     Busy is user + nice + system + irq + softirq + steal (guest time is already in user);
     idle and iowait are not busy.
     """
-    found = host.sample(None)
+    found = None if host is None else host.sample(None)
     return None if found is None else (found.busy, found.steal)
 
 
 def tree_seconds() -> float | None:
     """CPU seconds this process and all its descendants have used, or None (no /proc)."""
-    live = host.tree_cpu_seconds()
+    live = None if host is None else host.tree_cpu_seconds()
     if live is None:
         return None
     me = resource.getrusage(resource.RUSAGE_SELF)
@@ -104,6 +120,7 @@ def verdict(start: Reading, end: Reading, cores: int, within_run: bool = False) 
     if None not in (start.busy, end.busy, start.ours, end.ours):
         assert start.busy is not None and end.busy is not None
         assert start.ours is not None and end.ours is not None
+        assert host is not None  # (busy is read only through it)
         ours = end.ours - start.ours
         other, share = host.others_cpu(end.busy[0] - start.busy[0], ours, elapsed, cores)
         out.update(
