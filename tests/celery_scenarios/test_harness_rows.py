@@ -12,8 +12,11 @@ from pathlib import Path
 
 import pytest
 
+import optional
+
 ROOT = Path(__file__).resolve().parents[2]
 
+optional.require("celery", load=False)  # the harness imports it (its tasks' app)
 sys.path.insert(0, str(ROOT))
 try:
     from benchmarks.celery_pool import measures, run
