@@ -74,5 +74,8 @@ def test_chaos(worker):
     assert wait_for(lambda: w.pool()["pipepool"]["jobs"] == 0, 60)
     pool = w.pool()
     assert pool["pipepool"]["semaphore"] == {"value": 2, "initial": 2}
-    assert pool["pipepool"]["stats"]["tasks_lost"] >= 1
+    # A kill loses at most the one task its child was running (none, when it caught the
+    # child between two tasks: a loaded machine's CI run saw every kill land so, and
+    # ``>= 1`` here hoped otherwise); what it held unstarted went to the other child.
+    assert pool["pipepool"]["stats"]["tasks_lost"] <= len(killed)
     print(f"chaos: {len(killed)} kills, {len(twice)} tasks ran again after one")
