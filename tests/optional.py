@@ -52,7 +52,8 @@ TOOLS = {
 CHECKERS = (
     "project/test_docs_api.py",
     # imports every module of benchmarks/, whose Celery harness needs Celery
-    "project/test_benchmarks_targets.py::test_the_suite_imports_and_notes_its_missing_peers_without_them",
+    "project/test_benchmarks_targets.py::"
+    "test_the_suite_imports_and_notes_its_missing_peers_without_them",
 )
 
 

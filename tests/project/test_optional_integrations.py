@@ -65,7 +65,9 @@ def test_what_the_pass_without_integrations_runs_exists() -> None:
             path, _, name = test.partition("::")
             assert f"def {name}(" in (TESTS / path).read_text(), tool
     for checker in optional.CHECKERS:
-        assert (TESTS / checker).is_file(), checker
+        path, _, name = checker.partition("::")
+        assert (TESTS / path).is_file(), checker
+        assert not name or f"def {name}(" in (TESTS / path).read_text(), checker
 
 
 def test_marked_tests_are_those_listed() -> None:
