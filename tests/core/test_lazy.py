@@ -76,9 +76,13 @@ def test_another_name_is_an_attribute_error_naming_the_module(face: str, module:
     assert f"{face}._part" not in sys.modules  # a wrong name loads nothing
 
 
-@pytest.mark.parametrize("face_module", [pipepool, errors, host, measure, run], ids=lambda m: m.__name__)
+FACES = [pipepool, errors, host, measure, run]
+
+
+@pytest.mark.parametrize("face_module", FACES, ids=lambda m: m.__name__)
 def test_the_faces_use_it(face_module: ModuleType) -> None:
-    """Every face with lazy names takes its hook from ``_lazy`` (one copy, not five)."""
+    """Every face with lazy names takes its hook from ``_lazy``: one copy, not one each
+    (``pipepool.airflow``'s too, which needs Airflow only on first use)."""
     hook = vars(face_module)["__getattr__"]
     assert hook.__module__ == _lazy.__name__, face_module
     assert vars(face_module)["__dir__"].__module__ == _lazy.__name__
