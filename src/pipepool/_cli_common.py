@@ -3,9 +3,10 @@ start, the parser that exits with it, the default of ``-j``, argument types (who
 numbers, durations: one rule and one message each), and the check that a file or
 directory an option names can be written, made before anything runs.
 
-A leaf: ``cli`` (the entry point) and the subcommands (``run/``, the measuring room
-``measure/``, ``bench``) import it, and it imports nothing of pipepool but the host
-room (through ``_cpus``), so no arrow points back up to the entry point.
+A leaf three rooms import: ``cli/`` (the entry point and ``bench``), ``run/`` and the
+measuring room ``measure/``; it imports nothing of pipepool but ``_cpus``. It sits at the
+top level, not in ``cli/``, because ``cli/`` imports ``run/``: inside ``cli/`` it would
+make ``run/`` import the room above it, a circle (docs/design.md, "Layout").
 """
 
 from __future__ import annotations

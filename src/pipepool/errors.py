@@ -14,6 +14,8 @@ import pickle
 import signal
 from typing import TYPE_CHECKING
 
+from . import _lazy
+
 if TYPE_CHECKING:
     from ._broken_pool import DeathCause as DeathCause
     from ._broken_pool import InitializerError as InitializerError
@@ -151,10 +153,7 @@ def describe_exit(exitcode: int | None) -> str:
 
 
 if not TYPE_CHECKING:  # the type checker reads the names imported above, not this hook
-
-    def __getattr__(name: str) -> type:
-        if name in ("WorkerLostError", "InitializerError", "DeathCause"):
-            from . import _broken_pool
-
-            return getattr(_broken_pool, name)
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    __getattr__, __dir__ = _lazy.exports(
+        globals(),
+        dict.fromkeys(("WorkerLostError", "InitializerError", "DeathCause"), "_broken_pool"),
+    )

@@ -75,8 +75,8 @@ def test_marked_tests_are_those_listed() -> None:
     assert optional.marked("tests/airflow_face/test_airflow_provider.py::test_x[a-b]")
     hyperfine = "tests/measure/test_export.py::test_the_hyperfine_export_matches_real_hyperfine_s"
     assert optional.marked(hyperfine)
-    assert optional.marked("tests/run/test_cli_halt.py::test_gnu_parallel_agrees[row-1]")
-    assert not optional.marked("tests/run/test_cli_halt.py::test_halt_rows[row-1]")
+    assert optional.marked("tests/cli/test_cli_halt.py::test_gnu_parallel_agrees[row-1]")
+    assert not optional.marked("tests/cli/test_cli_halt.py::test_halt_rows[row-1]")
     assert not optional.marked("tests/airflow_face_like/test_x.py::test_y")
     assert not optional.marked("tests/core/test_frames.py::test_header")
     assert optional.marked("tests/celery_pool/test_celery_worker.py::test_x")

@@ -14,7 +14,9 @@ worker, ``_procs.py`` process groups, memory and the OOM-kill counter (scheduler
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .. import _lazy
 
 if TYPE_CHECKING:
     from .executor import PipepoolExecutor
@@ -23,10 +25,4 @@ __all__ = ["PipepoolExecutor"]
 
 
 if not TYPE_CHECKING:  # the checker sees the import above, never an Any-typed hook
-
-    def __getattr__(name: str) -> Any:
-        if name == "PipepoolExecutor":
-            from .executor import PipepoolExecutor
-
-            return PipepoolExecutor
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    __getattr__, __dir__ = _lazy.exports(globals(), {"PipepoolExecutor": "executor"})

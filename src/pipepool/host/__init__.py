@@ -21,6 +21,7 @@ with it, the rest on first use.
 
 from typing import TYPE_CHECKING
 
+from .. import _lazy
 from ._files import ROOT
 from ._process import (
     allowed_count,
@@ -128,17 +129,7 @@ _LAZY = {
 }
 
 if not TYPE_CHECKING:  # the type checker reads the names imported above, not this hook
-
-    def __getattr__(name: str) -> object:
-        if name in _LAZY:
-            import importlib
-
-            return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    __getattr__, __dir__ = _lazy.exports(globals(), _LAZY)
 
 
 __all__ = [

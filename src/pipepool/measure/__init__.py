@@ -18,6 +18,7 @@ pyperf's and hyperfine's files; ``_machine``: the machine's metadata.
 
 from typing import TYPE_CHECKING
 
+from .. import _lazy
 from ._measurement import Measurement
 from ._options import NUMBER_OPTIONS, MeasureError, MeasureOptions, add_options
 
@@ -29,17 +30,7 @@ if TYPE_CHECKING:  # what __getattr__ loads at run time, as the type checker see
 _LAZY = {"machine_metadata": "_machine", "show_plan": "_slots"}
 
 if not TYPE_CHECKING:  # the type checker reads the names imported above, not this hook
-
-    def __getattr__(name: str) -> object:
-        if name in _LAZY:
-            import importlib
-
-            return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    __getattr__, __dir__ = _lazy.exports(globals(), _LAZY)
 
 
 __all__ = [

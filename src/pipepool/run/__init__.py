@@ -16,11 +16,13 @@ parallel's joblog, ``_output`` prints each job's output, ``_progress`` draws the
 bar, ``_summary`` reports the outcome and the exit status, ``_halt`` parses ``--halt``;
 ``_options`` holds the runner's record, ``_seam`` the measuring room's interface.
 
-The face is what the entry point (``pipepool.cli``) calls, loaded on first use: a
+The face is what the entry point (the ``cli/`` room) calls, loaded on first use: a
 worker that imports ``_job`` by name loads this package, and nothing more of it.
 """
 
 from typing import TYPE_CHECKING
+
+from .. import _lazy
 
 if TYPE_CHECKING:  # what __getattr__ loads at run time, as the type checker sees it
     from ._cli import run_command
@@ -36,17 +38,7 @@ _LAZY = {
 }
 
 if not TYPE_CHECKING:  # the type checker reads the names imported above, not this hook
-
-    def __getattr__(name: str) -> object:
-        if name in _LAZY:
-            import importlib
-
-            return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    __getattr__, __dir__ = _lazy.exports(globals(), _LAZY)
 
 
 __all__ = ["add_run_parser", "join_negative_values", "run_command", "split_groups"]

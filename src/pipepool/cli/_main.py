@@ -1,14 +1,15 @@
 """The ``pipepool`` command line: ``pipepool run`` (a batch of commands in parallel, the
-way GNU parallel runs them) and ``pipepool bench`` (race pipepool against the standard
-library's pools). This module only builds the top of the parser and dispatches; what the
-subcommands share is in ``_cli_common``, each subcommand in its own module."""
+way GNU parallel runs them), ``pipepool bench`` (race pipepool against the standard
+library's pools) and ``pipepool info``. This module only builds the top of the parser and
+dispatches; what the subcommands share is in ``pipepool._cli_common``, ``run`` is the
+``run/`` room's face, ``bench`` is ``_bench``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from ._cli_common import Parser, positive_int
+from .._cli_common import Parser, positive_int
 
 DESCRIPTION = """\
 pipepool run runs a batch of shell commands in parallel, the way GNU parallel does;
@@ -27,8 +28,8 @@ checkout.
 
 
 def build_parser() -> Parser:
-    from . import IMPLEMENTATION, __version__
-    from .run import add_run_parser
+    from .. import IMPLEMENTATION, __version__
+    from ..run import add_run_parser
 
     parser = Parser(
         prog="pipepool",
@@ -87,8 +88,8 @@ def info_text() -> str:
     import multiprocessing
     import platform
 
-    from . import IMPLEMENTATION, __version__
-    from ._cpus import available_cpus
+    from .. import IMPLEMENTATION, __version__
+    from .._cpus import available_cpus
 
     workers, reason = available_cpus()
     return "\n".join(
@@ -105,11 +106,11 @@ def info_text() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    from .run import split_groups
+    from ..run import split_groups
 
     head, groups = split_groups(argv)  # argparse cannot parse ":::"; it sees the head only
     if head[:1] == ["run"]:
-        from .run import join_negative_values
+        from ..run import join_negative_values
 
         head = join_negative_values(head)
     parser = build_parser()
@@ -136,13 +137,9 @@ def main(argv: list[str] | None = None) -> int:
         race(args.tasks, args.jobs, args.rounds)
         return 0
     try:
-        from .run import run_command
+        from ..run import run_command
 
         return run_command(args, groups, command)
     except KeyboardInterrupt:  # before the runner took Ctrl-C over (reading stdin, say)
         print("pipepool run: interrupted before any job started", file=sys.stderr)
         return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -17,9 +17,9 @@ import statistics
 import time
 from collections.abc import Callable
 
-from ._cli_common import default_jobs
-from .executor import LocalExecutor
-from .futures import ProcessPoolExecutor
+from .._cli_common import default_jobs
+from ..executor import LocalExecutor
+from ..futures import ProcessPoolExecutor
 
 
 def noop(x: int) -> int:
