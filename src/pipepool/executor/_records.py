@@ -20,7 +20,7 @@ from typing import Any
 
 from .._task import DONE, Task
 from ..events import State
-from . import LocalExecutor
+from ._local import LocalExecutor
 
 _SUCCESS = State.SUCCESS  # a plain name: events.py says why
 

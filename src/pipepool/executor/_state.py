@@ -26,9 +26,8 @@ from .. import loop as _impl
 from .._api import SchedulerAPI
 from .._task import Task
 from ..errors import InitializerError
-from ..worker._marks import MarkTable
-from ..worker._region import Region
-from ..worker._zygote import Zygote, ZygoteChild
+from ..worker import MarkTable, Region
+from ..worker.zygote import Zygote, ZygoteChild
 from ._depth import DepthPolicy
 
 if TYPE_CHECKING:
@@ -89,7 +88,7 @@ class _Worker:
         self.pid: int | None = proc.pid
         self.fds = fds  # the parent's ends, owned by the loop from add() to remove()
         self.control_fd = control_fd  # write end of its control pipe (REVOKE), non-blocking
-        self.crash_fd = crash_fd  # its faulthandler's file (``worker._fault``), read at death
+        self.crash_fd = crash_fd  # its crash report file (``worker.open_report_file``)
         self.exit_fd = -1  # its pidfd, owned by the loop (``_lifecycle.exit_fd``), or -1
         self.slot = slot  # its start-mark slot in the pool's MarkTable
         # Its ring of cancel claims there (the compiled loop's; None: cancel by CANCEL):
