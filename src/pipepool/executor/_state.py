@@ -32,7 +32,7 @@ from ..worker.zygote import Zygote, ZygoteChild
 from ._depth import DepthPolicy
 
 if TYPE_CHECKING:
-    from ..loop._interface import ClaimsAPI, PipeLoopAPI
+    from ..loop import ClaimsAPI, PipeLoopAPI
 
 # Every parent-side pipepool fd open in this process. A forked worker closes all of them
 # but its own, so that no worker holds another's pipe ends: otherwise one worker's EOF or
