@@ -10,12 +10,12 @@ class:
   newest ``Event`` per key, one dispatch of a key per call ("A key's dispatches" below);
 * the records (``executor.RecordExecutor``, for a face that keeps the task records
   themselves: a ProcessPoolExecutor's futures *are* its tasks): the face queues records
-  it built (``_queue_tasks``, its ``hand_over``), and ``take_records()`` hands back, per
+  it built (its ``hand_over``), and ``take_records()`` hands back, per
   round and in bulk, the ones that ended (their outcome in ``failed`` and ``value``) and
   the ones seen started. No ``Event``, no key look-up and no held key per task: one
-  object per task, end to end. That class overrides this one's ``_finish`` and
-  ``_succeed`` (and the collect step's ``_publish_starting``): the choice is the class,
-  not a flag tested on the hot path.
+  object per task, end to end. That class overrides this one's ``_finish`` (sharing its
+  first half, ``_end``) and ``_succeed`` (and the collect step's ``_publish_starting``):
+  the choice is the class, not a flag tested on the hot path.
 
 A key's dispatches. A scheduler may queue a key again while an earlier dispatch of it is
 outstanding (queued, running, or ended with its terminal event unread), as it does for a
@@ -36,7 +36,7 @@ import itertools
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable
 from concurrent.futures import CancelledError
 from typing import Any, Self
 
@@ -205,14 +205,6 @@ class SchedulerAPI:
             self._outstanding[key] = left - 1
         else:
             del self._outstanding[key]  # one left; _held keeps naming the newest
-
-    def _queue_tasks(self, tasks: Sequence[Task]) -> None:
-        """Queue task records a face built (the records way out: ``RecordExecutor``, whose
-        ``hand_over`` this is; each ``tid`` unique here: the face numbers them, and nothing
-        else queues on that executor), in order."""
-        if self._state == "ended":
-            raise RuntimeError(f"cannot queue on an ended {type(self).__name__}")
-        self._queue.extend(tasks)  # one atomic extend: all queued, or (interrupted) none
 
     def queue(self, key: Hashable, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> None:
         """Queue ``fn(*args, **kwargs)`` under ``key``; pickled when it is dispatched.
@@ -411,6 +403,14 @@ class SchedulerAPI:
     ) -> None:
         """Record a task's terminal outcome (the caller removes it from where it was):
         the one door every outcome leaves by (``_succeed``: many successes at once)."""
+        self._end(t, state)
+        self._release(t.key)
+        event = _new(Event, (t.key, state, result, exception, pid, t.dispatch))
+        self._publish(event, terminal=True)
+
+    def _end(self, t: Task, state: State) -> None:
+        """``_finish``'s half that both ways out share: the task is done, its call freed,
+        its outcome counted (``stats()``)."""
         t.phase = DONE
         # Free memory early; a ClusterExecutor task's Dask future is the last reference to
         # it, so Dask forgets the key and its result.
@@ -419,9 +419,6 @@ class SchedulerAPI:
             self._stats["done"] += 1
         else:
             self._stats["failed"] += 1
-        self._release(t.key)
-        event = _new(Event, (t.key, state, result, exception, pid, t.dispatch))
-        self._publish(event, terminal=True)
 
     def _succeed(self, tasks: list[Task], results: list[Any], pid: int | None) -> None:
         """``_finish`` of many successes on one worker (``pid``), in order, in one pass:

@@ -16,8 +16,8 @@ import pytest
 
 import tasks
 from helpers import Recorder
-from pipepool import WorkerLostError, executor
-from pipepool.executor import _reap
+from pipepool import WorkerLostError
+from pipepool.executor import _local, _reap
 
 BOUND = 60.0  # s any wait here may take before the test fails
 
@@ -61,7 +61,7 @@ def test_an_exit_a_child_hides_wakes_the_pool(make, monkeypatch):
     if not pidfds_here():  # pragma: no cover
         pytest.skip("no pidfds here (macOS, Linux < 5.3): the periodic reap finds this exit")
     monkeypatch.setattr(_reap, "REAP_INTERVAL", 3600.0)
-    monkeypatch.setattr(executor, "REAP_INTERVAL", 3600.0)
+    monkeypatch.setattr(_local, "REAP_INTERVAL", 3600.0)
     ex = make(1)
     ex.queue("warm", tasks.echo, 1)
     rec = Recorder(ex)

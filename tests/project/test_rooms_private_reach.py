@@ -12,9 +12,17 @@ another room's private surface. The rule, read off the syntax (``ast``) of every
   defines: a subclass uses its bases' private members) or a keyword argument
   ``_name=``, in a room that does not own ``_name``, where another room does.
 
-So ``ex._queue_tasks(...)`` in futures/ is a reach (``_queue_tasks`` is ``_api``'s), and
+So ``ex._steps(...)`` in futures/ would be a reach (``_steps`` is the executor's), and
 ``t._state`` there is not (futures/ assigns it: the stdlib Future's state, on its own
 records). Names nobody in src/ defines (the standard library's) are not judged here.
+
+Modules are judged the same way (``private_imports``): a subpackage room's modules named
+``_x`` are its own parts, so another room importing one (``from ..worker._marks import
+MarkTable``, ``from ..worker import _tree``, ``import pipepool.run._cli``) is a reach;
+the room offers what others use under public names (its ``__init__``'s, or a public
+module's). The top-level modules of ``pipepool`` (``_api``, ``_task``, ``_signals``,
+...) are the package's shared core, a room of one module each that every room may
+import: they are not judged here.
 """
 
 from __future__ import annotations
@@ -97,8 +105,59 @@ def reaches(src: Path = SRC) -> list[str]:
     return found
 
 
+def imported_modules(path: Path, tree: ast.AST, src: Path = SRC) -> list[tuple[int, str]]:
+    """``(line, dotted name under pipepool)`` of each module a file imports, relative
+    imports resolved (``from ..worker import _tree`` names ``worker._tree`` and
+    ``worker``: an imported name may be a module)."""
+    package = list(path.relative_to(src).parent.parts)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] == "pipepool":
+                    found.append((node.lineno, ".".join(parts[1:])))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                parts = base + (node.module.split(".") if node.module else [])
+            elif node.module and node.module.split(".")[0] == "pipepool":
+                parts = node.module.split(".")[1:]
+            else:
+                continue
+            found.append((node.lineno, ".".join(parts)))
+            found += [(node.lineno, ".".join([*parts, alias.name])) for alias in node.names]
+    return found
+
+
+def private_imports(src: Path = SRC) -> list[str]:
+    """Every import of another subpackage room's underscore module under ``src``, as
+    ``file:line: module (room's)``."""
+    found = []
+    for path in sorted(src.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        room = room_of(path, src)
+        for line, name in imported_modules(path, tree, src):
+            parts = name.split(".")
+            if len(parts) < 2 or parts[0] == room or not (src / parts[0]).is_dir():
+                continue  # its own room, the shared core, or the package itself
+            if any(is_private(part) for part in parts[1:]) and _is_module(src, parts):
+                found.append(f"{path.relative_to(src)}:{line}: {name} ({parts[0]}'s)")
+    return found
+
+
+def _is_module(src: Path, parts: list[str]) -> bool:
+    """Whether ``parts`` (under ``src``) names a module or package, not a name in one."""
+    where = src.joinpath(*parts)
+    return where.with_suffix(".py").is_file() or (where / "__init__.py").is_file()
+
+
 def test_no_room_reaches_into_another_rooms_private_names() -> None:
     assert reaches() == []
+
+
+def test_no_room_imports_another_rooms_underscore_module() -> None:
+    assert private_imports() == []
 
 
 def test_a_reach_is_found(tmp_path: Path) -> None:
@@ -128,4 +187,34 @@ def test_a_reach_is_found(tmp_path: Path) -> None:
         "executor/__init__.py:4: _queue_tasks (_api's)",
         "futures/__init__.py:5: _impl (executor's)",
         "futures/__init__.py:8: _queue_tasks (_api's)",
+    ]
+
+
+def test_a_private_import_is_found(tmp_path: Path) -> None:
+    """The rule catches a room importing another room's underscore module, in each
+    spelling; lets a room import its own, the shared core's, and another room's public
+    names and public modules; and does not take a private name for a module."""
+    (tmp_path / "_api.py").write_text("class Base: ...\n")
+    (tmp_path / "worker").mkdir()
+    (tmp_path / "worker" / "__init__.py").write_text(
+        "from ._marks import MarkTable as MarkTable\nfrom . import _tree\n_x = 1\n"
+    )
+    (tmp_path / "worker" / "_marks.py").write_text("class MarkTable: ...\n")
+    (tmp_path / "worker" / "_tree.py").write_text("")
+    (tmp_path / "worker" / "zygote.py").write_text("from ._marks import MarkTable\n")
+    (tmp_path / "executor").mkdir()
+    (tmp_path / "executor" / "__init__.py").write_text(
+        "from .._api import Base\n"
+        "from ..worker import MarkTable, _x, zygote\n"
+        "from ..worker.zygote import MarkTable\n"
+        "from ..worker._marks import MarkTable\n"
+        "from ..worker import _tree\n"
+        "import pipepool.worker._tree\n"
+        "from pipepool.worker import _marks\n"
+    )
+    assert private_imports(tmp_path) == [
+        "executor/__init__.py:4: worker._marks (worker's)",
+        "executor/__init__.py:5: worker._tree (worker's)",
+        "executor/__init__.py:6: worker._tree (worker's)",
+        "executor/__init__.py:7: worker._marks (worker's)",
     ]

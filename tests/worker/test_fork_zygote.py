@@ -334,7 +334,7 @@ if __name__ == "__main__":
 def test_a_pool_whose_zygote_died_forks_its_workers_itself(executors):
     """The zygote killed: the workers it forked are still seen to exit (with LOST_EXIT)
     and replaced, by forks from the parent, and the pool runs on."""
-    from pipepool.worker._zygote import LOST_EXIT
+    from pipepool.worker.zygote import LOST_EXIT
 
     stop = threading.Event()
     thread = threading.Thread(target=stop.wait, name="a user thread")

@@ -37,7 +37,7 @@ def describe(
     oom_counted: bool = True,
 ) -> tuple[DeathCause, str]:
     """``(cause, message)`` for a worker that died while running ``task`` (its key's
-    repr), or during start-up (None). ``crash_report`` is ``_fault.note_crash``'s text ("" if none);
+    repr), or during start-up (None). ``crash_report`` is ``worker.note_crash``'s text ("" if none);
     ``oom_rise`` says how a count of OOM kills rose meanwhile, None if none did;
     ``oom_counted`` is False where the kernel counts no OOM kills (``_oom.counters()``
     is empty)."""

@@ -9,7 +9,6 @@ import itertools
 import os
 import pickle
 import select
-import time
 
 from .._task import QUEUED as _QUEUED
 from .._task import RUNNING as _RUNNING
@@ -38,29 +37,6 @@ class Dispatcher(LocalState):
         open_workers = self._open_workers(depth)
         if open_workers:
             self._send_shares(self._share_out(open_workers, depth))
-
-    def _open_workers(self, depth: int) -> list[_Worker]:
-        """The workers that may take a task now: open, no REVOKE out, below the depth
-        and below ``max_tasks_per_child``, and (at an adaptive depth above 1) not busy
-        with a task that overruns."""
-        limit = self.max_tasks_per_child
-        open_workers = [
-            w
-            for w in self._workers.values()
-            if not w.closing
-            and not w.revoking
-            and not w.retiring
-            and len(w.in_flight) < depth
-            and (limit is None or w.sent < limit)
-        ]
-        if self._depth.prefetch is None and depth > 1:
-            # Feed no worker whose current task overruns what we expect of a task: what
-            # we send it now would wait behind that task instead of running elsewhere.
-            overrun = time.monotonic() - self._depth.overrun_after()
-            open_workers = [
-                w for w in open_workers if w.current is None or w.current.began > overrun
-            ]
-        return open_workers
 
     def _share_out(self, open_workers: list[_Worker], depth: int) -> dict[_Worker, list[_Task]]:
         """Each worker's share of the head of the queue, dealt breadth first (one task per

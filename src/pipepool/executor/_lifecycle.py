@@ -16,11 +16,10 @@ from typing import Any
 from .. import _oom, _signals
 from ..errors import InitializerError, WorkerLostError
 from ..events import State
-from ..worker import ChildFd, WorkerShare, _fault, _tree, _zygote
+from ..worker import ChildFd, MarkTable, Region, WorkerShare, open_report_file, signal_group
 from ..worker import main as worker_main
-from ..worker._bootstrap import WORKER_NAME, refuse_while_bootstrapping
-from ..worker._marks import MarkTable
-from ..worker._region import Region
+from ..worker.bootstrap import WORKER_NAME, refuse_while_bootstrapping
+from ..worker.zygote import Zygote, ZygoteChild, preload_here, threaded
 from ._state import _PARENT_FDS, LocalState, _Worker
 
 log = logging.getLogger("pipepool")
@@ -38,7 +37,7 @@ class WorkerLifecycle(LocalState):
         """Create the loop, the page of start marks and the lifeline (``start()``), and
         the zygote where one is due now; a ``PreloadError`` leaves nothing open."""
         # In a spawn or forkserver worker importing an unguarded main module: stop here,
-        # before any process starts (``worker._bootstrap``).
+        # before any process starts (``worker.bootstrap``).
         refuse_while_bootstrapping()
         try:
             self._open_all()
@@ -48,7 +47,7 @@ class WorkerLifecycle(LocalState):
 
     def _open_all(self) -> None:
         if self.start_method == "fork":
-            _zygote.preload_here(self.preload)  # workers are copies of this process
+            preload_here(self.preload)  # workers are copies of this process
         if self.start_method == "forkserver":
             # Start the server now, with signals unblocked: it would inherit a blocked
             # mask if it were started lazily from inside a bookkeeping step.
@@ -67,7 +66,7 @@ class WorkerLifecycle(LocalState):
                 self._make_zygote()
             return
         _share_the_resource_tracker()
-        if _zygote.threaded():
+        if threaded():
             self._make_zygote()  # threads run already: every worker comes from it
         else:
             # Forked once the first workers are started and their first tasks sent
@@ -83,7 +82,7 @@ class WorkerLifecycle(LocalState):
             self._make_zygote()
 
     def _make_zygote(self) -> None:
-        """The pool's zygote (``worker._zygote``). Under fork: forked while this process
+        """The pool's zygote (``worker.zygote``). Under fork: forked while this process
         has one thread (``_fork_due_zygote``), or at ``start()`` if it had more then; it
         keeps what every worker shares (the lifeline's read end, the page of start
         marks) and closes this process's other pipepool fds (the first workers' ends
@@ -93,7 +92,7 @@ class WorkerLifecycle(LocalState):
         assert self._lifeline is not None and self._marks is not None
         keep = (self._lifeline[0], self._marks.fd)
         try:
-            self._zygote = _zygote.Zygote.make(
+            self._zygote = Zygote.make(
                 self._context, worker_main, self._share(), keep, _PARENT_FDS, self.preload
             )
         except OSError as exc:  # out of processes or fds: every worker starts from here
@@ -157,7 +156,7 @@ class WorkerLifecycle(LocalState):
         result_r, result_w = os.pipe()
         control_r, control_w = os.pipe()
         os.set_blocking(control_w, False)
-        crash_fd = _fault.open_report_file()  # shared with the worker, kept here
+        crash_fd = open_report_file()  # shared with the worker, kept here
         region = _new_region()
         mine = (activity_r, result_w, control_r) + ((region.fd,) if region else ())
         _PARENT_FDS.update(
@@ -210,7 +209,7 @@ class WorkerLifecycle(LocalState):
         slot: int,
         region: Region | None,
         close_fds: list[int],
-    ) -> multiprocessing.process.BaseProcess | _zygote.ZygoteChild:
+    ) -> multiprocessing.process.BaseProcess | ZygoteChild:
         """Start worker ``wid`` with its ``fds`` (activity, result, control, crash) and
         ``region``: forked by the zygote while threads run here (a fork would copy one of
         them, and whatever locks the others held), else by the start method, from here."""
@@ -218,7 +217,7 @@ class WorkerLifecycle(LocalState):
         if self.start_method != "fork":
             through = True  # made to preload: it forks every worker
         else:
-            through = (zygote is not None or self._zygote_due) and _zygote.threaded()
+            through = (zygote is not None or self._zygote_due) and threaded()
             if through and zygote is None:  # put off, and threads came first: fork it now
                 self._fork_due_zygote()
                 zygote = self._zygote
@@ -293,7 +292,7 @@ class WorkerLifecycle(LocalState):
             _signals.undefer(deferred)
         zygote = self._zygote
         if zygote is not None and not any(
-            isinstance(w.proc, _zygote.ZygoteChild) for w in self._workers.values()
+            isinstance(w.proc, ZygoteChild) for w in self._workers.values()
         ):
             zygote.shut()  # no exit of its to report: it exits beside the workers
         deadline = time.monotonic() + STOP_GRACE
@@ -381,13 +380,11 @@ def _set_pipe_size(fd: int, size: int) -> None:
         log.debug("pipepool: F_SETPIPE_SZ(%d) refused: %s", size, exc)
 
 
-def _signal_process(
-    proc: multiprocessing.process.BaseProcess | _zygote.ZygoteChild, how: str
-) -> None:
+def _signal_process(proc: multiprocessing.process.BaseProcess | ZygoteChild, how: str) -> None:
     """``proc.terminate()`` or ``proc.kill()``, and the same signal to the process group
     the worker leads: whatever its task started goes with it (``_tree``)."""
     with contextlib.suppress(OSError, ValueError, AttributeError):  # already gone or closed
-        _tree.signal_group(proc.pid, signal.SIGTERM if how == "terminate" else signal.SIGKILL)
+        signal_group(proc.pid, signal.SIGTERM if how == "terminate" else signal.SIGKILL)
         getattr(proc, how)()
 
 

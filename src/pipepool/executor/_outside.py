@@ -74,7 +74,7 @@ class OutsideLoop(LocalState):
         probing = self._init_failures and alive  # (one worker at a time after failures)
         if alive < self.parallelism and now >= self._init_retry_at and not probing:
             return True
-        return bool(Dispatcher._open_workers(self, self._depth.depth()))  # type: ignore[arg-type]
+        return bool(self._open_workers(self._depth.depth()))
 
     @property
     def keep_warm(self) -> bool:

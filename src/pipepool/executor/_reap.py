@@ -15,8 +15,8 @@ from .._task import QUEUED
 from .._task import Task as _Task
 from ..errors import InitializerError, WorkerLostError
 from ..events import State
-from ..worker import _fault, _tree
-from ..worker._bootstrap import EXIT_UNGUARDED_MAIN, unguarded_main
+from ..worker import note_crash, read_report, signal_group
+from ..worker.bootstrap import EXIT_UNGUARDED_MAIN, unguarded_main
 from . import _death
 from ._collect import Collector
 from ._state import _Worker
@@ -74,7 +74,7 @@ class Reaper(Collector):
         self._read_final_mark(w)
         died_running = self._settle_tasks(w, exitcode, requeue)
         if died_running or w.killed:  # its task's processes end with it (``_tree``)
-            _tree.signal_group(w.pid, signal.SIGKILL)
+            signal_group(w.pid, signal.SIGKILL)
         self._count_exit(w, exitcode, died_running)
         with contextlib.suppress(ValueError):
             w.proc.close()
@@ -83,7 +83,7 @@ class Reaper(Collector):
         """A fatal signal, not ours: where in its task did it die? (faulthandler's file)"""
         assert self._loop is not None
         if exitcode is not None and exitcode < 0 and not w.killed and w.wid in self._loop:
-            w.crash_report = _fault.note_crash(w.pid, _fault.read_report(w.crash_fd))
+            w.crash_report = note_crash(w.pid, read_report(w.crash_fd))
 
     def _read_final_mark(self, w: _Worker) -> None:
         """Which of its tasks began, by its final start mark; give its slot back.
@@ -178,7 +178,7 @@ class Reaper(Collector):
         """A worker died before saying anything: start-up failed. Treated like an
         initializer failure, so a pool that cannot start workers backs off instead of
         respawning in a busy loop; one that re-ran an unguarded main module breaks at
-        once, with the one line that says so (``worker._bootstrap``)."""
+        once, with the one line that says so (``worker.bootstrap``)."""
         if exitcode == EXIT_UNGUARDED_MAIN:
             w.init_error = error = InitializerError(unguarded_main(self.start_method))
             # Not logged: every queued task fails with it, and a script prints it once.

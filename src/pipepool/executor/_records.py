@@ -4,8 +4,9 @@ ProcessPoolExecutor's futures *are* its tasks: ``pipepool._api``, "Two ways out"
 Its verbs are the declared seam between such a face and the executor: the face hands
 over records, runs a round, waits, takes the settled records back, cancels and withdraws
 cancels, through these names only (``pipepool.futures._seam`` types the face against
-them). Each verb is the executor's own method under a public name (a class attribute
-naming the same function), not a wrapper: no call is added per task (``published``, a
+them). ``hand_over`` is this class's own (only a records face queues records); every
+other verb is LocalExecutor's own method under a public name (a class attribute naming
+the same function), not a wrapper: no call is added per task (``published``, a
 property, is read twice a turn).
 
 Where an outcome goes is this class's own: it overrides the hooks the event buffer's
@@ -15,12 +16,12 @@ steps publish from (``_finish``, ``_succeed``, ``_publish_starting``), so the sh
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 from .._task import DONE, Task
 from ..events import State
-from . import LocalExecutor
+from ._local import LocalExecutor
 
 _SUCCESS = State.SUCCESS  # a plain name: events.py says why
 
@@ -56,8 +57,14 @@ class RecordExecutor(LocalExecutor):
         self._settled: list[Any] = []  # ended since the last take_records()
         self._began: list[Any] = []  # seen started since the last take_records()
 
-    # The verbs: LocalExecutor's own methods under their public names (no wrapper).
-    hand_over = LocalExecutor._queue_tasks  # queue records, in order (tids the face's)
+    def hand_over(self, tasks: Sequence[Task]) -> None:
+        """Queue task records the face built, in order; each ``tid`` unique here (the face
+        numbers them, and nothing else queues on this executor)."""
+        if self._state == "ended":
+            raise RuntimeError(f"cannot queue on an ended {type(self).__name__}")
+        self._queue.extend(tasks)  # one atomic extend: all queued, or (interrupted) none
+
+    # The other verbs: LocalExecutor's own methods under their public names (no wrapper).
     steps = LocalExecutor._steps  # one round's steps; the caller defers signals around it
     idle = LocalExecutor._idle  # wait for a worker, a wake(), a deadline or ``timeout``
     cancel_tasks = LocalExecutor._cancel_tasks  # cancel these records unless started
@@ -103,17 +110,11 @@ class RecordExecutor(LocalExecutor):
         exception: BaseException | None = None,
         pid: int | None = None,
     ) -> None:
-        """``SchedulerAPI._finish`` for a record: its outcome on it, and it is settled."""
-        t.phase = DONE
-        t.fn = t.args = t.kwargs = t.future = None
-        if state is _SUCCESS:
-            self._stats["done"] += 1
-            t.failed = False
-            t.value = result
-        else:
-            self._stats["failed"] += 1
-            t.failed = True
-            t.value = exception
+        """``SchedulerAPI._finish`` for a record: done and counted as any task
+        (``_end``), its outcome on it, and it is settled."""
+        self._end(t, state)
+        t.failed = state is not _SUCCESS
+        t.value = exception if t.failed else result
         self._settled.append(t)
         self._published += 1
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
+import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -26,13 +27,12 @@ from .. import loop as _impl
 from .._api import SchedulerAPI
 from .._task import Task
 from ..errors import InitializerError
-from ..worker._marks import MarkTable
-from ..worker._region import Region
-from ..worker._zygote import Zygote, ZygoteChild
+from ..worker import MarkTable, Region
+from ..worker.zygote import Zygote, ZygoteChild
 from ._depth import DepthPolicy
 
 if TYPE_CHECKING:
-    from ..loop._interface import ClaimsAPI, PipeLoopAPI
+    from ..loop import ClaimsAPI, PipeLoopAPI
 
 # Every parent-side pipepool fd open in this process. A forked worker closes all of them
 # but its own, so that no worker holds another's pipe ends: otherwise one worker's EOF or
@@ -89,7 +89,7 @@ class _Worker:
         self.pid: int | None = proc.pid
         self.fds = fds  # the parent's ends, owned by the loop from add() to remove()
         self.control_fd = control_fd  # write end of its control pipe (REVOKE), non-blocking
-        self.crash_fd = crash_fd  # its faulthandler's file (``worker._fault``), read at death
+        self.crash_fd = crash_fd  # its crash report file (``worker.open_report_file``)
         self.exit_fd = -1  # its pidfd, owned by the loop (``_lifecycle.exit_fd``), or -1
         self.slot = slot  # its start-mark slot in the pool's MarkTable
         # Its ring of cancel claims there (the compiled loop's; None: cancel by CANCEL):
@@ -182,3 +182,28 @@ class LocalState(SchedulerAPI):
         self._init_failures = 0  # initializer (or start-up) failures in a row
         self._init_retry_at = 0.0  # no worker starts before this after a failure
         self._broken: InitializerError | None = None  # set after INIT_RETRIES: queued work fails
+
+    # -- a question of the state, for the steps and the outside loop's deadline ------------
+
+    def _open_workers(self, depth: int) -> list[_Worker]:
+        """The workers that may take a task now: open, no REVOKE out, below the depth
+        and below ``max_tasks_per_child``, and (at an adaptive depth above 1) not busy
+        with a task that overruns."""
+        limit = self.max_tasks_per_child
+        open_workers = [
+            w
+            for w in self._workers.values()
+            if not w.closing
+            and not w.revoking
+            and not w.retiring
+            and len(w.in_flight) < depth
+            and (limit is None or w.sent < limit)
+        ]
+        if self._depth.prefetch is None and depth > 1:
+            # Feed no worker whose current task overruns what we expect of a task: what
+            # we send it now would wait behind that task instead of running elsewhere.
+            overrun = time.monotonic() - self._depth.overrun_after()
+            open_workers = [
+                w for w in open_workers if w.current is None or w.current.began > overrun
+            ]
+        return open_workers

@@ -84,7 +84,7 @@ from typing import Any, Literal
 
 from .. import _checks, _signals
 from ..executor import RecordExecutor
-from ..worker._zygote import preload_here
+from ..worker.zygote import preload_here
 from ._driver import Driver
 from ._item import PoolFuture, Record
 from ._map import MapItem, map_calls
@@ -346,7 +346,7 @@ class ProcessPoolExecutor(Executor):
                 # starts one, with no thread to start and schedule first. Under fork
                 # (which copies only the forking thread: the fewer threads then, the fewer
                 # locks a child inherits held) it then forks the pool's zygote, which forks
-                # every later worker (``worker._zygote``), so no fork waits for interpreter
+                # every later worker (``worker.zygote``), so no fork waits for interpreter
                 # shutdown to forbid it (3.12) and the first result waits for one fork.
                 with contextlib.suppress(Exception):  # the driver retries, futures report
                     d._step(ex.steps)

@@ -61,7 +61,7 @@ from pipepool import _checks
 from pipepool.errors import DeathCause, WorkerLostError, describe_exit
 from pipepool.futures import ProcessPoolExecutor
 from pipepool.joblib._wire import _Cloudpickled, _Job, _worker_init, np
-from pipepool.worker._bootstrap import WORKER_NAME
+from pipepool.worker.bootstrap import WORKER_NAME
 
 __all__ = ["BACKEND_NAME", "PipepoolBackend", "WorkerCrashedError", "shutdown_pool"]
 

@@ -15,8 +15,10 @@ import importlib
 import os
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the twins' declared interface, for other rooms' annotations
+    from ._interface import ClaimsAPI as ClaimsAPI
     from ._interface import LoopModule
+    from ._interface import PipeLoopAPI as PipeLoopAPI
 
 
 def load(choice: str | None = None) -> tuple[str, LoopModule]:

@@ -1,9 +1,23 @@
 """The worker process: read a frame, mark the task started, run it, send the outcome.
 
-This room holds what runs in a worker, and the half of each contract its parent keeps
-(``_marks.MarkTable``, ``_fault``'s reader, ``_tree.signal_group``): the parent imports
-them from here, and nothing here imports the executor. ``main`` below is the process's
-entry point; ``_serve`` its task loop and watcher thread.
+This room holds what runs in a worker, and the half of each contract its parent keeps:
+the parent imports them under public names, and nothing here imports the executor.
+``main`` below is the process's entry point; ``_serve`` its task loop and watcher thread.
+
+What other rooms use, and nothing else of it (its underscore modules are its own):
+
+* from here, what a worker loads anyway: ``main``, ``WorkerStart``, ``WorkerShare`` and
+  ``ChildFd`` (what the parent hands a worker), ``MarkTable`` (the parent's page of start
+  marks, ``_marks``), ``Region`` (a worker's shared payload rings, ``_region``), the
+  crash report file (``open_report_file``, ``read_report``, ``note_crash``: ``_fault``),
+  the process group (``signal_group``: ``_tree``), ``retire_after_task`` and the exit
+  codes;
+* two public modules a worker never loads, only its parent (and the zygote):
+  ``zygote`` (the process that forks a pool's workers; ``preload_here``) and
+  ``bootstrap`` (a pool started while a worker imports an unguarded main module:
+  ``WORKER_NAME``, ``refuse_while_bootstrapping``, ``EXIT_UNGUARDED_MAIN``,
+  ``unguarded_main``). Re-exported here, they would slow every worker's start-up
+  (``tests/project/test_layout.py``).
 
 A worker holds exactly four pipe ends: the read end of its activity pipe, the write end
 of its result pipe, the read end of its control pipe, and the read end of its pool's
@@ -53,12 +67,17 @@ from .. import _signals
 from .. import loop as _impl
 from ..frames import Kind, encode_header
 from . import _fault, _tree
+from ._fault import note_crash as note_crash  # re-exported: the parent's half of each contract
+from ._fault import open_report_file as open_report_file
+from ._fault import read_report as read_report
+from ._marks import MarkTable as MarkTable
 from ._marks import StartMark
-from ._region import Region
+from ._region import Region as Region
 from ._serve import EXIT_BAD_FRAME as EXIT_BAD_FRAME  # re-exported: the worker's exit codes
 from ._serve import EXIT_INIT_FAILED, _failure_frame, _Gate, _watch, serve
 from ._serve import EXIT_PARENT_DIED as EXIT_PARENT_DIED
 from ._serve import retire_after_task as retire_after_task
+from ._tree import signal_group as signal_group
 
 
 class ChildFd:

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ..loop._interface import ClaimsAPI
+    from ..loop import ClaimsAPI
 
     ClaimsType = Callable[[mmap.mmap, int, int], ClaimsAPI]
 

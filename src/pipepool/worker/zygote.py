@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import PreloadError, RemoteTraceback
 from ..host import process_state, thread_count
-from ._bootstrap import EXIT_UNGUARDED_MAIN, WORKER_NAME, unguarded_main
+from .bootstrap import EXIT_UNGUARDED_MAIN, WORKER_NAME, unguarded_main
 
 if TYPE_CHECKING:
     from . import WorkerShare
