@@ -89,6 +89,33 @@ def room_imports() -> dict[str, set[str]]:
     return graph
 
 
+def unnamed_modules(room: Path) -> list[str]:
+    """The modules (and folders) of a room its ``__init__`` docstring does not name: the
+    docstring is the room's map, and a module added without a word there is off it."""
+    doc = ast.get_docstring(ast.parse((room / "__init__.py").read_text(encoding="utf-8")))
+    names = [p.stem for p in room.glob("*.py") if p.stem != "__init__"]
+    names += [p.name for p in room.iterdir() if (p / "__init__.py").is_file()]
+    return sorted(
+        name for name in names if not re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", doc or "")
+    )
+
+
+def test_each_rooms_docstring_names_its_modules():
+    rooms = [p for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()]
+    assert len(rooms) > 5
+    unnamed = {room.name: missing for room in rooms if (missing := unnamed_modules(room))}
+    assert not unnamed, f"modules the room's __init__ docstring does not name: {unnamed}"
+
+
+def test_a_module_the_docstring_does_not_name_is_found(tmp_path):
+    room = tmp_path / "room"
+    room.mkdir()
+    (room / "__init__.py").write_text('"""``_named`` does this; _named.x is not _other."""\n')
+    for name in ("_named", "_other", "_unnamed", "_named_too"):
+        (room / f"{name}.py").write_text("")
+    assert unnamed_modules(room) == ["_named_too", "_unnamed"]
+
+
 def test_rooms_import_each_other_without_circles():
     graph = room_imports()
 

@@ -67,6 +67,11 @@ Where it differs from the standard library, on purpose:
 * ``with_options(timeout=...)`` bounds single tasks and ``kill(future)`` stops one.
 * KeyboardInterrupt leaving a ``with`` block, or ending the program, stops the workers
   at once instead of waiting for the queued work.
+
+This module is the pool; ``_item`` its records (futures and map items), ``_map`` the
+``map`` algorithm, ``_state`` the state the driver shares, ``_driver`` who holds the
+token, ``_round`` what the token holder does, ``_seam`` every verb of the executor
+this face uses, declared.
 """
 
 from __future__ import annotations

@@ -19,6 +19,9 @@ What it changes: a worker that dies fails only the batch it held, with
 aborting a call (first error, timeout, a dropped generator) kills only that call's
 running tasks: the pool and its other workers stay, so the next call starts warm.
 See docs/joblib.md.
+
+This module is the parent's side (the backend); ``_wire.py`` the worker's: what a
+batch and its results become between the two.
 """
 
 from __future__ import annotations
