@@ -6,9 +6,10 @@ from __future__ import annotations
 import sys
 
 import pytest
-from celery_support import RedisServer, Worker, close_clients
 
 import leakcheck
+
+from .celery_support import RedisServer, Worker, close_clients
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from celery_support import HERE, POOL, alive, client, require, wait_for
 
 from helpers import ENV
+
+from .celery_support import HERE, POOL, alive, client, require, wait_for
 
 require()  # skip without Celery locally; with CI=true, fail
 
