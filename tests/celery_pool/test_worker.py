@@ -25,8 +25,8 @@ def w(redis_server, tmp_path_factory):
     worker = Worker(
         tmp_path_factory.mktemp("celery-worker"),
         "main",
-        broker=redis_server.url(0),
-        backend=redis_server.url(1),
+        broker=redis_server.db(0),
+        backend=redis_server.db(1),
         args=("--soft-time-limit", "30", "--time-limit", "60"),
     )
     with leakcheck.keep("the module's Celery worker", worker.held):
