@@ -1,4 +1,4 @@
-"""Tasks for tests/worker/test_worker_death.py: workers that die of one cause each. Importable by
+"""Tasks for tests/worker/test_death.py: workers that die of one cause each. Importable by
 module name, so spawn and forkserver workers find them."""
 
 from __future__ import annotations

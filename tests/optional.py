@@ -40,7 +40,7 @@ INTEGRATIONS = {
 # pass without integrations hides them from PATH.
 TOOLS = {
     "parallel": Integration(
-        "apt-get install parallel", ("cli/test_cli_halt.py::test_gnu_parallel_agrees",)
+        "apt-get install parallel", ("cli/test_halt.py::test_gnu_parallel_agrees",)
     ),
     "hyperfine": Integration(
         "apt-get install hyperfine",

@@ -133,7 +133,7 @@ def raise_base_exception():
     raise CustomBaseException("not an Exception")
 
 
-# -- hardening (tests/worker/test_worker_faults.py, tests/contract/test_stress.py, ...) --
+# -- hardening (tests/worker/test_faults.py, tests/contract/test_stress.py, ...) --
 
 
 def segfault():

@@ -29,6 +29,7 @@ PIPEPOOL_POOL = "pipepool.celery.prefork:TaskPool"
 POOLS = ("prefork", "pipepool")  # the contenders, in the order of round 1
 START_TIMEOUT = 60.0  # s for a worker to run its first tasks (a loaded machine is slow)
 STOP_TIMEOUT = 20.0  # s a warm shutdown may take before the worker is killed
+REDIS_START_TIMEOUT = 30.0  # s for redis-server to answer PING (a loaded 2-core machine)
 LOGLEVEL_ENV = "CELERYBENCH_LOGLEVEL"  # the workers' log level: "debug" logs each apply
 _queues = itertools.count()
 
@@ -79,13 +80,21 @@ def _end(proc: subprocess.Popen[bytes], sig: int, timeout: float) -> None:
 
 
 class RedisServer:
-    """A private redis-server on 127.0.0.1: no RDB snapshots, no AOF, stopped by ``stop()``."""
+    """A private redis-server on 127.0.0.1: no RDB snapshots, no AOF, its log and files in
+    ``directory`` (by default a temporary one, removed on exit), stopped by ``stop()``
+    within a bounded wait. The one home of it: the harness's broker, and the Celery pool
+    tests' (tests/celery_pool/conftest.py; benchmarks/ imports nothing from tests/)."""
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None, directory: str | None = None) -> None:
         self.port = port or _free_port()
         self.url = f"redis://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
-        self.dir = tempfile.mkdtemp(prefix="celerybench-redis-")
+        self.dir = directory or tempfile.mkdtemp(prefix="celerybench-redis-")
+        self._own_dir = directory is None  # a folder it made is its own to remove
+
+    def db(self, n: int) -> str:
+        """The URL of database ``n`` (the broker and the results use one each)."""
+        return f"{self.url}/{n}"
 
     def start(self) -> RedisServer:
         path = redis_server_path()
@@ -95,7 +104,7 @@ class RedisServer:
                 "--appendonly", "no", "--dir", self.dir, "--daemonize", "no",
                 "--logfile", os.path.join(self.dir, "redis.log")]  # fmt: skip
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, start_new_session=True)
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + REDIS_START_TIMEOUT
         while not self.ping():
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
@@ -112,9 +121,16 @@ class RedisServer:
             return False
 
     def stop(self) -> None:
-        if self.proc is not None:
-            _end(self.proc, signal.SIGTERM, 10)
-            self.proc = None
+        """SIGTERM, then SIGKILL after 10 s (Redis starts no children: no session to sweep)."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
 
     def restart(self, down_s: float = 0.0) -> None:
         """Stop the server, stay down ``down_s`` s, start it again on the same port (its
@@ -128,7 +144,8 @@ class RedisServer:
 
     def __exit__(self, *_: object) -> None:
         self.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if self._own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """One burst of workloads through an Airflow executor, with Airflow's supervisor mocked
 to return at once (as Airflow's own executor tests do). Run as a script, in a process
-of its own, by test_airflow_deadlock.py and benchmarks; prints one JSON line at the end:
+of its own, by test_deadlock.py and benchmarks; prints one JSON line at the end:
 
     python burst.py airflow.executors.local_executor.LocalExecutor 1000 [RESULT_BYTES]
 

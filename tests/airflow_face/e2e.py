@@ -3,7 +3,7 @@ sqlite metadata database, the ``e2e_dag.py`` DAG, and Airflow's own processes (t
 api-server, dag-processor and scheduler, or ``airflow dags test --use-executor``) on
 127.0.0.1 only, each in a session of its own, every one bounded and killed at the end.
 
-Used by tests/airflow_face/test_airflow_e2e.py (and once by a scheduler benchmark, since
+Used by tests/airflow_face/test_e2e.py (and once by a scheduler benchmark, since
 retired: its figure is dated in docs/benchmarks.md).
 """
 

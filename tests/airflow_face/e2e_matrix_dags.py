@@ -1,5 +1,5 @@
 """The DAGs of the version matrix (copied into a temporary dags folder by
-test_airflow_versions_e2e.py, beside e2e_dag.py):
+test_versions_e2e.py, beside e2e_dag.py):
 
 * ``pipepool_fan``: 40 ``leaf_*`` tasks, then ``join`` (41 task instances, all success);
 * ``pipepool_worker_killed``: ``kill_worker`` SIGKILLs its own pipepool worker (the task

@@ -1,6 +1,7 @@
 """What the Celery pool's tests share: the CI rule for a missing Celery or redis-server,
-a Redis server of their own (Debian's ``redis-server`` on a free port of 127.0.0.1, no
-persistence, stopped at the end), and a real ``celery worker`` on pipepool's pool, started
+a Redis server of their own (the benchmark harness's ``RedisServer``, the one home of it:
+Debian's ``redis-server`` on a free port of 127.0.0.1, no persistence, stopped at the
+end; conftest.py's ``redis_server``), and a real ``celery worker`` on pipepool's pool, started
 as a user starts one (``-P custom`` with CELERY_CUSTOM_WORKER_POOL, the ``worker_pool``
 setting, or ``pool_cls=`` from Python) and stopped, or killed, whatever the test did.
 
@@ -15,7 +16,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -50,75 +50,6 @@ def require_redis() -> str:
             raise RuntimeError(f"CI=true but redis-server is not installed ({how})")
         pytest.skip(f"redis-server is not installed ({how})", allow_module_level=True)
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class RedisServer:
-    """A redis-server of the tests' own, on 127.0.0.1, no persistence (``--save ''``,
-    ``--appendonly no``): ``restart()`` brings it back empty, as a crashed broker."""
-
-    def __init__(self, directory: Path) -> None:
-        self.binary = require_redis()
-        self.directory = directory
-        self.port = free_port()
-        self.proc: subprocess.Popen | None = None
-        self.start()
-
-    def url(self, db: int = 0) -> str:
-        return f"redis://127.0.0.1:{self.port}/{db}"
-
-    def start(self) -> None:
-        with open(self.directory / "redis.log", "ab") as log:
-            self.proc = subprocess.Popen(
-                [
-                    self.binary,
-                    "--port",
-                    str(self.port),
-                    "--bind",
-                    "127.0.0.1",
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                    "--dir",
-                    str(self.directory),
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-        assert wait_for(self.ping, 30), "redis-server did not answer"
-
-    def ping(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
-                s.sendall(b"PING\r\n")
-                return s.recv(16).startswith(b"+PONG")
-        except OSError:
-            return False
-
-    def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
-    def held(self) -> leakcheck.Held:
-        return leakcheck.Held(pids={self.proc.pid} if self.proc else set())
 
 
 _clients: list[Any] = []  # every client app made, closed after each test

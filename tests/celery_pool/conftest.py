@@ -6,15 +6,27 @@ from __future__ import annotations
 import sys
 
 import pytest
-from celery_support import RedisServer, Worker, close_clients
 
 import leakcheck
+
+from .celery_support import Worker, close_clients, require_redis
 
 
 @pytest.fixture(scope="module")
 def redis_server(tmp_path_factory):
-    server = RedisServer(tmp_path_factory.mktemp("redis"))
-    with leakcheck.keep(f"the Redis server of {server.port}", server.held):
+    """The module's Redis (benchmarks/celery_pool/services.py's, the harness's own), its
+    files in the module's temporary folder; ``restart()`` brings it back empty."""
+    require_redis()
+    services = pytest.importorskip(
+        "benchmarks.celery_pool.services",
+        reason="no benchmarks/ beside tests/ (not a source checkout)",
+    )
+    server = services.RedisServer(directory=str(tmp_path_factory.mktemp("redis"))).start()
+
+    def held() -> leakcheck.Held:
+        return leakcheck.Held(pids={server.proc.pid} if server.proc else set())
+
+    with leakcheck.keep(f"the Redis server of {server.port}", held):
         try:
             yield server
         finally:
@@ -28,8 +40,8 @@ def worker(tmp_path, redis_server):
     started: list[Worker] = []
 
     def start(name: str = "w", **options) -> Worker:
-        options.setdefault("broker", redis_server.url(0))
-        options.setdefault("backend", redis_server.url(1))
+        options.setdefault("broker", redis_server.db(0))
+        options.setdefault("backend", redis_server.db(1))
         w = Worker(tmp_path, name, **options)
         started.append(w)
         return w

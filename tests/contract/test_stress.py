@@ -2,7 +2,7 @@
 result and exit at once, crashes and timeouts by the hundred, a 100 MiB argument and
 result.
 
-Issue 8's hardening table is split by subject (tests/worker/test_worker_faults.py has
+Issue 8's hardening table is split by subject (tests/worker/test_faults.py has
 the index of its rows); ``pool``, ``pool_on_one_loop`` are conftest's, and
 ``exactly_one_each``, ``failures``, ``full_size_of`` helpers.py's.
 """

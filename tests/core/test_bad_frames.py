@@ -1,7 +1,7 @@
 """Corrupted or oversized frames from a worker (issue 8, hardening): the parent fails
 what the frame would have ended, and trusts nothing it says.
 
-Issue 8's hardening table is split by subject (tests/worker/test_worker_faults.py has
+Issue 8's hardening table is split by subject (tests/worker/test_faults.py has
 the index of its rows); ``pool``, ``pool_on_one_loop`` are conftest's, and
 ``exactly_one_each``, ``failures``, ``full_size_of`` helpers.py's.
 """

@@ -5,7 +5,7 @@ holds its result pipe open (the loop watches each worker's pidfd beside its pipe
 
 Counted in rounds that come back empty-handed, not in time: no clock decides these
 (the futures face's count of the parent's wake-ups is in
-tests/futures/test_futures_pipepool.py)."""
+tests/futures/test_pipepool.py)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ every start method: a test that passes on the stdlib tests the real contract, no
 pipepool's reading of it; and a pickling failure costs one future. Then pipepool's
 promises at the edges of the interpreter: Ctrl-C, exit, a killed parent. What else only
 pipepool promises (a lighter Future; a dead worker costs one future; per-task timeout and
-kill) is in test_futures_pipepool.py; the fixtures both use are this folder's conftest.py's.
+kill) is in test_pipepool.py; the fixtures both use are this folder's conftest.py's.
 Real processes throughout; every test is bounded by pytest-timeout.
 """
 

@@ -11,11 +11,12 @@ import os
 import time
 from concurrent.futures import TimeoutError as FuturesTimeout
 
-import map_chunk_tasks as mt
 import pytest
 
 import pipepool
 from pipepool import RemoteTraceback, TaskTimeoutError
+
+from . import map_chunk_tasks as mt
 
 WAIT = 30.0  # s: upper bound on any single result here; a hang fails, not wedges
 

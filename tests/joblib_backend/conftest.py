@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-SUITE_FILE = "test_joblib_parallel_suite.py"
+SUITE_FILE = "test_parallel_suite.py"
 
 # Tests of joblib's suite that fail with pipepool where their loky twin passes, with
 # why (docs/joblib.md lists the same). Each is a strict xfail: it must keep failing
@@ -26,7 +26,7 @@ BY_REFERENCE = (
     "the loky worker imports this test's function by reference from joblib's unpatched "
     "module, which never imports pipepool.joblib, so the name 'pipepool' is unknown "
     "there; a module that names the backend imports pipepool.joblib itself "
-    "(test_joblib_backend.py::test_name_resolves_inside_a_loky_worker)"
+    "(test_backend.py::test_name_resolves_inside_a_loky_worker)"
 )
 SHARED_POOL_SURVIVES = (
     "joblib expects the loky executor to be shut down by the garbage-collected first "

@@ -9,6 +9,8 @@ import weakref
 
 import pytest
 
+from helpers import twins
+
 
 class Item:
     """An object a weak reference can follow (ints and strs cannot)."""
@@ -41,8 +43,13 @@ def test_each_item_is_dropped_from_the_chunk_as_it_is_handed_out(loop_module):
     assert next(it, "ended") == "ended"
 
 
-def test_the_twins_agree(loop_module):
-    from pipepool.loop import _pyloop
-
-    mixed = [None, 0, "x", (1, 2), [3], Item(4)]
-    assert list(loop_module.chunk_results(list(mixed))) == list(_pyloop.chunk_results(list(mixed)))
+@pytest.mark.parametrize("size", [0, 1, 6])
+def test_the_twins_agree(size):
+    """The compiled twin hands out what the pure one does, in the same order, and then
+    stops (not parametrized by ``impl``: one side is always the pure specification)."""
+    pure, compiled = twins()
+    assert type(compiled.chunk_results([])) is not type(pure.chunk_results([]))  # two twins
+    mixed = [None, 0, "x", (1, 2), [3], Item(4)][:size]
+    sides = [loop.chunk_results(list(mixed)) for loop in (compiled, pure)]
+    assert [list(side) for side in sides] == [mixed, mixed]
+    assert [next(side, "ended") for side in sides] == ["ended", "ended"]

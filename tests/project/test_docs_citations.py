@@ -1,8 +1,8 @@
 """Docs that cannot drift: every test the README and docs/ cite exists where they say.
 
 A citation is a code span: a path under tests/ (a file, a folder or a glob), a test in a
-file (``tests/room/test_x.py::test_name``, or ``test_x.py::test_name``: test file names
-are unique in the tree), and ``::test_name``, a test of the file cited last on the page.
+file (``tests/room/test_x.py::test_name``, or ``test_x.py::test_name`` where one test file
+in the tree has that name), and ``::test_name``, a test of the file cited last on the page.
 Parameters (``[...]``) are not checked, only the name. Skipped where docs/ is absent: a
 wheel's tests run from a copy of tests/ alone.
 """

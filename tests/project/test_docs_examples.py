@@ -46,7 +46,7 @@ NOT_RUN = {
     "pip install 'pipepool[celery]'": "an install (Celery; .ci/run installs the extra)",
     "CELERY_CUSTOM_WORKER_POOL=pipepool.celery.prefork:TaskPool celery -A proj worker -P custom": (
         "a Celery worker, until stopped, on a Redis of localhost: "
-        "tests/celery_pool/test_celery_docs_example.py runs it as written, on a Redis of its own"
+        "tests/celery_pool/test_docs_example.py runs it as written, on a Redis of its own"
     ),
     "python -m pytest": "the whole test suite, this test included",
     "man pipepool-run": "the page a wheel's install puts where man finds it; an editable "
@@ -139,7 +139,7 @@ def run_script(script: Path, start_method: str) -> subprocess.CompletedProcess:
 
 EXAMPLE_FILES = sorted(p.name for p in EXAMPLES.glob("*.py"))
 # Examples in a folder of their own are a project another test runs its own way (a Celery
-# worker: tests/celery_pool/test_celery_docs_example.py); each is still shown in a page.
+# worker: tests/celery_pool/test_docs_example.py); each is still shown in a page.
 EXAMPLE_PROJECTS = sorted(p.relative_to(EXAMPLES).as_posix() for p in EXAMPLES.glob("*/*.py"))
 
 

@@ -72,14 +72,14 @@ def test_what_the_pass_without_integrations_runs_exists() -> None:
 
 def test_marked_tests_are_those_listed() -> None:
     assert optional.marked("tests/project/test_docs_api.py::test_every_public_name_is_documented")
-    assert optional.marked("tests/airflow_face/test_airflow_provider.py::test_x[a-b]")
+    assert optional.marked("tests/airflow_face/test_provider.py::test_x[a-b]")
     hyperfine = "tests/measure/test_export.py::test_the_hyperfine_export_matches_real_hyperfine_s"
     assert optional.marked(hyperfine)
-    assert optional.marked("tests/cli/test_cli_halt.py::test_gnu_parallel_agrees[row-1]")
-    assert not optional.marked("tests/cli/test_cli_halt.py::test_halt_rows[row-1]")
+    assert optional.marked("tests/cli/test_halt.py::test_gnu_parallel_agrees[row-1]")
+    assert not optional.marked("tests/cli/test_halt.py::test_halt_rows[row-1]")
     assert not optional.marked("tests/airflow_face_like/test_x.py::test_y")
     assert not optional.marked("tests/core/test_frames.py::test_header")
-    assert optional.marked("tests/celery_pool/test_celery_worker.py::test_x")
+    assert optional.marked("tests/celery_pool/test_worker.py::test_x")
 
 
 def test_the_checkers_are_marked_and_the_rest_is_not() -> None:

@@ -1,7 +1,7 @@
 """``pipepool run`` and ``pipepool bench``, through the real CLI in a subprocess: the
 runner's core (failures, timeouts, resume, Ctrl-C, process-tree cleanup). Input forms and
-output are in test_cli_io.py, GNU parallel's options in test_cli_gnu.py, isolation and
-measurement in test_cli_measure.py."""
+output are in cli/test_io.py, GNU parallel's options in cli/test_gnu.py, isolation and
+measurement in cli/test_measure.py."""
 
 from __future__ import annotations
 
@@ -273,7 +273,7 @@ def test_retries_rerun_a_failing_job(tmp_path: Path) -> None:
 
 
 def test_halt_soon_starts_no_new_job(tmp_path: Path) -> None:
-    """The summary says why the run stopped (every --halt form: test_cli_halt.py)."""
+    """The summary says why the run stopped (every --halt form: cli/test_halt.py)."""
     log = tmp_path / "log"
     jobs = ["true", "exit 4"] + ["true"] * 20
     proc = run_cli(

@@ -2,7 +2,7 @@
 ``Claims`` (one worker's ring of claim words, decided by compare-and-swap), the start
 marks' page that holds a ring per worker slot, and the worker's gate deciding each task
 through it. The pure loop has no ``Claims``; its pools cancel by asking the worker (the
-pools' tests run both loops: tests/futures/test_futures_cancel_claims.py,
+pools' tests run both loops: tests/futures/test_cancel_claims.py,
 tests/executor/test_cancel_claims.py).
 """
 

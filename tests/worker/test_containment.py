@@ -18,7 +18,7 @@ row                                        test
    stack in the WorkerLostError            ``test_a_worker_killed_without_a_report_...``
 =========================================  ============================================
 
-Row 5 (non-bytes payloads in both loops) is in tests/loop/test_loop_differential.py; rows 2
+Row 5 (non-bytes payloads in both loops) is in tests/loop/test_differential.py; rows 2
 and 6 are elsewhere. See docs/containment.md for the behaviour these tests pin.
 
 Every test runs on both loop implementations and every start method where workers are

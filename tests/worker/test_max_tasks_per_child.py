@@ -3,7 +3,7 @@ under load (issue 8, hardening) every worker's count right from its first tasks,
 many recycles. The faces' own are in their rooms (futures/test_futures.py, the Airflow
 executor's), revoked tasks' in executor/test_revoke.py.
 
-Issue 8's hardening table is split by subject (tests/worker/test_worker_faults.py has
+Issue 8's hardening table is split by subject (tests/worker/test_faults.py has
 the index of its rows); ``pool``, ``pool_on_one_loop`` are conftest's, and
 ``exactly_one_each``, ``failures``, ``full_size_of`` helpers.py's.
 """

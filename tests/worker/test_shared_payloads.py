@@ -4,7 +4,7 @@
 What could break: a payload that waits for further sync() calls (the heartbeat case of
 issue 26), a ring that hands out space its reader still reads, a full ring that blocks
 the parent, a worker that dies reading or writing one, and memory that outlives the pool.
-The writer killed half way is ``test_worker_faults.py::test_worker_killed``
+The writer killed half way is ``test_faults.py::test_worker_killed``
 (mid-result-copy), and forged references are in ``test_bad_frames.py::test_bad_frame``'s
 table.
 """

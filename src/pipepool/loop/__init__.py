@@ -33,7 +33,7 @@ def load(choice: str | None = None) -> tuple[str, LoopModule]:
     if choice != "python":
         try:
             # By name: the compiled module has no source for a type checker to read; the
-            # tests check it has the declared interface (tests/loop/test_loop_interface.py).
+            # tests check it has the declared interface (tests/loop/test_interface.py).
             _loop = importlib.import_module(f"{__name__}._loop")
         except ImportError as exc:
             if choice == "cython":

@@ -3,7 +3,7 @@ worker may call on either twin (``_pyloop``, and the compiled ``_loop`` built fr
 ``pyx/_loop.pyx``), and nothing else (the twins' private state differs).
 
 ``load()`` returns a ``LoopModule``: mypy checks the pure twin against it; the compiled
-one has no source to read, so tests/loop/test_loop_interface.py checks both built twins
+one has no source to read, so tests/loop/test_interface.py checks both built twins
 against these declarations (every member present, the same parameters). Only type
 checking and that test import this module: a worker never pays for it.
 """

@@ -10,9 +10,10 @@ import signal
 import time
 
 import pytest
-from celery_support import POOL, Worker, alive, require, wait_for
 
 import leakcheck
+
+from .celery_support import POOL, Worker, alive, require, wait_for
 
 require()  # skip without Celery locally; with CI=true, fail
 
@@ -24,8 +25,8 @@ def w(redis_server, tmp_path_factory):
     worker = Worker(
         tmp_path_factory.mktemp("celery-worker"),
         "main",
-        broker=redis_server.url(0),
-        backend=redis_server.url(1),
+        broker=redis_server.db(0),
+        backend=redis_server.db(1),
         args=("--soft-time-limit", "30", "--time-limit", "60"),
     )
     with leakcheck.keep("the module's Celery worker", worker.held):
@@ -137,7 +138,7 @@ def test_revoke_with_terminate_before_accept(w):
     waiting = w.send("sleep", 0, "never")
     time.sleep(0.3)  # it reaches the worker (reserved), not a child: both are busy
     # (revoked, Celery discards it when a slot frees; a job revoked inside the pool:
-    # test_celery_hub.py::test_a_job_terminated_before_it_starts_never_runs)
+    # test_hub.py::test_a_job_terminated_before_it_starts_never_runs)
     waiting.revoke(terminate=True)
     with pytest.raises(TaskRevokedError):
         waiting.get(30)

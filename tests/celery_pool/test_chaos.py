@@ -13,7 +13,8 @@ import time
 from collections import defaultdict
 
 import pytest
-from celery_support import require, wait_for
+
+from .celery_support import require, wait_for
 
 require()  # skip without Celery locally; with CI=true, fail
 

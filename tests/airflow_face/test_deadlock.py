@@ -22,8 +22,9 @@ import sys
 import time
 from pathlib import Path
 
-import airflow_env
 import pytest
+
+from . import airflow_env
 
 airflow_env.require_airflow()
 

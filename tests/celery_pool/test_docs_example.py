@@ -15,9 +15,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from celery_support import HERE, POOL, alive, client, require, wait_for
 
 from helpers import ENV
+
+from .celery_support import HERE, POOL, alive, client, require, wait_for
 
 require()  # skip without Celery locally; with CI=true, fail
 
@@ -118,8 +119,8 @@ def project_env(redis_server):
     return {
         **ENV,
         "PYTHONPATH": os.pathsep.join([str(PROJECT), ENV.get("PYTHONPATH", "")]),
-        "CELERY_BROKER_URL": redis_server.url(0),
-        "CELERY_RESULT_BACKEND": redis_server.url(1),
+        "CELERY_BROKER_URL": redis_server.db(0),
+        "CELERY_RESULT_BACKEND": redis_server.db(1),
         # The `celery` command of this Python's environment, as an activated one gives.
         "PATH": os.pathsep.join((os.path.dirname(sys.executable), os.environ["PATH"])),
     }

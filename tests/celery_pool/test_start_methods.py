@@ -1,4 +1,4 @@
-"""The pool under spawn and forkserver (fork: test_celery_worker.py), each started by
+"""The pool under spawn and forkserver (fork: test_worker.py), each started by
 another of Celery's routes to a custom pool: the ``worker_pool`` setting with no ``-P``,
 and ``pool_cls=`` from Python. Every child runs Celery's ``process_initializer`` once
 (``worker_process_init``), as a fresh interpreter: the fast tracer's registry is set up
@@ -7,7 +7,8 @@ there, and a task's soft limit still reaches it."""
 from __future__ import annotations
 
 import pytest
-from celery_support import POOL, require, wait_for
+
+from .celery_support import POOL, require, wait_for
 
 require()  # skip without Celery locally; with CI=true, fail
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 import signal
 
 import pytest
-from celery_support import Worker, alive, filesystem_transport, require, wait_for
 
 import leakcheck
+
+from .celery_support import Worker, alive, filesystem_transport, require, wait_for
 
 require()  # skip without Celery locally; with CI=true, fail
 

@@ -7,7 +7,8 @@ import signal
 import time
 
 import pytest
-from celery_support import Worker, alive, require, wait_for
+
+from .celery_support import Worker, alive, require, wait_for
 
 require()  # skip without Celery locally; with CI=true, fail
 

@@ -4,7 +4,7 @@ no public method beyond them.
 
 mypy checks the pure twin and every call into the loop against the declarations; the
 compiled twin has no source for it to read, so this is where it is held to them (the
-twins against each other: tests/loop/test_loop_differential.py).
+twins against each other: tests/loop/test_differential.py).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ scheduler, api-server and dag-processor on 127.0.0.1 with a sqlite database and
 * 3.3: a connection test, dispatched by the scheduler to our executor.
 
 No process of the session outlives it, and the scheduler's log names our executor
-(test_airflow_e2e.py's separate scheduler run, nightly, checks the same). Never more
+(test_e2e.py's separate scheduler run, nightly, checks the same). Never more
 than 4 task instances run at once (from the metadata database's start and
 end dates of the successful ones, which their own task runners set). ``airflow providers
 executors`` lists the executor. One scheduler session serves every check (a module
@@ -33,15 +33,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import airflow_env
 import pytest
+
+from . import airflow_env
 
 airflow_env.require_airflow()
 
-import e2e  # noqa: E402
-
 import proc_table  # noqa: E402
 from helpers import wait_for  # noqa: E402
+
+from . import e2e  # noqa: E402
 
 BOUND = 540.0  # s for the whole session
 PARALLELISM = 4

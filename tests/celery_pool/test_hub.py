@@ -15,7 +15,8 @@ import threading
 import time
 
 import pytest
-from celery_support import require
+
+from .celery_support import require
 
 require()  # skip without Celery locally; with CI=true, fail
 

@@ -16,15 +16,16 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from unittest import mock
 
-import airflow_env  # first: sets AIRFLOW_HOME before Airflow is imported
 import pytest
+
+from . import airflow_env  # first: sets AIRFLOW_HOME before Airflow is imported
 
 airflow_env.require_airflow()
 
-import fakes  # noqa: E402
-
 import proc_table  # noqa: E402
 from helpers import remove_cgroup  # noqa: E402
+
+from . import fakes  # noqa: E402
 
 # Airflow is imported by the tests, not at collection: the rest of the suite forks many
 # thousands of workers, each fork slower with Airflow loaded (conftest.py runs these

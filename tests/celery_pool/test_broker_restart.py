@@ -8,7 +8,8 @@ from __future__ import annotations
 import gc
 
 import pytest
-from celery_support import require, wait_for
+
+from .celery_support import require, wait_for
 
 require()  # skip without Celery locally; with CI=true, fail
 

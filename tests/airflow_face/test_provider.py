@@ -13,8 +13,9 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-import airflow_env  # first: sets AIRFLOW_HOME before Airflow is imported
 import pytest
+
+from . import airflow_env  # first: sets AIRFLOW_HOME before Airflow is imported
 
 airflow_env.require_airflow()
 

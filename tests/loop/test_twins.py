@@ -1,4 +1,4 @@
-"""The loop's twins side by side, beyond the transcripts of test_loop_differential.py: the
+"""The loop's twins side by side, beyond the transcripts of test_differential.py: the
 same surface (names, signatures, docstrings), and what the executor relies on (a signal
 interrupts a wait and loses nothing; the compiled pump runs no Python code)."""
 

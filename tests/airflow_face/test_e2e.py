@@ -4,7 +4,7 @@ PipepoolExecutor, in a temporary AIRFLOW_HOME with a sqlite database, on 127.0.0
 
 * ``airflow dags test --use-executor``, by default;
 * the scheduler, api-server and dag-processor for one triggered run, at the nightly size
-  only: by default test_airflow_versions_e2e.py's one scheduler session runs the same
+  only: by default test_versions_e2e.py's one scheduler session runs the same
   DAG (cut to 5 ``ok_*`` tasks) beside its other DAGs, with the same checks (every state,
   no process outliving the run, our executor named in the scheduler's log), so a second
   start of Airflow's three processes (over a minute here) would test nothing new.
@@ -28,14 +28,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import airflow_env
 import pytest
+
+from . import airflow_env
 
 airflow_env.require_airflow()
 
-import e2e  # noqa: E402
-
 import proc_table  # noqa: E402
+
+from . import e2e  # noqa: E402
 
 BOUND = 540.0  # s for one whole run; the test's own timeout is above it
 SCHEDULER_OK = int(os.environ.get("PIPEPOOL_E2E_SCHEDULER_OK", "30"))
@@ -89,7 +90,7 @@ def test_dags_test_with_the_executor_full(tmp_path, template_db):
 @pytest.mark.slow
 @pytest.mark.skipif(
     not SLOW,
-    reason="the same DAG runs by default in test_airflow_versions_e2e.py's scheduler "
+    reason="the same DAG runs by default in test_versions_e2e.py's scheduler "
     "session; this separate run (its own start of Airflow's processes) with PIPEPOOL_SLOW=1",
 )
 @pytest.mark.timeout(BOUND + 60)
