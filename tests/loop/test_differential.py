@@ -431,6 +431,9 @@ DIES_MID_BIG = Scenario(
 """The peer dies 300 kB into a 1 MiB frame: EOF mid-frame, with the bytes it held."""
 
 
+# CPU-bound (300 scenarios, no process or wait): about 15 s on a free CPU, minutes when
+# the CPUs are shared (a loaded CI pass hit the file's 120 s): this bound is for a hang.
+@pytest.mark.timeout(900)
 @settings(
     max_examples=300,
     deadline=None,

@@ -99,14 +99,13 @@ def test_mixed_failures_exit_status_summary_and_joblog(tmp_path: Path) -> None:
 
 
 def test_timeout_kills_the_whole_process_group(mark: str) -> None:
-    """`sleep & exec sleep` with --timeout 1: back within seconds, no descendant left."""
-    started = time.monotonic()
+    """`sleep & exec sleep` with --timeout 1: back long before the sleeps end (run_cli's
+    own bound, 60 s, fails the test otherwise; how soon is the machine's load, not a
+    property of the run: a 5 s bound failed a loaded CI run at 6.7 s), no descendant left."""
     proc = run_cli(
         "run", "--timeout", "1", ":::", f"sh -c 'sleep 1000.{mark} & exec sleep 1000.{mark}'"
     )
-    elapsed = time.monotonic() - started
     assert proc.returncode == 1, proc.stderr
-    assert elapsed < 5, elapsed
     assert "timed out" in proc.stderr
     # The worker kills and reaps the group before it reports the job: nothing to wait for.
     assert survivors(mark) == []
@@ -285,8 +284,9 @@ def test_halt_soon_starts_no_new_job(tmp_path: Path) -> None:
 
 
 def test_halt_now_kills_running_jobs(tmp_path: Path, mark: str) -> None:
+    """The running sleeps are killed: the run returns within run_cli's 60 s bound, long
+    before they would end."""
     log = tmp_path / "log"
-    started = time.monotonic()
     proc = run_cli(
         "run",
         "-j",
@@ -300,7 +300,6 @@ def test_halt_now_kills_running_jobs(tmp_path: Path, mark: str) -> None:
         f"sleep 1000.{mark} & sleep 1000.{mark}",
         "sleep 0.5; exit 7",
     )
-    assert time.monotonic() - started < 10
     assert proc.returncode == 7, proc.stderr  # fail=1: the failed job's own status
     summary = json.loads(proc.stdout.splitlines()[-1])
     assert summary["aborted"] == 1 and summary["failures"][0]["exitval"] == 7
