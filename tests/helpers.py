@@ -197,6 +197,18 @@ class Recorder:
                 raise AssertionError(f"condition not reached in {limit}s; stats={self.ex.stats()}")
             self.round(timeout)
 
+    def run_while_progressing(
+        self, predicate: Callable[[], bool], stall: float = 60.0, timeout: float = 0.01
+    ) -> None:
+        """Rounds until ``predicate()``, failing only once no task has ended for ``stall``
+        seconds: a long batch's wall time is the machine's load (a bound on it failed a
+        loaded run 985 tasks into 1,024), a stall is a hang."""
+        while not predicate():
+            idle = time.monotonic() - self.ex.stats()["last_progress"]
+            if idle > stall:
+                raise AssertionError(f"no task ended in {idle:.0f}s; stats={self.ex.stats()}")
+            self.round(timeout)
+
     def finish(self, limit: float = 120.0) -> None:
         self.run_until(lambda: not self.ex.has_work(), limit)
         self.ex.end()
