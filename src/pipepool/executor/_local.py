@@ -4,8 +4,8 @@ The steps of a round live beside it, as methods of the same object (one owner of
 bookkeeping, its state declared once in ``_state.py``): ``_collect.py`` (collect),
 ``_reap.py`` (reap and retire workers), ``_lifecycle.py`` (start, kill and stop them),
 ``_dispatch.py`` (dispatch and revoke), ``_cancel.py`` (cancel, kill and time out tasks),
-``pipepool._api`` (expire, and what ClusterExecutor shares); the adaptive depth and
-revocation policy is ``_depth.py``; ``_outside.py`` holds the verbs of an event loop
+``pipepool._bookkeeping`` (expire, and the rest ClusterExecutor shares); the adaptive
+depth and revocation policy is ``_depth.py``; ``_outside.py`` holds the verbs of an event loop
 that drives it from outside (what to watch, when to step).
 
 Data flow (one pipe pair per worker, whose parent ends only the PipeLoop touches; plus a
@@ -28,7 +28,7 @@ handlers deferred (``_signals``): a KeyboardInterrupt lands between steps, never
 one, so each task is at every return to user code in exactly one place: ``_queue``
 (queued), a worker's ``in_flight`` (running), or reported (its terminal event is in
 ``_events``, or in ``_later`` behind another dispatch's of its key). Nothing is counted
-separately but a key's dispatches (``pipepool._api``, changed under deferral), so no
+separately but a key's dispatches (``pipepool._bookkeeping``, changed under deferral), so no
 count can drift or go negative.
 """
 

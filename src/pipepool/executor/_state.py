@@ -6,8 +6,8 @@ The steps are classes built on ``LocalState``, each in the file that says what i
 and each derived from the steps whose methods it calls::
 
     SchedulerAPI ─ LocalState ─┬─ WorkerLifecycle ─ Collector ─┬─ Reaper ─────┬─ LocalExecutor
-      (pipepool._api)          │                               └─ Canceller ──┤
-                               ├─ Dispatcher ─────────────────────┘           │
+      (pipepool._api,          │                               └─ Canceller ──┤
+      on _bookkeeping)         ├─ Dispatcher ─────────────────────┘           │
                                └─ OutsideLoop ────────────────────────────────┘
 
 so the hierarchy the type checker reads is the one that runs. They move tasks between
