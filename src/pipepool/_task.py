@@ -42,7 +42,7 @@ class Task:
         "value",
     )
     # Its outcome, set when it ends, for a face that reads the records themselves
-    # (``_api``, "Two ways out"); unset until then, which saves the queue path two stores.
+    # (``_bookkeeping``, "Two ways out"); unset until then, which saves the queue path two stores.
     failed: bool  # it ended in failure: ``value`` is the exception
     value: Any  # the result, or the exception
 

@@ -1,4 +1,4 @@
-"""The two ways a task's outcome leaves a LocalExecutor (``pipepool._api``, "Two ways
+"""The two ways a task's outcome leaves a LocalExecutor (``pipepool._bookkeeping``, "Two ways
 out"): the event buffer, and the task records a face keeps (a ProcessPoolExecutor's
 futures). They agree on every outcome, and the bulk paths keep the order things
 happened in: frames are applied in arrival order, and a face settles a round's starts

@@ -9,7 +9,8 @@ This module only names what the room offers; the code is in its parts:
 * ``_state.py``: the state, declared once (``LocalState``), and ``_Worker``;
 * the steps of a round: ``_collect.py``, ``_reap.py`` (and ``_death.py``, why a worker
   died), ``_lifecycle.py``, ``_dispatch.py``; the policy ``_depth.py``; the verbs of an
-  event loop that drives it from outside, ``_outside.py``.
+  event loop that drives it from outside, ``_outside.py``;
+* ``_cancel.py``: the stopping of tasks (cancel the unstarted, kill, time out).
 """
 
 from __future__ import annotations

@@ -3,10 +3,10 @@
 The steps of a round live beside it, as methods of the same object (one owner of the
 bookkeeping, its state declared once in ``_state.py``): ``_collect.py`` (collect),
 ``_reap.py`` (reap and retire workers), ``_lifecycle.py`` (start, kill and stop them),
-``_dispatch.py`` (dispatch and revoke), ``pipepool._api`` (expire, and what
-ClusterExecutor shares); the adaptive depth and revocation policy is ``_depth.py``;
-``_outside.py`` holds the verbs of an event loop that drives it from outside (what to
-watch, when to step).
+``_dispatch.py`` (dispatch and revoke), ``_cancel.py`` (cancel, kill and time out tasks),
+``pipepool._bookkeeping`` (expire, and the rest ClusterExecutor shares); the adaptive
+depth and revocation policy is ``_depth.py``; ``_outside.py`` holds the verbs of an event loop
+that drives it from outside (what to watch, when to step).
 
 Data flow (one pipe pair per worker, whose parent ends only the PipeLoop touches; plus a
 control pipe per worker that carries nothing but REVOKE and CANCEL, written by the
@@ -28,38 +28,30 @@ handlers deferred (``_signals``): a KeyboardInterrupt lands between steps, never
 one, so each task is at every return to user code in exactly one place: ``_queue``
 (queued), a worker's ``in_flight`` (running), or reported (its terminal event is in
 ``_events``, or in ``_later`` behind another dispatch's of its key). Nothing is counted
-separately but a key's dispatches (``pipepool._api``, changed under deferral), so no
+separately but a key's dispatches (``pipepool._bookkeeping``, changed under deferral), so no
 count can drift or go negative.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import multiprocessing
 import signal
 import time
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import _checks, _signals
 from .._api import wait_timeout
 from .._cpus import available_cpus
-from .._task import DONE as _DONE
-from .._task import QUEUED as _QUEUED
-from .._task import RUNNING as _RUNNING
 from .._task import Task as _Task
-from ..errors import InitializerError, TaskKilledError, TaskTimeoutError
-from ..events import State
+from ..errors import InitializerError, TaskKilledError
 from ..worker import signal_group
-from ._collect import cancelled_error
-from ._dispatch import Dispatcher
+from ._cancel import Canceller
 from ._lifecycle import _signal_process
 from ._outside import OutsideLoop
 from ._reap import REAP_INTERVAL, Reaper
-from ._state import _Worker
 
-_FAILED = State.FAILED  # a plain name: events.py says why
 _INF = float("inf")
 TERM_GRACE = 1.0  # s between SIGTERM and SIGKILL in terminate()
 START_POLL = 0.002  # s a wait may last while a worker holds tasks and none is known to
@@ -71,7 +63,7 @@ STARTUP_POLL = 0.01  # s, the same for a worker still starting up (nothing heard
 # very worker being waited for. Its first task's start is seen at most this late.
 
 
-class LocalExecutor(Reaper, Dispatcher, OutsideLoop):
+class LocalExecutor(Reaper, Canceller, OutsideLoop):
     """Run callables in a pool of local worker processes, scheduler style.
 
     ``queue`` work under a key, call ``sync`` (or ``heartbeat``) regularly, read outcomes
@@ -220,130 +212,6 @@ class LocalExecutor(Reaper, Dispatcher, OutsideLoop):
         """True while any task is queued or in flight."""
         return bool(self._queue) or any(w.in_flight for w in self._workers.values())
 
-    def kill(self, key: Hashable) -> int:
-        """Kill the workers running started dispatches of ``key`` (every one started; the
-        workers are replaced); those fail with ``TaskKilledError``. Dispatches of the key
-        not started go on (``cancel`` those). Returns how many were killed."""
-        self._require_started()
-        _checks.hashable(key, "key")
-        deferred = None
-        try:
-            deferred = _signals.defer()  # start marks, deadlines and kills change together
-            self._read_marks(time.monotonic())  # one that began since the last round counts
-            killed = 0
-            for w in list(self._workers.values()):
-                for t in w.in_flight.values():
-                    if t.key == key and t.started and not w.killed:
-                        self._kill_worker(w, TaskKilledError(f"task {key!r} was killed on request"))
-                        killed += 1
-            return killed
-        finally:
-            _signals.undefer(deferred)
-
-    def cancel(self, key: Hashable) -> int:
-        """Cancel every dispatch of ``key`` that has not started; returns how many are
-        cancelled or being cancelled (0: all started, ended, or the key is unknown).
-        Started dispatches of the key run on (``kill`` stops them).
-
-        Queued: it fails with ``concurrent.futures.CancelledError`` now. Sent to a worker
-        and not started (the adaptive depth sends tasks ahead): with the compiled loop it
-        is claimed in memory shared with the worker, and fails with ``CancelledError``
-        now, unless the worker decided to start it first (docs/design.md, "Cancel
-        claims"); else (the pure loop, or a task sent too far ahead to be claimed) the
-        worker is told to skip that task (CANCEL, at any ``prefetch``) and it fails with
-        ``CancelledError`` once the worker confirms, a round or so later. Either way the
-        tasks behind it stay on that worker, not sent again. (When every task a worker
-        holds and has not started is cancelled, one REVOKE tells it, and nothing is sent
-        again either.) A worker that started it first runs it on, and it reports as
-        usual: started or cancelled, never both. Its event says which.
-        """
-        _checks.hashable(key, "key")
-        deferred = None
-        try:
-            deferred = _signals.defer()
-            return len(self._cancel((key,)))
-        finally:
-            _signals.undefer(deferred)
-
-    def _cancel(self, keys: Iterable[Hashable], *, spare_next: bool = False) -> list[_Task]:
-        """``cancel`` for many keys in one pass, every dispatch of each (signals deferred
-        by the caller); the dispatches cancelled now or being cancelled (``_cancel_tasks``)."""
-        keys = set(keys)
-        tasks = [t for t in self._queue if t.key in keys]
-        tasks += [t for t in self._dispatched() if t.key in keys]
-        return self._cancel_tasks(tasks, spare_next=spare_next)
-
-    def _cancel_tasks(self, tasks: Iterable[_Task], *, spare_next: bool = False) -> list[_Task]:
-        """Cancel these tasks (records way out: the face's own records; signals deferred
-        by the caller) unless they started; the ones cancelled now (ended with
-        CancelledError) or being cancelled (a REVOKE is out). ``spare_next`` (a pool's
-        shutdown with cancel_futures) keeps one task per worker slot: the one a worker
-        runs or starts next, as the standard library's call queue does."""
-        spared = self._next_tasks() if spare_next else set()
-        tasks = [t for t in tasks if t.phase != _DONE and t.tid not in spared]
-        cancelling: list[_Task] = []
-        queued = {t.tid for t in tasks if t.phase == _QUEUED}
-        if queued:
-            queue = self._queue
-            doomed = [t for t in queue if t.tid in queued]
-            if doomed:
-                kept = [t for t in queue if t.tid not in queued]
-                queue.clear()
-                queue.extend(kept)
-                for t in doomed:
-                    self._finish(t, _FAILED, exception=cancelled_error(t.key))
-                    cancelling.append(t)
-        sent = {t.tid for t in tasks if t.phase == _RUNNING}
-        if sent and self._state == "started":
-            self._read_marks(time.monotonic())  # a task that began since the last round runs
-            for w in self._workers.values():
-                doomed = [t for t in w.in_flight.values() if t.tid in sent and not t.started]
-                if doomed and w.claims is not None:
-                    doomed = self._claim(w, doomed, cancelling)
-                if doomed:
-                    for t in doomed:
-                        t.cancelling = True
-                    cancelling += doomed
-                    self._send_cancels(w, doomed)
-        return cancelling
-
-    def _claim(self, w: _Worker, tasks: list[_Task], cancelled: list[_Task]) -> list[_Task]:
-        """Cancel ``w``'s unstarted ``tasks`` by claiming them in shared memory, without
-        asking ``w`` (docs/design.md, "Cancel claims"): each claimed one ends cancelled
-        now (into ``cancelled``), as a CANCELLED answer would end it; one ``w`` decided
-        to start first is left to run. Returns the rest, to cancel by asking ``w``."""
-        claims = w.claims
-        assert claims is not None
-        rest = []
-        for t in tasks:
-            if t.cancelling or t.seq in w.asked:  # asked already: its answer decides
-                rest.append(t)
-                continue
-            claimed = claims.claim(t.seq)
-            if claimed is None:  # not decidable in memory (prefetched deep, or skipped)
-                rest.append(t)
-            elif claimed:  # it never runs: out of w's tasks, the ones behind stay
-                self._take_back(w, t)
-                self._finish(t, _FAILED, exception=cancelled_error(t.key))
-                cancelled.append(t)
-            # else w decided to start it: it runs (its start mark follows)
-        return rest
-
-    def _next_tasks(self) -> set[int]:
-        """The task each worker slot runs or starts next: a busy worker's first, then as
-        many queued tasks as slots hold nothing."""
-        busy = [w for w in self._workers.values() if w.in_flight and not w.closing]
-        nxt = {next(iter(w.in_flight.values())).tid for w in busy}
-        free = max(0, self.parallelism - len(busy))
-        nxt.update(t.tid for t in itertools.islice(self._queue, free))
-        return nxt
-
-    def _uncancel(self, t: _Task) -> None:
-        """Withdraw a ``cancel`` of task ``t`` still waiting for its worker's answer: if
-        that worker skips the task, it runs elsewhere after all."""
-        if t.phase == _RUNNING:
-            t.cancelling = False
-
     def _shut_down(self) -> None:
         self._stop_workers()
 
@@ -437,19 +305,6 @@ class LocalExecutor(Reaper, Dispatcher, OutsideLoop):
             self._fork_due_zygote()
         finally:
             _signals.undefer(deferred)
-
-    # -- the steps of a round -----------------------------------------------------------
-
-    def _time_out(self, t: _Task) -> None:
-        for w in self._workers.values():
-            if w.in_flight.get(t.tid) is t and not w.killed:
-                self._kill_worker(
-                    w,
-                    TaskTimeoutError(
-                        f"task {t.key!r} timed out after {t.timeout} s; "
-                        f"its worker pid {w.pid} was killed"
-                    ),
-                )
 
     # -- helpers ----------------------------------------------------------------------------
 

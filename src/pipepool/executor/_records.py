@@ -1,5 +1,5 @@
 """RecordExecutor: a LocalExecutor for a face that keeps the task records itself (a
-ProcessPoolExecutor's futures *are* its tasks: ``pipepool._api``, "Two ways out").
+ProcessPoolExecutor's futures *are* its tasks: ``pipepool._bookkeeping``, "Two ways out").
 
 Its verbs are the declared seam between such a face and the executor: the face hands
 over records, runs a round, waits, takes the settled records back, cancels and withdraws
@@ -52,7 +52,7 @@ class RecordExecutor(LocalExecutor):
             loop_impl=loop_impl,
             preload=preload,
         )
-        # The records way out (``pipepool._api``, "Two ways out"): the face's own records
+        # The records way out (``pipepool._bookkeeping``, "Two ways out"): the face's own records
         # (a subclass of Task this room does not know, so ``Any``), as it handed them over.
         self._settled: list[Any] = []  # ended since the last take_records()
         self._began: list[Any] = []  # seen started since the last take_records()

@@ -5,9 +5,10 @@ does), and ``_Worker``, the parent's record of one worker process.
 The steps are classes built on ``LocalState``, each in the file that says what it does,
 and each derived from the steps whose methods it calls::
 
-    SchedulerAPI ─ LocalState ─┬─ WorkerLifecycle ─ Collector ─ Reaper ─┬─ LocalExecutor
-      (pipepool._api)          ├─ Dispatcher ───────────────────────────┤
-                               └─ OutsideLoop ──────────────────────────┘
+    SchedulerAPI ─ LocalState ─┬─ WorkerLifecycle ─ Collector ─┬─ Reaper ─────┬─ LocalExecutor
+      (pipepool._api,          │                               └─ Canceller ──┤
+      on _bookkeeping)         ├─ Dispatcher ─────────────────────┘           │
+                               └─ OutsideLoop ────────────────────────────────┘
 
 so the hierarchy the type checker reads is the one that runs. They move tasks between
 ``_queue``, the workers' ``in_flight`` and ``_events``: one owner of that bookkeeping,

@@ -9,7 +9,7 @@ Data flow (one token holder at a time touches the LocalExecutor)::
 
 A future is the LocalExecutor's task record itself (``_item.Record``): one object per
 call from ``submit`` to its outcome, handed over and handed back in bulk (the records
-way out, ``pipepool._api``). A user thread appends it to ``pending`` under the pool's
+way out, ``pipepool._bookkeeping``). A user thread appends it to ``pending`` under the pool's
 lock; the first of a batch wakes whoever holds the token (or the driver thread, if
 nobody does). A thread that then waits for a result takes the token itself when it is
 free and runs the turns (``_driver``): the worker's result wakes the waiting thread's

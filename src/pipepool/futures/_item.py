@@ -1,7 +1,7 @@
 """The units of work a ProcessPoolExecutor's driver completes. Each is one record, end to
 end: ``PoolFuture`` (what ``submit`` returns) and ``MapItem`` (one call of a ``map``, in
 ``_map``) are the LocalExecutor's task records themselves (``_task.Task``, handed over
-and handed back by the records way out of ``pipepool._api``): no entry, no event and no
+and handed back by the records way out of ``pipepool._bookkeeping``): no entry, no event and no
 second object per task.
 
 ``Record`` adds what the driver settles, under its lock and in bulk, to the task record:
