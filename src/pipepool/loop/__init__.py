@@ -1,10 +1,10 @@
 """The parent's poll loop, and the one switch between its compiled and pure-Python twins.
 
 This room is the loop (``PipeLoop``, ``FrameReader``): ``_pyloop.py`` is the readable
-specification, ``_loop`` its compiled twin (built from ``pyx/_loop.pyx``), and this module
-chooses between them; ``_interface.py`` declares what either twin offers the executor
-and the worker, for the type checker. It knows file descriptors and bytes, nothing
-about tasks.
+specification (with ``_pychannel.py``, a channel's buffers), ``_loop`` its compiled twin
+(built from ``pyx/_loop.pyx``), and this module chooses between them; ``_interface.py``
+declares what either twin offers the executor and the worker, for the type checker. It
+knows file descriptors and bytes, nothing about tasks.
 
 ``PIPEPOOL_IMPL=python`` forces the pure-Python loop, ``PIPEPOOL_IMPL=cython`` makes a
 missing extension an ImportError, unset means "compiled when importable". Workers read

@@ -37,23 +37,15 @@ import itertools
 import math
 import os
 import select
-from collections import deque
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..errors import FrameError
-from ..frames import (
-    HEADER,
-    HEADER_SIZE,
-    MAGIC,
-    MAX_PAYLOAD,
-    FrameReader,
-    check_header,
-    encode_header,
-)
+from ..frames import HEADER_SIZE, MAX_PAYLOAD, FrameReader
 
 if TYPE_CHECKING:  # what pump() returns, declared with the twins' interface
     from ._interface import ClaimsAPI, Closed, Frame
+    from ._pychannel import _Channel
 
 __all__ = ["Claims", "FrameReader", "PipeLoop", "chunk_results"]  # the twins export these
 
@@ -75,61 +67,8 @@ BIG_FRAME = 1 << 16
 # header (4 GiB announced, 10 bytes sent) costs 4 MiB, and any channel holds at most
 # max(BIG_TRUST, 2 x what actually arrived). Honest frames up to 4 MiB never grow.
 BIG_TRUST = 1 << 22
-
 _IN = select.POLLIN
 _OUT = select.POLLOUT
-
-
-class _Channel:
-    __slots__ = (
-        "big",
-        "big_filled",
-        "big_header",
-        "big_size",
-        "channel",
-        "closed",
-        "exit_fd",
-        "inbuf",
-        "offset",
-        "out",
-        "pending",
-        "polling_out",
-        "read_fd",
-        "write_dead",
-        "write_fd",
-    )
-
-    def __init__(self, channel: int, write_fd: int, read_fd: int, exit_fd: int) -> None:
-        self.channel = channel
-        self.write_fd = write_fd
-        self.read_fd = read_fd
-        self.exit_fd = exit_fd  # readable once the far end's process exited, or -1
-        # (kind, ident, header, payload as given, its bytes: the payload or a byte view)
-        self.out: deque[tuple[int, int, bytes, bytes, bytes | memoryview]] = deque()
-        self.offset = 0  # bytes of out[0] already written
-        self.pending = 0  # bytes queued and not yet written
-        self.inbuf = bytearray()  # an incomplete small frame (or header), carried over
-        # A big frame being read in place: its buffer (capacity = len(big)), the payload
-        # bytes in it so far, its header's (kind, ident) and the length that header said.
-        self.big: bytearray | None = None
-        self.big_filled = 0
-        self.big_header = (0, 0)
-        self.big_size = 0
-        self.closed = False  # reported closed by pump; nothing more is read
-        self.write_dead = False  # EPIPE seen: the reader is gone
-        self.polling_out = False
-
-
-def _as_bytes(payload: bytes) -> bytes | memoryview:
-    """``payload`` itself if it is bytes, else a flat byte view of it (its ``len`` is the
-    byte length: an int array's ``len`` counts items); TypeError if it is no C-contiguous
-    buffer, the same error as the compiled twin raises."""
-    if payload.__class__ is bytes:
-        return payload
-    view = memoryview(payload)  # TypeError: not a buffer at all
-    if not view.c_contiguous:
-        raise TypeError("a frame payload must be a C-contiguous buffer")
-    return view.cast("B")
 
 
 class PipeLoop:
@@ -159,6 +98,10 @@ class PipeLoop:
         reported closed, as at EOF, though another process may hold the pipe open."""
         if channel in self._channels:
             raise ValueError(f"channel {channel} already exists")
+        # Here, not at the top: a worker loads this module (the compiled twin does too,
+        # for its docstrings) but never makes a channel, and must not pay for the import.
+        from ._pychannel import _Channel
+
         os.set_blocking(write_fd, False)
         os.set_blocking(read_fd, False)
         ch = _Channel(channel, write_fd, read_fd, exit_fd)
@@ -217,10 +160,7 @@ class PipeLoop:
         else is a TypeError, raised before anything is queued.
         """
         ch = self._channels[channel]
-        data = _as_bytes(payload)
-        header = encode_header(kind, ident, len(data))
-        ch.out.append((kind, ident, header, payload, data))
-        ch.pending += HEADER_SIZE + len(data)
+        ch.push(kind, ident, payload)
         if len(ch.out) == 1 and not ch.write_dead:
             if flush:
                 self._flush(ch)
@@ -260,24 +200,11 @@ class PipeLoop:
             except OSError:  # EPIPE and friends: the worker is gone, its EOF will follow
                 ch.write_dead = True
                 break
-            ch.pending -= written
             wanted = sum(map(len, iov))
-            self._advance(ch, written)
+            ch.advance(written)
             if written < wanted:
                 break  # the pipe is full; POLLOUT will say when to go on
         self._want_out(ch, bool(out) and not ch.write_dead)
-
-    @staticmethod
-    def _advance(ch: _Channel, written: int) -> None:
-        out = ch.out
-        while written:
-            size = HEADER_SIZE + len(out[0][4]) - ch.offset
-            if written < size:
-                ch.offset += written
-                return
-            written -= size
-            out.popleft()
-            ch.offset = 0
 
     def _want_out(self, ch: _Channel, want: bool) -> None:
         if want != ch.polling_out:
@@ -411,7 +338,7 @@ class PipeLoop:
             budget -= len(data)
             if frame_error is None:  # after a bad header the stream means nothing
                 try:
-                    self._take(ch, data, frames)
+                    ch.take(data, frames, self.max_payload)
                 except FrameError as exc:
                     frame_error = exc
             if len(data) < READ_SIZE:
@@ -430,47 +357,6 @@ class PipeLoop:
         if eof or error is not None:
             self._close_channel(ch)
             closed.append((ch.channel, error))
-
-    def _take(self, ch: _Channel, data: bytes, frames: list[Frame]) -> None:
-        """Split the frames out of what arrived: whole ones into ``frames``, a big one's
-        start into its own buffer (``ch.big``), an incomplete small one into ``ch.inbuf``.
-        Raises FrameError at a header that cannot be trusted."""
-        buf: bytes | bytearray = data
-        if ch.inbuf:  # an incomplete small frame (or header) from earlier reads comes first
-            ch.inbuf += data
-            buf = ch.inbuf
-        start = 0
-        end = len(buf)
-        unpack = HEADER.unpack_from
-        with memoryview(buf) as view:
-            while end - start >= HEADER_SIZE:
-                magic, kind, flags, length, ident = unpack(buf, start)
-                if magic != MAGIC or flags or length > self.max_payload:
-                    check_header(magic, flags, length, self.max_payload)
-                begin = start + HEADER_SIZE
-                stop = begin + length
-                if length >= BIG_FRAME:
-                    if stop <= end:  # whole already: one copy, as a small one
-                        frames.append((ch.channel, kind, ident, bytearray(view[begin:stop])))
-                        start = stop
-                        continue
-                    # What arrived of it is copied once, the rest read into it. Only what
-                    # arrived or BIG_TRUST is allocated: the header may be lying.
-                    have = end - begin
-                    big = bytearray(max(have, min(length, BIG_TRUST)))
-                    big[:have] = view[begin:end]
-                    ch.big, ch.big_filled = big, have
-                    ch.big_header, ch.big_size = (kind, ident), length
-                    start = end
-                    break
-                if stop > end:
-                    break
-                frames.append((ch.channel, kind, ident, bytes(view[begin:stop])))
-                start = stop
-            if buf is data and start < end:
-                ch.inbuf += view[start:]
-        if buf is not data:
-            del ch.inbuf[:start]
 
     def _close_channel(self, ch: _Channel) -> None:
         """Stop polling a channel that reached EOF or went bad; ``remove`` closes its fds."""

@@ -13,7 +13,8 @@ What other rooms use, and nothing else of it (its underscore modules are its own
   the process group (``signal_group``: ``_tree``), ``retire_after_task`` and the exit
   codes;
 * two public modules a worker never loads, only its parent (and the zygote):
-  ``zygote`` (the process that forks a pool's workers; ``preload_here``) and
+  ``zygote`` (the process that forks a pool's workers; ``preload_here``; what runs in
+  that process, and the messages both sides send, are in ``_zygote_loop``) and
   ``bootstrap`` (a pool started while a worker imports an unguarded main module:
   ``WORKER_NAME``, ``refuse_while_bootstrapping``, ``EXIT_UNGUARDED_MAIN``,
   ``unguarded_main``). Re-exported here, they would slow every worker's start-up

@@ -26,17 +26,18 @@ code: the worker is the zygote's child, so the zygote reaps it (woken by SIGCHLD
 reports, and ``ZygoteChild`` stands for the worker's ``multiprocessing.Process`` in the
 parent. The zygote exits when the parent closes its end (the pool ended) or dies (the
 socket's EOF).
+
+This module is the parent's side; the zygote's own loop, and the messages, are in
+``_zygote_loop`` (the process imports only that, and what the pool's workers need).
 """
 
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
 import select
 import signal
 import socket
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -44,17 +45,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import PreloadError, RemoteTraceback
 from ..host import process_state, thread_count
+from ._zygote_loop import EXITED, FAILED, PRELOAD_FAILED, READY, REPLY, REQUEST, STARTED, serve
 from .bootstrap import EXIT_UNGUARDED_MAIN, WORKER_NAME, unguarded_main
 
 if TYPE_CHECKING:
     from . import WorkerShare
 
-_REQUEST = struct.Struct("=iii")  # the worker's id, its start-mark slot, 1 if a region is sent
-_REPLY = struct.Struct("=iii")  # kind, pid (or errno), exit code (PRELOAD_FAILED: text size)
-_STARTED, _EXITED, _FAILED, _READY, _PRELOAD_FAILED = 1, 2, 3, 4, 5
-# READY: the zygote imported what it preloads and takes requests. PRELOAD_FAILED: it could
-# not, and exits; the reply's third field is the size of the text that follows it, the
-# module's name and the import's traceback, "\0" between them.
 NAME = f"{WORKER_NAME}-zygote"  # a worker's prefix: an unguarded main exits it quietly
 LOST_EXIT = 255  # the exit code of a worker whose zygote died before reporting it
 SETTLE_LIMIT = 0.05  # s ``settle`` waits at most for an ending thread to be gone
@@ -137,7 +133,7 @@ class Zygote:
         from . import ChildFd
 
         process = context.Process(
-            target=_serve,
+            target=serve,
             args=(ChildFd(child_end.fileno()), worker, share, close, tuple(preload)),
             name=NAME,
             daemon=True,
@@ -162,9 +158,9 @@ class Zygote:
         """Until the zygote says it imported what it preloads; ``PreloadError`` if it
         could not, or exited first."""
         kind, _, size = self._next()
-        if kind == _READY:
+        if kind == READY:
             return
-        if kind == _PRELOAD_FAILED:
+        if kind == PRELOAD_FAILED:
             text = self._exactly(size).decode("utf-8", "replace")
             module, _, tb = text.partition("\0")
             last = tb.strip().splitlines()[-1] if tb.strip() else "failed"
@@ -188,10 +184,10 @@ class Zygote:
     def _next(self) -> tuple[int, int, int]:
         """The next message, blocking (EOF: kind 0)."""
         try:
-            data = self._exactly(_REPLY.size)
+            data = self._exactly(REPLY.size)
         except OSError:
             return 0, 0, 0
-        return _REPLY.unpack(data)
+        return REPLY.unpack(data)
 
     def _exactly(self, size: int) -> bytes:
         """``size`` bytes of the stream, blocking; OSError at its EOF."""
@@ -215,12 +211,12 @@ class Zygote:
             if self.dead:
                 raise OSError("the pool's zygote is gone")
             try:
-                socket.send_fds(self.sock, [_REQUEST.pack(wid, slot, int(region))], list(fds))
+                socket.send_fds(self.sock, [REQUEST.pack(wid, slot, int(region))], list(fds))
                 while True:
                     kind, pid = self._read()
-                    if kind == _STARTED:
+                    if kind == STARTED:
                         return ZygoteChild(self, pid)
-                    if kind == _FAILED:
+                    if kind == FAILED:
                         raise OSError(pid, f"the zygote could not fork: {os.strerror(pid)}")
             except OSError:
                 if self.dead or not self.process.is_alive():
@@ -271,25 +267,25 @@ class Zygote:
     def _read(self) -> tuple[int, int]:
         """The next message that is not an exit report (lock held); reports are noted."""
         while True:
-            while len(self._buffer) < _REPLY.size:
+            while len(self._buffer) < REPLY.size:
                 data = self.sock.recv(4096)
                 if not data:
                     self.dead = True
                     raise OSError("the pool's zygote is gone")
                 self._buffer += data
-            kind, pid, code = _REPLY.unpack_from(self._buffer)
-            self._buffer = self._buffer[_REPLY.size :]
-            if kind == _EXITED:
+            kind, pid, code = REPLY.unpack_from(self._buffer)
+            self._buffer = self._buffer[REPLY.size :]
+            if kind == EXITED:
                 self.exits[pid] = code
-            elif kind != _READY:  # (a fork zygote's, not waited for)
+            elif kind != READY:  # (a fork zygote's, not waited for)
                 return kind, pid
 
     def _take(self, data: bytes) -> None:
         self._buffer += data
-        while len(self._buffer) >= _REPLY.size:
-            kind, pid, code = _REPLY.unpack_from(self._buffer)
-            self._buffer = self._buffer[_REPLY.size :]
-            if kind == _EXITED:
+        while len(self._buffer) >= REPLY.size:
+            kind, pid, code = REPLY.unpack_from(self._buffer)
+            self._buffer = self._buffer[REPLY.size :]
+            if kind == EXITED:
                 self.exits[pid] = code
 
     def shut(self) -> None:
@@ -365,117 +361,3 @@ class ZygoteChild:
         if self.exitcode is None:
             raise ValueError("Cannot close a process while it is still running.")
         self.zygote.exits.pop(self.pid, None)
-
-
-# -- in the zygote ---------------------------------------------------------------------------
-
-
-def _serve(
-    sock_fd: Any,
-    worker: Callable[[Any], None],
-    share: WorkerShare,
-    close: list[int],
-    preload: tuple[str, ...],
-) -> None:
-    """The zygote's loop: import what it preloads, then fork a worker per request and
-    report each worker's exit. ``sock_fd``: its end of the socket pair (a ``ChildFd``)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    from .. import _signals
-
-    _signals.reset_in_child()
-    _signals.unblock_all_in_this_thread()
-    for fd in close:  # under fork, the parent's ends: its death must show as EOF
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    multiprocessing.current_process().daemon = False  # a daemon may not have children
-    sock_fd = sock_fd.fd
-    sock = socket.socket(fileno=sock_fd)
-    failed = _preload(preload)
-    if failed is not None:
-        text = "\0".join(failed).encode("utf-8", "replace")
-        _send(sock, _REPLY.pack(_PRELOAD_FAILED, 0, len(text)) + text)
-        return
-    if not _send(sock, _REPLY.pack(_READY, 0, 0)):
-        return
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    signal.signal(signal.SIGCHLD, lambda *_: None)  # the wake-up fd is what counts
-    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
-    own = (sock_fd, wake_r, wake_w)
-    context = multiprocessing.get_context("fork")
-    children: dict[int | None, Any] = {}
-    while True:
-        ready, _, _ = select.select([sock_fd, wake_r], [], [])
-        if wake_r in ready:
-            with contextlib.suppress(BlockingIOError):
-                os.read(wake_r, 512)
-        for pid, proc in list(children.items()):  # reap first: a pid is reported once
-            code = proc.exitcode
-            if code is not None:
-                proc.close()
-                del children[pid]
-                if not _send(sock, _REPLY.pack(_EXITED, pid, code)):
-                    return
-        if sock_fd not in ready:
-            continue
-        try:
-            data, fds, _, _ = socket.recv_fds(sock, _REQUEST.size, 5)
-        except OSError:
-            data, fds = b"", []
-        if len(data) < _REQUEST.size:  # the parent closed its end, or died
-            return
-        wid, slot, region = _REQUEST.unpack(data)
-        for fd in fds:  # as the parent's pipes were: not inherited across exec
-            os.set_inheritable(fd, False)
-        start = share.start(fds[:4], slot, fds[4] if region else None, own)
-        try:
-            proc = context.Process(
-                target=_run_worker, args=(worker, start), name=f"{WORKER_NAME}-{wid}", daemon=True
-            )
-            proc.start()
-        except OSError as exc:
-            sent = _send(sock, _REPLY.pack(_FAILED, exc.errno or 0, 0))
-        else:
-            children[proc.pid] = proc
-            sent = _send(sock, _REPLY.pack(_STARTED, proc.pid, 0))
-        finally:
-            for fd in fds:
-                os.close(fd)
-        if not sent:
-            return
-
-
-def _send(sock: socket.socket, data: bytes) -> bool:
-    """Send to the parent; False if it has closed its end (the pool ended: it may do so
-    before this zygote has even said READY) or died."""
-    try:
-        sock.sendall(data)
-    except OSError:
-        return False
-    return True
-
-
-def _preload(modules: tuple[str, ...]) -> tuple[str, str] | None:
-    """Import ``modules`` here; the first that fails and its traceback, or None. The main
-    module ("__main__") is already here: multiprocessing imports it into every spawn
-    and forkserver child before its target runs."""
-    import importlib
-
-    for name in modules:
-        if name == "__main__":
-            continue
-        try:
-            importlib.import_module(name)
-        except BaseException:  # SystemExit and friends from a module's top level too
-            import traceback
-
-            return name, traceback.format_exc()
-    return None
-
-
-def _run_worker(worker: Callable[[Any], None], start: Any) -> None:
-    """In a worker the zygote forked: undo the zygote's own SIGCHLD set-up, then run."""
-    signal.set_wakeup_fd(-1)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    worker(start)
