@@ -88,7 +88,11 @@ def test_pools_a_task_left_running_end_with_its_worker(make, tmp_path):
     assert rec.terminal["pools"].result == record
     assert rec.terminal["after"].result == 16
     stats = ex.stats()
-    assert (stats["worker_recycles"], stats["worker_crashes"]) == (1, 0)  # exited on its own
+    # Exited on its own: recycled, neither crashed nor killed. The replacement that ran
+    # "after" recycles too, and may be reaped before finish() returns or not (2 recycles
+    # in 2 of 10 loaded runs): at least the first.
+    assert stats["worker_recycles"] >= 1, stats
+    assert stats["worker_crashes"] == stats["workers_killed"] == 0, stats
     check_all_gone(record)
 
 
