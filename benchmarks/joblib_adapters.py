@@ -42,6 +42,15 @@ def make_array(nbytes: int) -> Any:
     return np.ones(nbytes, dtype=np.uint8)
 
 
+def _pipepool_pool() -> Any:
+    """pipepool.joblib's shared pool (None before a call): in its ``_shared`` module since
+    the room was split, in the package itself before (an A/B run's other side may be
+    older, and both sides run this code)."""
+    import pipepool.joblib  # registers the backend
+
+    return getattr(pipepool.joblib, "_shared", pipepool.joblib)._pool
+
+
 class JoblibAdapter(Adapter):
     def __init__(self, parallelism: int, start_method: str | None, backend: str) -> None:
         import joblib
@@ -84,9 +93,7 @@ class JoblibAdapter(Adapter):
         if self.backend == SEQUENTIAL:
             return []
         if self.backend == PIPEPOOL:
-            import pipepool.joblib  # registers the backend
-
-            pool = pipepool.joblib._pool
+            pool = _pipepool_pool()
             return pool.worker_pids() if pool is not None else []
         from joblib.externals.loky import get_reusable_executor
 
@@ -111,7 +118,7 @@ class JoblibAdapter(Adapter):
         if self.backend == PIPEPOOL:
             import pipepool.joblib  # registers the backend
 
-            pool = pipepool.joblib._pool
+            pool = _pipepool_pool()
             if pool is not None:
                 pool.terminate_workers()
             pipepool.joblib.shutdown_pool(wait=False)

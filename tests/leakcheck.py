@@ -212,7 +212,7 @@ def _loky_queues() -> Held:
 def _pipepool_joblib() -> Held:
     """pipepool.joblib's clean-up thread (it removes ended calls' memmapped files): one
     per process, started by the first call that memmapped an argument."""
-    module = sys.modules.get("pipepool.joblib")
+    module = sys.modules.get("pipepool.joblib._shared")
     thread = getattr(getattr(module, "_cleanup", None), "thread", None)
     return Held(threads={thread.ident} if thread is not None and thread.ident else set())
 

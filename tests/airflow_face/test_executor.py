@@ -179,7 +179,7 @@ def records(log, event: str | None = None) -> list[dict]:
 
 def key(workload: Any) -> Any:
     """The key the executor reports a workload under (as this Airflow keys it)."""
-    from pipepool.airflow.executor import _key
+    from pipepool.airflow._workloads import _key
 
     return _key(workload)
 
@@ -232,7 +232,7 @@ def test_execution(make, fake_log):
 def test_every_workload_kind_through_its_supervisor(make, fake_log, monkeypatch):
     """Each kind this Airflow has (tasks; callbacks from 3.2; connection tests from 3.3)
     runs on a pipepool worker through that version's runner, with one outcome each."""
-    from pipepool.airflow.executor import _execution_api_server_url
+    from pipepool.airflow._workloads import _execution_api_server_url
 
     server = "http://custom-server:9999/execution/"
     monkeypatch.setenv("AIRFLOW__CORE__EXECUTION_API_SERVER_URL", server)

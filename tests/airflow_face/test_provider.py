@@ -144,7 +144,7 @@ def test_a_missing_compiled_loop_is_refused_with_a_reason():
 def test_the_gc_freeze_is_shared_by_every_executor_in_the_process():
     """Two team executors fork in one scheduler: the first freeze holds until the last
     one is done (gc.freeze() is process-wide, a lone unfreeze would end both)."""
-    from pipepool.airflow.executor import _FREEZE
+    from pipepool.airflow._rounds import _FREEZE
 
     assert gc.get_freeze_count() == 0
     _FREEZE.enter()  # team a forks

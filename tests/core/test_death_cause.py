@@ -83,7 +83,7 @@ def test_the_executor_names_each_death_with_a_member(exitcode, kwargs, cause):
 
 
 def test_the_joblib_face_words_each_cause_by_its_member():
-    from pipepool import joblib as face
+    from pipepool.joblib import _crash as face
 
     assert all(type(cause) is DeathCause for cause in face.CAUSE_SAID)
     assert set(face.CAUSE_SAID) == set(DeathCause) - {DeathCause.UNKNOWN}

@@ -25,6 +25,7 @@ from joblib.externals.loky.process_executor import TerminatedWorkerError  # noqa
 
 import pipepool.joblib as pj  # noqa: E402  (after the require: it imports joblib)
 from pipepool import LocalExecutor, WorkerLostError  # noqa: E402
+from pipepool.joblib import _shared  # noqa: E402  (the shared pool, to see it kept)
 
 BOUND = 60.0  # s: waits on real conditions end here, never by sleeping longer
 
@@ -186,13 +187,13 @@ def test_pool_is_reused_across_calls_and_replaced_when_arguments_change():
         )
 
     before = pids_of_a_call(2)
-    first = pj._pool
+    first = _shared._pool
     after = pids_of_a_call(2)
-    assert pj._pool is first
+    assert _shared._pool is first
     assert after <= set(first.worker_pids()) and before <= set(first.worker_pids())
     assert os.getpid() not in before
     pids_of_a_call(3)
-    assert pj._pool is not first
+    assert _shared._pool is not first
 
 
 def fail_while_exists(path):
@@ -237,12 +238,12 @@ def test_a_killed_worker_fails_its_batch_with_a_named_error_and_the_pool_goes_on
     assert first <= 500 <= last
     assert "kill_self_at(" in str(err) and "SIGKILL" in str(err)
     assert err.cause == "signal" and "Cause: a signal, sent by the task itself" in str(err)
-    pool = pj._pool
+    pool = _shared._pool
     # The next call runs on the same pool: no restart.
     assert Parallel(n_jobs=2, backend="pipepool")(delayed(square)(i) for i in range(10)) == [
         i * i for i in range(10)
     ]
-    assert pj._pool is pool
+    assert _shared._pool is pool
     again = pickle.loads(pickle.dumps(err))
     assert (again.pid, again.exitcode, again.calls, again.cause) == (
         err.pid,
@@ -258,7 +259,7 @@ def test_abort_kills_the_tasks_of_the_failed_call_and_keeps_the_pool(tmp_path):
             [delayed(sleep_then)(BOUND * 2, str(tmp_path)), delayed(fail_soon)()]
             + [delayed(sleep_then)(BOUND * 2, str(tmp_path)) for _ in range(4)]
         )
-    pool = pj._pool
+    pool = _shared._pool
     started = [int(p.name) for p in tmp_path.iterdir()]
     assert started
     # No worker is left running the aborted call: the ones that ran its sleeps die.
@@ -266,7 +267,7 @@ def test_abort_kills_the_tasks_of_the_failed_call_and_keeps_the_pool(tmp_path):
         "the aborted tasks' workers live on"
     )
     assert Parallel(n_jobs=2, backend="pipepool")(delayed(square)(3) for _ in range(4)) == [9] * 4
-    assert pj._pool is pool
+    assert _shared._pool is pool
 
 
 # -- arrays -----------------------------------------------------------------------------------

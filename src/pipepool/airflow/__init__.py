@@ -7,9 +7,11 @@ with it Airflow) is imported on first use of ``PipepoolExecutor``: Airflow's pro
 discovery imports ``provider`` from this package while Airflow itself is still loading.
 The rest of pipepool never imports Airflow.
 
-Files: ``executor.py`` the executor (scheduler side), ``_worker.py`` what runs inside a
-worker, ``_procs.py`` process groups, memory and the OOM-kill counter (scheduler side),
-``_versions.py`` the Airflow version gates, ``provider.py`` the provider entry point.
+Files: ``executor.py`` the executor (scheduler side), with ``_rounds.py`` its pool's
+side (rounds, the driver thread, events into states) and ``_workloads.py`` what differs
+per workload kind and version; ``_worker.py`` what runs inside a worker, ``_procs.py``
+process groups, memory and the OOM-kill counter (scheduler side), ``_versions.py`` the
+Airflow version gates, ``provider.py`` the provider entry point.
 """
 
 from __future__ import annotations

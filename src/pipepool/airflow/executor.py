@@ -26,17 +26,18 @@ Threads: the scheduler's, and a driver that runs a round every ``DRIVE_INTERVAL`
 workloads wait for a worker (so the next one starts without waiting for the scheduler's
 next loop). Every use of the pool holds ``_lock``; only the scheduler's thread touches
 BaseExecutor's state (``running``, ``event_buffer``).
+
+This module is what Airflow calls (BaseExecutor's methods, the ``[pipepool]`` options);
+the pool's side, rounds, the driver and events into states, is ``_rounds.py``, the base
+class; what differs per workload kind and version (keys, states) is ``_workloads.py``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import multiprocessing
 import signal
 import threading
 import time
-import uuid
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -45,12 +46,15 @@ from airflow.executors import workloads
 from airflow.executors.base_executor import BaseExecutor
 
 from .. import _checks
-from ..errors import DeathCause, DuplicateKeyError
-from ..events import Event, State
+from ..errors import DuplicateKeyError
 from ..executor import LocalExecutor
 from . import _procs, _versions
+from ._rounds import DRIVE_INTERVAL as DRIVE_INTERVAL  # re-exported: the public names
+from ._rounds import GROUP_SCAN as GROUP_SCAN
+from ._rounds import PoolRounds
 from ._versions import V3_1, V3_2, V3_3
 from ._worker import init_worker, run_workload, title_prefix
+from ._workloads import _execution_api_server_url, _key
 from .provider import OPTIONS, SECTION
 
 _versions.check()  # Airflow 2.x, or no compiled loop: an ImportError that says so
@@ -60,37 +64,9 @@ DEPRECATED_IN_3_4 = ("trigger_tasks", "order_queued_tasks_by_priority")
 PipepoolExecutor overrides none of them (tests/airflow_face assert it), on any version."""
 ROUND_WAIT = 0.2  # s end() waits per round for an outcome: short enough to notice signals
 TERM_GRACE = 5.0  # s terminate() lets a SIGTERMed workload clean up before SIGKILL
-DRIVE_INTERVAL = 0.02  # s between the driver's rounds while workloads wait: the longest a
-# free worker idles with work waiting, for ~100 µs of scheduler CPU per round
-GROUP_SCAN = 1.0  # s between scans for the process groups our workers' task runners lead:
-# one pass over the process table, so that a worker's death can take its task's whole
-# group along (its task runner sits in a group of its own, out of the worker's reach)
 
 
-class _SharedFreeze:
-    """One ``gc.freeze()`` for the whole process, held while any executor forks."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._holders = 0
-
-    def enter(self) -> None:
-        with self._lock:
-            if not self._holders:
-                gc.freeze()
-            self._holders += 1
-
-    def exit(self) -> None:
-        with self._lock:
-            self._holders -= 1
-            if not self._holders:
-                gc.unfreeze()
-
-
-_FREEZE = _SharedFreeze()
-
-
-class PipepoolExecutor(BaseExecutor):
+class PipepoolExecutor(PoolRounds):
     """Run workloads in local pipepool workers: Airflow's LocalExecutor, deadlock-free.
 
     One class for Airflow 3.0 through 3.3 (``_versions`` gates what differs). Every
@@ -101,7 +77,6 @@ class PipepoolExecutor(BaseExecutor):
     """
 
     is_local: bool = True
-    is_mp_using_fork: bool
     # Two team executors in one scheduler each have their own pool, workers, driver and
     # queues; what is process-wide is safe to share (see ``_gc_frozen`` and
     # docs/airflow.md, "Multi-team").
@@ -143,14 +118,7 @@ class PipepoolExecutor(BaseExecutor):
         self.term_grace = _checks.seconds(
             float(self._option("term_grace", "getfloat")), "[pipepool] term_grace"
         )
-        self.pool: LocalExecutor | None = None
-        self._lock = threading.Lock()  # held for every use of the pool
-        self._stop = threading.Event()
-        self._driver: threading.Thread | None = None
-        self._workloads: dict[Hashable, Any] = {}  # key -> workload, handed over to the pool
-        self._groups: dict[int, set[int]] = {}  # worker pid -> process groups it started
         self._deferred: set[Hashable] = set()  # queued again while the pool holds the key
-        self._next_scan = 0.0
 
     def _option(self, name: str, kind: str) -> Any:
         """A ``[pipepool]`` option through Airflow's config: this executor's (its team's)
@@ -339,160 +307,3 @@ class PipepoolExecutor(BaseExecutor):
                 if not self.pool.cancel(key):
                     self.pool.kill(key)
                 self.pool.get_event_buffer([key])  # no event for it: the scheduler said so
-
-    # -- the pool's side ----------------------------------------------------------------
-
-    def _round(self, timeout: float = 0.0) -> None:
-        pool = self._require_pool()
-        with self._lock:
-            self._pool_round(pool, timeout)
-            events = pool.get_event_buffer()
-            pids = pool.worker_pids()
-        self._read_events(events)
-        now = time.monotonic()
-        if now >= self._next_scan and self._workloads:
-            self._next_scan = now + GROUP_SCAN
-            self._groups = _procs.task_groups(pids)
-
-    def _pool_round(self, pool: LocalExecutor, timeout: float = 0.0) -> None:
-        # A worker is forked inside the round when work is waiting and one is missing.
-        may_fork = self.is_mp_using_fork and pool.has_work()
-        if may_fork:
-            may_fork = pool.stats()["workers_alive"] < self.parallelism
-        with self._gc_frozen(may_fork):
-            pool.sync(timeout)
-
-    def _drive(self) -> None:
-        """The driver thread: a round whenever workloads wait in the queue, so a worker
-        that finishes gets the next one now, not at the scheduler's next heartbeat. It
-        leaves the events in the pool for the scheduler's thread."""
-        while not self._stop.wait(DRIVE_INTERVAL):
-            with self._lock:
-                pool = self.pool
-                if pool is None:
-                    return
-                if pool.queued:
-                    self._pool_round(pool)
-
-    def _stop_driver(self) -> None:
-        if self._driver is not None:
-            self._stop.set()
-            self._driver.join()
-            self._driver = None
-
-    def _read_events(self, events: dict[Hashable, Event] | None = None) -> None:
-        if events is None:
-            if self.pool is None:
-                return
-            events = self.pool.get_event_buffer()
-        for pool_key, event in events.items():
-            workload = self._workloads.get(pool_key)
-            if workload is None:
-                continue  # revoked
-            key = _key(workload)  # as Airflow reads it (3.2's callbacks: _CallbackId)
-            running_state, success_state, failure_state = _states(workload)
-            if event.state is State.RUNNING:
-                if running_state is not None:  # callbacks report RUNNING
-                    self.change_state(key, running_state, remove_running=False)
-                continue
-            del self._workloads[key]
-            groups = self._groups.pop(event.pid, set()) if event.pid else set()
-            if _is_lost(event.exception):
-                # The worker (the task's supervisor) died: its task runner died with it
-                # (PR_SET_PDEATHSIG) but what the runner started may live on in its group.
-                _procs.signal_groups(groups, signal.SIGKILL)
-            if event.state is State.SUCCESS:
-                self.change_state(key, success_state)
-                continue
-            reason = _failure_reason(event)
-            self.log.error("Workload %s failed: %s", key, reason)
-            self.change_state(key, failure_state, info=reason)
-
-    @contextlib.contextmanager
-    def _gc_frozen(self, active: bool):
-        """Move every tracked object to the permanent generation while forking, so the
-        children's GC never writes to (and copies) the pages they share with us.
-        ``gc.freeze()`` is process-wide: with two team executors in one scheduler, the
-        first to fork freezes and the last to finish unfreezes (``_FREEZE``)."""
-        if not (active and self.gc_freeze):
-            yield
-            return
-        _FREEZE.enter()
-        try:
-            yield
-        finally:
-            _FREEZE.exit()
-
-    def _require_pool(self) -> LocalExecutor:
-        if self.pool is None:
-            raise RuntimeError("PipepoolExecutor is not running: call start() first")
-        return self.pool
-
-
-class _CallbackId(str):
-    """Airflow 3.2's callback key (the callback's UUID as a string) that its scheduler
-    can look up: 3.2 passes the event's key to ``session.get(Callback, key)``, and
-    SQLAlchemy binds a UUID column on sqlite with ``key.hex``, which a plain string
-    lacks (the scheduler dies on the first callback event; 3.3 converts the key first).
-    Equal to, and hashed as, the string Airflow queued it under."""
-
-    @property
-    def hex(self) -> str:
-        return uuid.UUID(self).hex
-
-
-def _key(workload: Any) -> Hashable:
-    """The key a workload is queued, run and reported under, as this Airflow keys it."""
-    if V3_3:
-        return workload.key
-    if V3_2 and isinstance(workload, workloads.ExecuteCallback):
-        return _CallbackId(workload.callback.id)
-    return workload.ti.key
-
-
-def _states(workload: Any) -> tuple[Any, Any, Any]:
-    """(running, success, failure) states to report for a workload: only callbacks
-    report RUNNING (as Airflow's LocalExecutor does)."""
-    if V3_3:
-        return workload.running_state, workload.success_state, workload.failure_state
-    from airflow.utils.state import TaskInstanceState
-
-    if V3_2 and isinstance(workload, workloads.ExecuteCallback):
-        from airflow.utils.state import CallbackState
-
-        return CallbackState.RUNNING, CallbackState.SUCCESS, CallbackState.FAILED
-    return None, TaskInstanceState.SUCCESS, TaskInstanceState.FAILED
-
-
-def _execution_api_server_url(conf: Any) -> str:
-    """Where task runners reach the api-server: Airflow's own answer from 3.3, before it
-    what that version's LocalExecutor computes (``[core] execution_api_server_url``, else
-    ``[api] base_url`` + ``/execution/``, a relative one on localhost:8080)."""
-    if V3_3:
-        from airflow.executors.base_executor import get_execution_api_server_url
-
-        return get_execution_api_server_url(conf)
-    base_url = conf.get("api", "base_url", fallback="/")
-    if base_url.startswith("/"):
-        base_url = f"http://localhost:8080{base_url}"
-    default = f"{base_url.rstrip('/')}/execution/"
-    return conf.get("core", "execution_api_server_url", fallback=default)
-
-
-def _is_lost(exc: BaseException | None) -> bool:
-    from ..errors import WorkerLostError  # lazy, see errors
-
-    return isinstance(exc, WorkerLostError)
-
-
-def _failure_reason(event: Event) -> str:
-    """Why a workload failed, in words the scheduler's log and the event carry. A lost
-    worker's error already says why it died (the OOM killer, a crash, a signal from
-    outside: ``executor._death``, with the OOM kill counts of ``_oom``)."""
-    exc = event.exception
-    if not _is_lost(exc):
-        return f"{type(exc).__name__}: {exc}"
-    reason = f"{exc}; only this workload failed"
-    if getattr(exc, "cause", "") == DeathCause.OOM:
-        reason += ". Or set [pipepool] max_rss_mib to recycle workers that grow"
-    return reason

@@ -37,14 +37,13 @@ often Dask runs it. Outcomes map as follows:
 Calls and outcomes are pickled with cloudpickle (what Dask itself uses): functions
 defined in ``__main__``, lambdas and closures travel by value. ``pipepool`` must be
 installed on every worker (the task wrapper lives in ``_remote``; the IO thread's
-side is ``_link``).
+side is ``_link``; the steps of a round, the caller's side, are ``_round``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Hashable, Iterable
 from concurrent.futures import CancelledError
 from typing import Any
@@ -52,23 +51,17 @@ from typing import Any
 from .. import _checks, _signals
 from .._api import wait_timeout
 from .._cpus import available_cpus
-from .._outcome import load_exception, load_result
-from .._task import RUNNING as _RUNNING
 from .._task import Task as _Task
-from .._task import pickle_call
-from ..errors import (
-    TaskKilledError,
-    TaskPicklingError,
-    TaskTimeoutError,
-)
-from ..events import Event, State
+from ..errors import TaskKilledError
+from ..events import State
 from ._link import CANCEL_SETTLE as CANCEL_SETTLE  # re-exported: the public names
-from ._link import CLOSE_TIMEOUT, DaskLink, _import_distributed
+from ._link import CLOSE_TIMEOUT, _import_distributed
 from ._link import INSTALL_HINT as INSTALL_HINT
 from ._link import KILL_TIMEOUT as KILL_TIMEOUT
 from ._link import ClusterWorkerLostError as ClusterWorkerLostError
 from ._link import _rebuild_cluster_lost as _rebuild_cluster_lost
-from ._remote import STARTED_TOPIC, _ignore_sigint_plugin, _run_task
+from ._remote import STARTED_TOPIC, _ignore_sigint_plugin
+from ._round import ClusterRound
 
 CONNECT_TIMEOUT = 30.0  # s start() waits for the scheduler and for its first worker
 WORKER_SATURATION = 1.0  # tasks a LocalCluster's scheduler hands a worker per thread: 1.0
@@ -80,7 +73,7 @@ WAIT_SLICE = 0.25  # s a sync(timeout) waits at most before the steps run again:
 # how late a timeout is noticed
 
 
-class ClusterExecutor(DaskLink):
+class ClusterExecutor(ClusterRound):
     """Run callables on a Dask distributed cluster, scheduler style (LocalExecutor's API).
 
     ``address=None`` starts a ``LocalCluster`` on 127.0.0.1 (worker processes with one
@@ -115,14 +108,15 @@ class ClusterExecutor(DaskLink):
         _import_distributed()  # fail here, with the install hint, not at start()
         self.address = address
         self.options = options
-        self.running_events = running_events
-        self.kill_workers = kill_workers
-        self.max_in_flight = max_in_flight
         self.connect_timeout = connect_timeout
         self.worker_saturation = worker_saturation
-        super().__init__(("done", "failed", "lost", "killed_workers"))
+        super().__init__(
+            ("done", "failed", "lost", "killed_workers"),
+            running_events=running_events,
+            kill_workers=kill_workers,
+            max_in_flight=max_in_flight,
+        )
         self.parallelism = 0  # worker threads in the cluster, known once started
-        self._inflight: dict[int, _Task] = {}  # tid -> task handed to Dask, not reported
 
     # -- public API -------------------------------------------------------------------
 
@@ -335,136 +329,5 @@ class ClusterExecutor(DaskLink):
         """Make a ``sync(timeout=...)`` waiting in another thread return now."""
         self._wakeup.set()
 
-    # -- the steps of a round -----------------------------------------------------------
-
-    def _collect(self) -> None:
-        starts, outcomes, inflight = self._starts, self._outcomes, self._inflight
-        while starts:
-            tid, address, pid = starts.popleft()
-            t = inflight.get(tid)
-            if t is None:
-                continue  # reported already (timed out, killed): a late message
-            t.started = True
-            t.address, t.pid = address, pid
-            if t.timeout is not None:
-                # A retry on another worker (the first one died) starts a fresh clock.
-                t.deadline = time.monotonic() + t.timeout
-                self._timed[tid] = t
-            self._publish(Event(t.key, State.RUNNING, pid=pid, dispatch=t.dispatch), terminal=False)
-        while outcomes:
-            tid, ok, value = outcomes[0]
-            t = inflight.get(tid)
-            if t is not None:
-                self._report(t, ok, value)  # cannot raise: every failure becomes an event
-                del inflight[tid]
-            outcomes.popleft()
-
-    def _report(self, t: _Task, ok: bool, value: Any) -> None:
-        self._last_progress = time.monotonic()
-        if not ok and t.cancelling and isinstance(value, CancelledError):
-            # Dask dropped it, as cancel() asked: cancelled unless it was seen starting.
-            error: BaseException = CancelledError(f"task {t.key!r} cancelled")
-            if t.started:
-                error = TaskKilledError(
-                    f"task {t.key!r} was cancelled after it started on worker {t.address}: "
-                    "Dask dropped its outcome (its call runs on there)"
-                )
-            self._finish(t, State.FAILED, exception=error, pid=t.pid)
-            return
-        if not ok:
-            self._stats["lost"] += 1
-            self._finish(t, State.FAILED, exception=self._lost_error(t, value), pid=t.pid)
-            return
-        # Unpickling cannot raise here (``_outcome``): whatever it raises, SystemExit
-        # from a reducer included, is this task's failure, and the round goes on.
-        if value[0] == "done":
-            _, data, _address, pid = value
-            ok, result = load_result(t.key, data, "here")
-            if ok:
-                self._finish(t, State.SUCCESS, result=result, pid=pid)
-            else:
-                self._finish(t, State.FAILED, exception=result, pid=pid)
-            return
-        _, tb, exc_bytes, _address, pid = value
-        exc = load_exception(t.key, tb, exc_bytes, "here")
-        self._finish(t, State.FAILED, exception=exc, pid=pid)
-
-    def _time_out(self, t: _Task) -> None:
-        self._stop_task(
-            t,
-            TaskTimeoutError(
-                f"task {t.key!r} timed out after {t.timeout} s on worker {t.address}"
-                + (
-                    "; that worker process was killed"
-                    if self.kill_workers
-                    else "; it runs on there (Dask cannot stop a running call)"
-                )
-            ),
-        )
-
-    def _dispatch(self) -> None:
-        queue = self._queue
-        if not queue:
-            return
-        room = (
-            len(queue) if self.max_in_flight is None else self.max_in_flight - len(self._inflight)
-        )
-        batch: list[_Task] = []
-        payloads: list[bytes] = []
-        while queue and len(batch) < room:
-            t = queue.popleft()
-            try:
-                payloads.append(_pickle_call(t))
-            except TaskPicklingError as exc:
-                self._finish(t, State.FAILED, exception=exc)
-                continue
-            batch.append(t)
-        if not batch:
-            return
-        tids = [t.tid for t in batch]
-        topics = [
-            self._token if self.running_events or t.timeout is not None else None for t in batch
-        ]
-        try:
-            futures = self._client.map(
-                _run_task,
-                tids,
-                payloads,
-                topics,
-                pure=False,
-                key=[f"pipepool-{self._token}-{tid}" for tid in tids],
-            )
-        except BaseException:
-            queue.extendleft(reversed(batch))  # not handed over: back to the front, in order
-            raise
-        # Order matters: the map is the step that can fail, the bookkeeping follows it.
-        for t, future in zip(batch, futures, strict=True):
-            t.future = future
-            t.phase = _RUNNING
-            self._inflight[t.tid] = t
-        self._client.loop.add_callback(self._track, tids, futures)
-
-    # -- helpers ----------------------------------------------------------------------------
-
-    def _stop_task(self, t: _Task, reason: BaseException) -> None:
-        """Report a dispatched task now and cancel it; kill its worker if so configured."""
-        future = t.future  # _finish drops it
-        addresses = [t.address] if self.kill_workers and t.started and t.address else []
-        del self._inflight[t.tid]
-        self._finish(t, State.FAILED, exception=reason, pid=t.pid)
-        self._stats["killed_workers"] += len(addresses)
-        self._control.append(
-            asyncio.run_coroutine_threadsafe(
-                self._cancel_and_kill([future], addresses), self._client.loop.asyncio_loop
-            )
-        )
-
     def _wait_bound(self) -> float:
         return max(self._deadline_bound(WAIT_SLICE), 0.0)
-
-
-def _pickle_call(t: _Task) -> bytes:
-    """cloudpickle a task's call; on failure name the key and the part that failed."""
-    import cloudpickle
-
-    return pickle_call(t, cloudpickle.dumps)

@@ -2,10 +2,10 @@
 the Client's IO thread runs (fetch outcomes as tasks finish, hear start messages, cancel
 and kill), closing the connection, and turning what Dask raised into the task's error.
 
-``DaskLink`` is the base of ``ClusterExecutor``: it declares the state the two threads
-share (the connection, two deques and a wake-up flag, see ``pipepool.cluster``), and its
-methods are the IO thread's side of that, kept apart from the caller's side that owns
-every piece of bookkeeping.
+``DaskLink`` is the base of ``ClusterExecutor`` (through ``ClusterRound``, the round's
+steps): it declares the state the two threads share (the connection, two deques and a
+wake-up flag, see ``pipepool.cluster``), and its methods are the IO thread's side of
+that, kept apart from the caller's side that owns every piece of bookkeeping.
 """
 
 from __future__ import annotations

@@ -20,31 +20,22 @@ aborting a call (first error, timeout, a dropped generator) kills only that call
 running tasks: the pool and its other workers stay, so the next call starts warm.
 See docs/joblib.md.
 
-This module is the parent's side (the backend); ``_wire.py`` the worker's: what a
-batch and its results become between the two.
+This module is the backend joblib calls; ``_shared.py`` the pool every call shares and
+one call's view of it (its futures, its memmapped arrays); ``_crash.py`` the error a lost
+worker's batch gets; ``_wire.py`` the worker's side: what a batch and its results become
+between the two.
 """
 
 from __future__ import annotations
 
 # Absolute imports only: this module is named ``pipepool.joblib``; ``joblib`` below is
 # always the real one (no implicit relative imports in Python 3).
-import logging
-import os
-import queue
-import reprlib
-import threading
 import warnings
 from collections.abc import Callable
 from concurrent.futures import Future
-from concurrent.futures.process import BrokenProcessPool
-from functools import partial
 from typing import Any
 
 import joblib  # type: ignore[import-untyped]  # noqa: F401  (the real joblib)
-from joblib._memmapping_reducer import (  # type: ignore[import-untyped]
-    TemporaryResourcesManager,
-    get_memmapping_reducers,
-)
 from joblib._parallel_backends import (  # type: ignore[import-untyped]
     AutoBatchingMixin,
     FallbackToBackend,
@@ -52,301 +43,23 @@ from joblib._parallel_backends import (  # type: ignore[import-untyped]
     SequentialBackend,
     inside_dask_worker,
 )
-from joblib.externals.loky.process_executor import (  # type: ignore[import-untyped]
-    TerminatedWorkerError,
-)
 from joblib.parallel import (  # type: ignore[import-untyped]
     cpu_count,
     register_parallel_backend,
 )
 
 from pipepool import _checks
-from pipepool.errors import DeathCause, WorkerLostError, describe_exit
-from pipepool.futures import ProcessPoolExecutor
-from pipepool.joblib._wire import _Cloudpickled, _Job, _worker_init, np
+from pipepool.joblib._crash import CALLS_SHOWN as CALLS_SHOWN  # re-exported: public names
+from pipepool.joblib._crash import CAUSE_SAID as CAUSE_SAID
+from pipepool.joblib._crash import WorkerCrashedError
+from pipepool.joblib._crash import _rebuild_crashed as _rebuild_crashed  # earlier pickles
+from pipepool.joblib._shared import _Session, _shared_pool, shutdown_pool
 from pipepool.worker.bootstrap import WORKER_NAME
 
 __all__ = ["BACKEND_NAME", "PipepoolBackend", "WorkerCrashedError", "shutdown_pool"]
 
 BACKEND_NAME = "pipepool"
 """The name this module registers the backend under: ``parallel_config(backend=...)``."""
-CALLS_SHOWN = 3  # calls of a lost batch named in the error; the rest are counted
-
-
-class WorkerCrashedError(WorkerLostError, TerminatedWorkerError):
-    """A worker died (segfault, OOM killer, ``kill -9``) while running a joblib batch.
-
-    Only that batch failed; the pool replaced the worker. Catch it as pipepool's
-    ``WorkerLostError``, as loky's ``TerminatedWorkerError`` (code written for joblib's
-    default backend keeps working) or as ``BrokenProcessPool``. ``pid``, ``exitcode``,
-    ``signal`` (e.g. ``"SIGKILL"``), ``cause`` (``WorkerLostError.cause``, a
-    ``DeathCause``: ``"oom"``, ``"crash"``, ``"signal"``, ``"exit"``) and ``calls`` (reprs
-    of the batch's calls) say which.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        pid: int | None,
-        exitcode: int | None,
-        calls: tuple = (),
-        cause: DeathCause = DeathCause.UNKNOWN,
-    ) -> None:
-        super().__init__(message, pid=pid, exitcode=exitcode, cause=cause)
-        self.calls = calls
-
-    def __reduce__(self):
-        return (
-            _rebuild_crashed,
-            (str(self), self.pid, self.exitcode, self.calls, self.cause),
-        )
-
-
-def _rebuild_crashed(
-    message: str,
-    pid: int | None,
-    exitcode: int | None,
-    calls: tuple,
-    cause: DeathCause = DeathCause.UNKNOWN,
-) -> WorkerCrashedError:
-    return WorkerCrashedError(message, pid=pid, exitcode=exitcode, calls=calls, cause=cause)
-
-
-# What the error says of each cause the pool can tell; the WorkerLostError it is raised
-# from has the details (how the OOM count rose, the crash's stack, where no count exists).
-CAUSE_SAID = {
-    DeathCause.OOM: "Cause: the kernel's OOM killer (a count of OOM kills rose while it ran).",
-    DeathCause.CRASH: "Cause: a crash in native code (a fatal signal, its stack reported).",
-    DeathCause.SIGNAL: (
-        "Cause: a signal, sent by the task itself or from outside the pool (kill -9, a supervisor)."
-    ),
-    DeathCause.EXIT: "Cause: the process ended itself (os._exit(), or exit() in native code).",
-}
-
-
-# -- the shared pool ------------------------------------------------------------------------
-
-_pool_lock = threading.Lock()
-_pool: ProcessPoolExecutor | None = None
-_pool_args: tuple | None = None
-
-
-def _shared_pool(
-    n_jobs: int, start_method: str, env: dict, initializer: Callable | None, initargs: tuple
-) -> ProcessPoolExecutor:
-    """The process-wide pool, reused while its arguments are the same (as loky's
-    reusable executor); other arguments replace it (its queued work still finishes)."""
-    global _pool, _pool_args
-    args = (n_jobs, start_method, env, initializer, initargs)
-    with _pool_lock:
-        pool = _pool
-        if pool is not None and _pool_args == args:
-            return pool
-        if pool is not None:
-            pool.shutdown(wait=False)
-        import multiprocessing
-
-        pool = ProcessPoolExecutor(
-            n_jobs,
-            mp_context=multiprocessing.get_context(start_method),
-            initializer=_worker_init,
-            initargs=(env, None if initializer is None else _Cloudpickled(initializer), initargs),
-        )
-        _pool, _pool_args = pool, args
-        return pool
-
-
-def _discard_pool(pool: ProcessPoolExecutor) -> None:
-    """A pool that refuses work (its initializer keeps failing) is not shared anymore:
-    the next call starts a new one, as loky replaces a broken executor."""
-    global _pool, _pool_args
-    with _pool_lock:
-        if _pool is pool:
-            _pool, _pool_args = None, None
-    pool.shutdown(wait=False)
-
-
-def shutdown_pool(wait: bool = True) -> None:
-    """Stop the shared pool's workers (a later ``Parallel`` call starts a new pool)."""
-    global _pool, _pool_args
-    with _pool_lock:
-        pool, _pool, _pool_args = _pool, None, None
-    if pool is not None:
-        pool.shutdown(wait=wait)
-
-
-class _CleanupThread:
-    """Removes ended calls' memmapped files off the caller's clock, as loky's resource
-    tracker does (about 6 ms per 100 MB array); joblib's own exit hook still covers an
-    interpreter that exits first. Started on first use; a forked child gets a new one."""
-
-    def __init__(self, name: str = "pipepool-joblib-cleanup") -> None:
-        self.queue: queue.SimpleQueue = queue.SimpleQueue()
-        self.lock = threading.Lock()
-        self.thread: threading.Thread | None = None
-        self.name = name
-
-    def submit(self, callback: Callable[[Any], Any], arg: Any) -> None:
-        if self.thread is None:
-            with self.lock:
-                if self.thread is None:
-                    self.thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-                    self.thread.start()
-        self.queue.put((callback, arg))
-
-    def _run(self) -> None:
-        get = self.queue.get
-        while True:
-            callback, arg = get()
-            try:
-                callback(arg)
-            except BaseException:  # log, never kill the thread
-                logging.getLogger("pipepool").exception("joblib clean-up failed")
-            del callback, arg
-
-
-_cleanup = _CleanupThread()
-
-
-def _forget_cleanup_thread() -> None:
-    global _cleanup
-    _cleanup = _CleanupThread()  # a forked child has the object, not the thread
-
-
-os.register_at_fork(after_in_child=_forget_cleanup_thread)
-
-
-# -- one Parallel call's view of the pool ---------------------------------------------------
-
-
-class _Session:
-    """What one ``Parallel`` call (or ``with Parallel(...)`` block) owns in the shared
-    pool: its futures, so that abort stops only its own tasks, and its folder of
-    memmapped arrays, removed once it ends."""
-
-    def __init__(self, pool: ProcessPoolExecutor, context_id: str, memmap: dict) -> None:
-        self.pool = pool
-        self.futures: set[Future] = set()
-        self.batches: dict[Future, Any] = {}
-        self.aborted = False  # abort() ran: joblib hears nothing more of these futures
-        self.context_id = context_id
-        self.temp = None
-        self.reducers = None
-        if np is not None and memmap.get("max_nbytes") is not None:
-            self.temp = TemporaryResourcesManager(memmap.get("temp_folder"), context_id)
-            # unlink_on_gc_collect=False: the files live until the call ends. Freeing
-            # them as workers drop them needs a resource tracker shared with every
-            # worker, which loky's fork+exec provides and pipepool's start methods not.
-            self.reducers, _ = get_memmapping_reducers(
-                temp_folder_resolver=self.temp.resolve_temp_folder_name,
-                max_nbytes=memmap["max_nbytes"],
-                mmap_mode=memmap.get("mmap_mode", "r"),
-                verbose=memmap.get("verbose", 0),
-                unlink_on_gc_collect=False,
-            )
-
-    def submit(self, batch: Any, callback: Callable | None) -> Future:
-        try:
-            future = self.pool.submit(_Job(batch, self.reducers))
-        except BrokenProcessPool:
-            _discard_pool(self.pool)
-            raise
-        self.futures.add(future)
-        self.batches[future] = batch
-        future.add_done_callback(self._forget)
-        if callback is not None:
-            # joblib's completion callback (it dispatches the next batch) runs in the
-            # thread that settles the future: the pool's driver, or a caller driving it.
-            # The batch it submits then goes out in that thread's next round, with no
-            # thread hop on the way (loky hands results to a thread of its own, and so
-            # did this backend: a third of its overhead over joblib's sequential run).
-            future.add_done_callback(partial(self._complete, callback))
-        return future
-
-    def _complete(self, callback: Callable, future: Future) -> None:
-        """joblib's completion callback, unless this call was aborted: a future of it
-        settled later (cancelled by abort(), its tasks killed) would otherwise reach
-        joblib during the caller's next call with the same ``Parallel`` object, and its
-        error would abort that call (joblib's flag is the object's, reset per call)."""
-        if not self.aborted:
-            callback(future)
-
-    def _forget(self, future: Future) -> None:
-        self.futures.discard(future)
-
-    def result(self, future: Future) -> list:
-        batch = self.batches.pop(future, None)
-        try:
-            return future.result()
-        except WorkerLostError as lost:
-            if type(lost) is not WorkerLostError:
-                raise  # already ours
-            raise _crashed(lost, batch) from lost
-        except BrokenProcessPool:  # the initializer keeps failing: broken for good
-            _discard_pool(self.pool)
-            raise
-
-    def abort(self) -> None:
-        """Cancel this call's queued tasks and kill the workers running its others
-        (the pool replaces them); nothing of the call is left running, and joblib hears
-        no more of it (``_complete``)."""
-        self.aborted = True
-        for future in list(self.futures):
-            self.pool.kill(future)
-        self.batches.clear()
-
-    def close(self) -> None:
-        """The call ended: its memmapped arrays' files go, off the caller's clock (as
-        loky's resource tracker removes them): unlinking 100 MB of them takes
-        milliseconds the caller need not wait for. joblib's own exit hook removes a
-        folder still there when the interpreter exits."""
-        if self.temp is not None:
-            _cleanup.submit(_remove_files, (self.temp, self.context_id))
-            self.temp = None
-
-
-def _remove_files(what: tuple[TemporaryResourcesManager, str]) -> None:
-    temp, context_id = what
-    # force: our workers never decrement the files' counts (see _Session.__init__).
-    temp._clean_temporary_resources(context_id=context_id, force=True, allow_non_empty=True)
-
-
-def _crashed(lost: WorkerLostError, batch: Any) -> WorkerCrashedError:
-    items = list(getattr(batch, "items", ()))
-    shown = items if len(items) <= CALLS_SHOWN + 1 else [*items[:CALLS_SHOWN], items[-1]]
-    calls = tuple(_describe_call(*item) for item in shown)
-    if len(items) > len(shown):
-        listed = f"{', '.join(calls[:-1])}, ... {calls[-1]}"
-    else:
-        listed = ", ".join(calls)
-    return WorkerCrashedError(
-        f"worker pid {lost.pid} {describe_exit(lost.exitcode)} (exit code {lost.exitcode}) "
-        f"while running a batch of {len(items)} joblib task(s): {listed}. Only this batch "
-        "failed; the pool replaced the worker. "
-        + CAUSE_SAID.get(
-            lost.cause,
-            "Likely cause: a crash in native code (segfault), the OOM killer, or a "
-            "signal (sent by the task itself or from outside).",
-        ),
-        pid=lost.pid,
-        exitcode=lost.exitcode,
-        calls=calls,
-        cause=lost.cause,
-    )
-
-
-_short = reprlib.Repr()
-_short.maxstring = _short.maxother = 40
-
-
-def _describe_call(func: Any, args: tuple, kwargs: dict) -> str:
-    name = getattr(func, "__qualname__", None) or repr(func)
-    parts = [_short.repr(a) for a in args] + [f"{k}={_short.repr(v)}" for k, v in kwargs.items()]
-    return f"{name}({', '.join(parts)})"
-
-
-# -- the backend ----------------------------------------------------------------------------
 
 
 class PipepoolBackend(AutoBatchingMixin, ParallelBackendBase):
