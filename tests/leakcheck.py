@@ -119,7 +119,9 @@ def keep(name: str, held: Callable[[], Held]) -> Iterator[None]:
         del _kept[name]
 
 
-def _multiprocessing_helpers() -> Held:
+def multiprocessing_helpers() -> Held:
+    """multiprocessing's fork server and resource tracker: started once per process
+    by whichever pool needs one first, and kept for the process's life."""
     from multiprocessing import forkserver, resource_tracker
 
     held = Held()
@@ -235,7 +237,7 @@ def _dask() -> Held:
 
 
 HELPERS: dict[str, Callable[[], Held]] = {
-    "multiprocessing's fork server and resource tracker": _multiprocessing_helpers,
+    "multiprocessing's fork server and resource tracker": multiprocessing_helpers,
     "loky's resource tracker and reusable executor": _loky,
     "loky's queue feeder threads": _loky_feeders,
     "pipepool.joblib's callback thread": _pipepool_joblib,
