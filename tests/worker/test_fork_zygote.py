@@ -290,6 +290,41 @@ def test_a_replacement_sees_the_program_as_the_zygote_forked_it(executors):
         thread.join()
 
 
+@pytest.mark.filterwarnings(
+    "ignore:This process.*multi-threaded:DeprecationWarning"
+)  # its own thread
+def test_a_stale_fd_number_never_closes_the_zygotes_own_end(executors):
+    """The zygote closes the parent's pipepool fds it inherited (their numbers, noted when
+    opened); its own end of its socket pair is new, and may reuse a number on that list
+    if one closed without leaving it: a fresh-clone CI run had the zygote close its own
+    socket ("Bad file descriptor") and the pool fail. Every closed number below 512 on
+    the list, the zygote still serves every replacement."""
+    from pipepool.executor import _state
+
+    def is_open(fd: int) -> bool:
+        try:
+            os.fstat(fd)
+        except OSError:
+            return False
+        return True
+
+    stale = {fd for fd in range(3, 512) if not is_open(fd)} - _state._PARENT_FDS
+    _state._PARENT_FDS.update(stale)
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, name="a user thread")
+    thread.start()  # the parent is threaded: workers come from the zygote
+    try:
+        ex = executors(1, max_tasks_per_child=1)  # every task after the first: a replacement
+        pids = {result_of(ex, i, os.getpid) for i in range(4)}
+        assert len(pids) == 4
+        assert ex.stats()["worker_crashes"] == 0
+        assert ex._zygote is not None and not ex._zygote.dead  # they came from it
+    finally:
+        stop.set()
+        thread.join()
+        _state._PARENT_FDS.difference_update(stale)
+
+
 def test_the_zygote_and_its_workers_die_with_the_parent(tmp_path):
     """SIGKILL the parent: its zygote and the workers the zygote forked exit (lifeline)."""
     script = (

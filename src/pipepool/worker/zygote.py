@@ -128,7 +128,8 @@ class Zygote:
         if forked:
             settle()
         parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        keep = tuple(keep)
+        # Never its own end: a number in ``close`` may be a closed fd's, reused by the pair.
+        keep = (*keep, child_end.fileno())
         close = [fd for fd in close if fd not in keep] + [parent_end.fileno()] if forked else []
         from . import ChildFd
 
