@@ -25,10 +25,20 @@ def test_children_of_a_fresh_interpreter_are_celery_children(worker, start_metho
     assert pool["pipepool"]["start-method"] == start_method
     children = set(pool["processes"])
     assert len(children) == 2
-    seen = set()
-    assert wait_for(
-        lambda: seen.update(w.run("whoami")["pid"] for _ in range(4)) or seen == children, 60
-    )
+    # Both children run tasks: one of them busy with a sleep, the other answers (one task
+    # at a time may always land on the same idle child: a CI run never saw the second).
+    seen: set[int] = set()
+
+    def both_children_ran_one() -> bool:
+        key = f"occupy-{len(seen)}-{len(w.runs())}"
+        occupying = w.send("sleep", 1.0, key)
+        assert wait_for(lambda: w.count("start")[key] == 1, 30)
+        seen.add(w.run("whoami")["pid"])
+        occupying.get(30)
+        seen.update(int(words[2]) for words in w.runs() if words[:2] == ["start", key])
+        return seen == children
+
+    assert wait_for(both_children_ran_one, 60), (seen, children)
     answer = w.run("whoami")
     assert answer["fast_tracer"] and answer["forked_by_multiprocessing"] == "1"
     inits = {words[1]: words[2] for words in w.runs() if words[0] == "init"}

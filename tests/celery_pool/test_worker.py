@@ -112,6 +112,9 @@ def test_hard_time_limit_ends_the_task_its_processes_and_a_child_replaces_it(w, 
     assert w.run("add", 1, 1) == 2
     # The replacement was up (its worker_process_init ran) within a second of the limit.
     (started,) = [float(words[-1]) for words in w.runs() if words[:2] == ["start", "h1"]]
+    # (its record may be written after "add" ran on the other child: waited for, the
+    # time read is the record's own)
+    assert wait_for(lambda: ["init", str(replacement)] in [r[:2] for r in w.runs()], 30)
     (up,) = [float(words[-1]) for words in w.runs() if words[:2] == ["init", str(replacement)]]
     assert up - (started + 1.0) < 1.0, up - (started + 1.0)
 
