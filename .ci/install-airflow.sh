@@ -21,5 +21,7 @@ case "$AIRFLOW_VERSION" in
     3.0.*) pins=("fastapi[standard]>=0.116,<0.118" "cadwyn<6") ;;
     3.2.*) pins=("fastapi[standard-no-fastapi-cloud-cli]>=0.129,<0.137" "cadwyn<8") ;;
 esac
-python -m pip install --quiet "apache-airflow==${AIRFLOW_VERSION}" "${pins[@]}"
-python -m pip check
+# The installer: pip, or the one the caller names in PIP (.ci/run: "uv pip").
+read -ra pip <<< "${PIP:-python -m pip}"
+"${pip[@]}" install --quiet "apache-airflow==${AIRFLOW_VERSION}" "${pins[@]}"
+"${pip[@]}" check
