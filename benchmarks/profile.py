@@ -35,6 +35,7 @@ from .contenders import (
     SPECS,
     Spec,
     local_adaptive_prefetch,
+    local_rounds_spec,
     local_spec,
 )
 from .tasks import KIB64, make_mib, noop, take
@@ -59,8 +60,12 @@ def find_spec(key: str) -> Spec:
         return local_spec(adaptive)
     if key.startswith("local-p") and key[len("local-p") :].isdigit():
         return local_spec(int(key[len("local-p") :]))
+    rounds = local_rounds_spec()  # the scheduler-rounds row's contender
+    if key == rounds.key:
+        return rounds
     raise SystemExit(
-        f"unknown contender {key!r}; one of local-adaptive, local-pN, " + ", ".join(SPECS)
+        f"unknown contender {key!r}; one of local-adaptive, local-pN, {rounds.key}, "
+        + ", ".join(SPECS)
     )
 
 

@@ -13,9 +13,9 @@ ROOT = Path(__file__).resolve().parents[2]
 COMMAND = [sys.executable, "-m", "benchmarks", "profile", "ppe-submit", "--measure", "tiny"]
 
 
-def profile(*args: str) -> subprocess.CompletedProcess[str]:
+def profile(*args: str, command: list[str] = COMMAND) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*COMMAND, "--tasks", "300", "--top", "3", *args],
+        [*command, "--tasks", "300", "--top", "3", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -40,3 +40,12 @@ def test_profile_command_runs(thread: str | None) -> None:
 def test_both_threads_refused_with_the_reason() -> None:
     proc = profile("--thread", "both")
     assert proc.returncode == 2 and "one profiler at a time" in proc.stderr, proc.stderr
+
+
+def test_the_scheduler_rounds_contender_is_profiled() -> None:
+    """The contender of the "scheduler rounds" target (sync() rounds), which the profile
+    mode did not know: where that target's time goes was not to be asked."""
+    command = [*COMMAND[:4], "local-default-sync", *COMMAND[5:]]
+    proc = profile("--cpu-only", command=command)
+    assert proc.returncode == 0, proc.stderr
+    assert "sync(0.05) rounds" in proc.stdout and "parent main thread" in proc.stdout, proc.stdout
