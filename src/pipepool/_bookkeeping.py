@@ -13,7 +13,9 @@ class:
   it built (its ``hand_over``), and ``take_records()`` hands back, per
   round and in bulk, the ones that ended (their outcome in ``failed`` and ``value``) and
   the ones seen started. No ``Event``, no key look-up and no held key per task: one
-  object per task, end to end. That class overrides this one's ``_finish`` (sharing its
+  object per task, end to end, typed as the face's record class all the way (this class
+  is generic in it: ``TaskT``), so the type checker proves the face takes back what it
+  handed over. That class overrides this one's ``_finish`` (sharing its
   first half, ``_end``) and ``_succeed`` (and the collect step's ``_publish_starting``):
   the choice is the class, not a flag tested on the hot path.
 
