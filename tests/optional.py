@@ -35,6 +35,9 @@ INTEGRATIONS = {
     "celery": Integration("pip install 'pipepool[celery]'", ("celery_pool", "celery_scenarios")),
     "redis": Integration("pip install 'pipepool[celery]'", ("celery_scenarios",)),
 }
+# Libraries of another extra of the project that a test needs (the lint extra's mypy:
+# tests/futures/test_seam_types.py), which .ci/run installs: how to install each.
+EXTRAS = {"mypy": "pip install '.[lint]'"}
 # Programs .ci/run installs (Debian packages) that a newcomer may lack: the tests that
 # compare with them skip without them (CI=true makes the hyperfine one fail), and .ci/run's
 # pass without integrations hides them from PATH.
@@ -89,7 +92,10 @@ def require(name: str, *, load: bool = True) -> ModuleType | None:
     was not installed."""
     if available(name):
         return importlib.import_module(name) if load else None
-    how = INTEGRATIONS[name].install if name in INTEGRATIONS else "pip install '.[test]'"
+    if name in INTEGRATIONS:
+        how = INTEGRATIONS[name].install
+    else:
+        how = EXTRAS.get(name, "pip install '.[test]'")
     if in_ci():
         raise ImportError(f"CI=true but {name} is not installed ({how}): its tests must run")
     pytest.skip(f"{name} is not installed ({how})", allow_module_level=True)

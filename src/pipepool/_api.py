@@ -3,8 +3,15 @@ verbs a scheduler uses (``queue``, ``get_event_buffer``, ``cancel``, ``end``, ..
 on the steps each executor provides (``sync``, ``has_work``, ...), so both keep one
 contract.
 
+It comes in two layers, split where a task record is made: ``SchedulerCore`` holds every
+verb but ``queue`` and ``queue_call``, generic in the record type it keeps
+(``pipepool._task.TaskT``); ``SchedulerAPI`` is that core over ``Task`` plus the two verbs
+that make a ``Task`` from a call. A face that builds its own records (``RecordExecutor``,
+whose face hands them over) is built on the core over its record type, so the type
+checker follows each record from the face that hands it over to the face that takes it back.
+
 The bookkeeping under those verbs (the state, a key's dispatches, the two ways out of an
-outcome) is ``pipepool._bookkeeping``'s, the class this one derives from.
+outcome) is ``pipepool._bookkeeping``'s, the class ``SchedulerCore`` derives from.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from typing import Any, Self
 
 from . import _checks, _signals
 from ._bookkeeping import Bookkeeping
-from ._task import Task
+from ._task import Task, TaskT
 from .errors import DuplicateKeyError
 from .events import _TERMINAL, Event, State
 
@@ -37,10 +44,11 @@ _WHERE = {
 }
 
 
-class SchedulerAPI(Bookkeeping):
-    """Base of both executors: the verbs built on the state they share (``Bookkeeping``)
+class SchedulerCore(Bookkeeping[TaskT]):
+    """Base of every executor: the verbs built on the state they share (``Bookkeeping``)
     and on the steps each one provides (``start``, ``sync``, ``has_work``,
-    ``terminate``, ``_shut_down``, ``_dispatched``, ``_time_out``)."""
+    ``terminate``, ``_shut_down``, ``_dispatched``, ``_time_out``); all but the two that
+    make tasks (``SchedulerAPI``), so it is generic in the record type ``TaskT``."""
 
     # -- the steps each executor provides -------------------------------------------------
 
@@ -64,95 +72,11 @@ class SchedulerAPI(Bookkeeping):
         """What ``end`` does once all work is done."""
         raise NotImplementedError
 
-    def _dispatched(self) -> Iterable[Task]:
+    def _dispatched(self) -> Iterable[TaskT]:
         """Every task dispatched (to a worker, or to the cluster) and not reported."""
         raise NotImplementedError
 
     # -- the verbs a scheduler uses -------------------------------------------------------
-
-    def queue_call(
-        self,
-        key: Hashable,
-        fn: Callable[..., Any],
-        args: tuple = (),
-        kwargs: dict | None = None,
-        *,
-        timeout: float | None = None,
-        exclusive: bool = False,
-    ) -> None:
-        """Like ``queue`` with the call spelled out, plus options.
-
-        ``args``: a tuple (or list) of positional arguments; ``kwargs``: a mapping of
-        keyword arguments, or None. Both are checked here (``pipepool._checks``), not in
-        the worker.
-
-        ``timeout``: seconds (a finite number > 0, or None for none), counted from the
-        moment a worker starts the task; past it the task fails with ``TaskTimeoutError``
-        (what happens to its worker: see the executor's class doc).
-
-        ``exclusive``: refuse the key while it has a dispatch outstanding (queued,
-        running, or ended with its terminal event unread) with ``DuplicateKeyError``,
-        leaving that dispatch untouched. By default such a key is accepted as one more
-        dispatch of it (``Event.dispatch`` tells them apart)."""
-        if self._state == "ended":
-            raise RuntimeError(f"cannot queue on an ended {type(self).__name__}")
-        if not callable(fn):
-            _checks.function(fn, "fn")
-        # The common case in two type tests; the rest (and every error) in _checks.
-        if type(args) is not tuple:
-            args = _checks.positionals(args, "args")
-        if kwargs is None:
-            kwargs = {}
-        elif kwargs or type(kwargs) is not dict:
-            kwargs = _checks.keywords(kwargs, "kwargs")
-        if timeout is not None:
-            timeout = _checks.seconds(timeout, "timeout", positive=True, none=True)
-        task = Task(next(self._tids), key, fn, args, kwargs, timeout)
-        try:  # (costs nothing unless it catches)
-            if key not in self._held and key not in self._events:
-                # Nothing outstanding: dispatch 1, the hot path's two stores (see ``queue``).
-                self._held[key] = task
-                self._queue.append(task)
-                return
-        except TypeError:
-            _checks.hashable(key, "key")  # an unhashable key, named
-            raise
-        deferred = None
-        try:
-            deferred = _signals.defer()
-            if exclusive and (where := self._holding(key)):
-                raise DuplicateKeyError(
-                    f"key {key!r} is already {_WHERE[where]}: queued with exclusive=True, "
-                    "a key takes one dispatch at a time, from queue() until "
-                    "get_event_buffer() hands out its terminal event (the dispatch under it "
-                    "is untouched)",
-                    key=key,
-                    where=where,
-                )
-            self._count(task)
-        finally:
-            _signals.undefer(deferred)
-
-    def queue(self, key: Hashable, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> None:
-        """Queue ``fn(*args, **kwargs)`` under ``key``; pickled when it is dispatched.
-
-        Every keyword argument goes to ``fn``: options (a ``timeout``, refusing a key
-        already outstanding) are ``queue_call``'s. A key queued again while an earlier
-        dispatch of it is outstanding is one more dispatch of it: each ends with its own
-        terminal event, marked with its number (``Event.dispatch``)."""
-        held = self._held
-        try:  # (costs nothing unless it catches)
-            if key in held or key in self._events or self._state != "started" or not callable(fn):
-                self.queue_call(key, fn, args, kwargs)  # the checks, their errors, a held key
-                return
-        except TypeError:
-            _checks.hashable(key, "key")  # an unhashable key, named; else the error as it was
-            raise
-        # The last lines of queue_call, inlined: a scheduler's hot path, one call less.
-        # Two stores, no deferral: cut short between them, ``_count`` notices.
-        task = Task(next(self._tids), key, fn, args, kwargs, None)
-        held[key] = task
-        self._queue.append(task)
 
     def heartbeat(self, timeout: float = 0.0) -> None:
         """The same as ``sync``: the name Airflow's executors use for one round."""
@@ -293,6 +217,95 @@ class SchedulerAPI(Bookkeeping):
                 if self._state == "new"
                 else f"{name} has ended"
             )
+
+
+class SchedulerAPI(SchedulerCore[Task]):
+    """The scheduler API of LocalExecutor and ClusterExecutor: the core over plain
+    ``Task`` records, and the verbs that make one from a call (``queue``, ``queue_call``)."""
+
+    def queue_call(
+        self,
+        key: Hashable,
+        fn: Callable[..., Any],
+        args: tuple = (),
+        kwargs: dict | None = None,
+        *,
+        timeout: float | None = None,
+        exclusive: bool = False,
+    ) -> None:
+        """Like ``queue`` with the call spelled out, plus options.
+
+        ``args``: a tuple (or list) of positional arguments; ``kwargs``: a mapping of
+        keyword arguments, or None. Both are checked here (``pipepool._checks``), not in
+        the worker.
+
+        ``timeout``: seconds (a finite number > 0, or None for none), counted from the
+        moment a worker starts the task; past it the task fails with ``TaskTimeoutError``
+        (what happens to its worker: see the executor's class doc).
+
+        ``exclusive``: refuse the key while it has a dispatch outstanding (queued,
+        running, or ended with its terminal event unread) with ``DuplicateKeyError``,
+        leaving that dispatch untouched. By default such a key is accepted as one more
+        dispatch of it (``Event.dispatch`` tells them apart)."""
+        if self._state == "ended":
+            raise RuntimeError(f"cannot queue on an ended {type(self).__name__}")
+        if not callable(fn):
+            _checks.function(fn, "fn")
+        # The common case in two type tests; the rest (and every error) in _checks.
+        if type(args) is not tuple:
+            args = _checks.positionals(args, "args")
+        if kwargs is None:
+            kwargs = {}
+        elif kwargs or type(kwargs) is not dict:
+            kwargs = _checks.keywords(kwargs, "kwargs")
+        if timeout is not None:
+            timeout = _checks.seconds(timeout, "timeout", positive=True, none=True)
+        task = Task(next(self._tids), key, fn, args, kwargs, timeout)
+        try:  # (costs nothing unless it catches)
+            if key not in self._held and key not in self._events:
+                # Nothing outstanding: dispatch 1, the hot path's two stores (see ``queue``).
+                self._held[key] = task
+                self._queue.append(task)
+                return
+        except TypeError:
+            _checks.hashable(key, "key")  # an unhashable key, named
+            raise
+        deferred = None
+        try:
+            deferred = _signals.defer()
+            if exclusive and (where := self._holding(key)):
+                raise DuplicateKeyError(
+                    f"key {key!r} is already {_WHERE[where]}: queued with exclusive=True, "
+                    "a key takes one dispatch at a time, from queue() until "
+                    "get_event_buffer() hands out its terminal event (the dispatch under it "
+                    "is untouched)",
+                    key=key,
+                    where=where,
+                )
+            self._count(task)
+        finally:
+            _signals.undefer(deferred)
+
+    def queue(self, key: Hashable, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> None:
+        """Queue ``fn(*args, **kwargs)`` under ``key``; pickled when it is dispatched.
+
+        Every keyword argument goes to ``fn``: options (a ``timeout``, refusing a key
+        already outstanding) are ``queue_call``'s. A key queued again while an earlier
+        dispatch of it is outstanding is one more dispatch of it: each ends with its own
+        terminal event, marked with its number (``Event.dispatch``)."""
+        held = self._held
+        try:  # (costs nothing unless it catches)
+            if key in held or key in self._events or self._state != "started" or not callable(fn):
+                self.queue_call(key, fn, args, kwargs)  # the checks, their errors, a held key
+                return
+        except TypeError:
+            _checks.hashable(key, "key")  # an unhashable key, named; else the error as it was
+            raise
+        # The last lines of queue_call, inlined: a scheduler's hot path, one call less.
+        # Two stores, no deferral: cut short between them, ``_count`` notices.
+        task = Task(next(self._tids), key, fn, args, kwargs, None)
+        held[key] = task
+        self._queue.append(task)
 
 
 def wait_timeout(timeout: float) -> float:

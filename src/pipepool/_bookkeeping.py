@@ -13,7 +13,9 @@ class:
   it built (its ``hand_over``), and ``take_records()`` hands back, per
   round and in bulk, the ones that ended (their outcome in ``failed`` and ``value``) and
   the ones seen started. No ``Event``, no key look-up and no held key per task: one
-  object per task, end to end. That class overrides this one's ``_finish`` (sharing its
+  object per task, end to end, typed as the face's record class all the way (this class
+  is generic in it: ``TaskT``), so the type checker proves the face takes back what it
+  handed over. That class overrides this one's ``_finish`` (sharing its
   first half, ``_end``) and ``_succeed`` (and the collect step's ``_publish_starting``):
   the choice is the class, not a flag tested on the hot path.
 
@@ -36,30 +38,33 @@ import time
 from collections import deque
 from collections.abc import Hashable, Iterable
 from concurrent.futures import CancelledError
-from typing import Any
+from typing import Any, Generic
 
-from ._task import DONE, QUEUED, RUNNING, Task
+from ._task import DONE, QUEUED, RUNNING, Task, TaskT
 from .events import _TERMINAL, Event, State
 
 _SUCCESS, _FAILED = State.SUCCESS, State.FAILED  # plain names: events.py says why
 _new = tuple.__new__  # Event(...) through its own __new__ costs twice as much
 
 
-class Bookkeeping:
+class Bookkeeping(Generic[TaskT]):
     """The state both executors share, declared here once, and the steps that keep it:
     queue a key's next dispatch, expire timed tasks, finish tasks and publish their
-    events. ``SchedulerAPI`` builds the public verbs on it."""
+    events. ``SchedulerAPI`` builds the public verbs on it.
+
+    Generic in the record type ``TaskT`` it keeps (``pipepool._task``): ``Task`` for the
+    event buffer's executors, a face's own subclass for the records way out."""
 
     def __init__(self, counters: Iterable[str]) -> None:
         self._state = "new"  # new -> started -> ended
-        self._queue: deque[Task] = deque()  # queued tasks, in dispatch order
-        self._timed: dict[int, Task] = {}  # tid -> started task with a deadline
+        self._queue: deque[TaskT] = deque()  # queued tasks, in dispatch order
+        self._timed: dict[int, TaskT] = {}  # tid -> started task with a deadline
         self._events: dict[Hashable, Event] = {}  # key -> newest event, until read
         self._later: dict[Hashable, list[Event]] = {}  # key -> events of its later
         # dispatches, in order, waiting until _events has none of the key unread
         self._published = 0  # events published so far: did a round produce any?
         self._tids = itertools.count(1)  # task ids, unique per executor
-        self._held: dict[Hashable, Task] = {}  # key -> its newest dispatch, from queue()
+        self._held: dict[Hashable, TaskT] = {}  # key -> its newest dispatch, from queue()
         # until the key's last dispatch ends (may name one a Ctrl-C cut short: _count)
         self._outstanding: dict[Hashable, int] = {}  # key -> its dispatches not yet ended,
         # for a key with more than one (a key with one has no entry: the hot path's case)
@@ -68,13 +73,13 @@ class Bookkeeping:
 
     # -- what each executor provides ------------------------------------------------------
 
-    def _time_out(self, t: Task) -> None:
+    def _time_out(self, t: TaskT) -> None:
         """Stop task ``t``, past its deadline, and report it."""
         raise NotImplementedError
 
     # -- a key's dispatches ---------------------------------------------------------------
 
-    def _count(self, task: Task) -> None:
+    def _count(self, task: TaskT) -> None:
         """Queue ``task`` as the next dispatch of its key, which has one outstanding or an
         event unread (signals deferred by the caller: four pieces of bookkeeping)."""
         key = task.key
@@ -130,7 +135,7 @@ class Bookkeeping:
 
     def _finish(
         self,
-        t: Task,
+        t: TaskT,
         state: State,
         *,
         result: Any = None,
@@ -156,7 +161,7 @@ class Bookkeeping:
         else:
             self._stats["failed"] += 1
 
-    def _succeed(self, tasks: list[Task], results: list[Any], pid: int | None) -> None:
+    def _succeed(self, tasks: list[TaskT], results: list[Any], pid: int | None) -> None:
         """``_finish`` of many successes on one worker (``pid``), in order, in one pass:
         the path of most outcomes (the caller removed each task from where it was)."""
         events, unhold, outstanding = self._events, self._held.pop, self._outstanding

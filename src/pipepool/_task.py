@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import Any, TypeVar
 
 from .errors import TaskPicklingError
 from .frames import PICKLE_PROTOCOL
@@ -76,6 +76,12 @@ class Task:
         self.future: Any = None  # the Dask future, until the outcome is in
         self.address: str | None = None  # the worker running it, from its "started"
         self.pid: int | None = None
+
+
+# The record type an executor keeps: ``Task``, or a face's own subclass of it (a
+# ProcessPoolExecutor's futures), so the type checker follows a record from the face that
+# hands it over to the face that takes it back (``executor.RecordExecutor``).
+TaskT = TypeVar("TaskT", bound=Task)
 
 
 def pickle_call(

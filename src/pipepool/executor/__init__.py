@@ -1,12 +1,16 @@
 """The executor room: ``LocalExecutor``, the parent's bookkeeping of tasks and workers
 (docs/design.md, "The round"), and ``RecordExecutor``, the LocalExecutor of a face that
-keeps its own task records (ProcessPoolExecutor): its public verbs are that face's seam.
+keeps its own task records (ProcessPoolExecutor): its public verbs are that face's seam,
+typed by the face's record class (``RecordExecutor[Record]``), so the type checker proves
+that what the face hands over is what it takes back.
 
 This module only names what the room offers; the code is in its parts:
 
-* ``_local.py``: LocalExecutor, its public API and the round;
+* ``_local.py``: LocalExecutor, its public API and the round, in ``LocalCore``: the same
+  body generic in the task record type (``pipepool._task.TaskT``), which both share;
 * ``_records.py``: RecordExecutor, outcomes as the face's own records, and the verbs;
-* ``_state.py``: the state, declared once (``LocalState``), and ``_Worker``;
+* ``_state.py``: the state, declared once (``LocalState``), and ``_Worker``, each generic
+  in the record type as every step is;
 * the steps of a round: ``_collect.py``, ``_reap.py`` (and ``_death.py``, why a worker
   died), ``_lifecycle.py``, ``_dispatch.py``; the policy ``_depth.py``; the verbs of an
   event loop that drives it from outside, ``_outside.py``;

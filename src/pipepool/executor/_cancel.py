@@ -17,7 +17,7 @@ from .. import _checks, _signals
 from .._task import DONE as _DONE
 from .._task import QUEUED as _QUEUED
 from .._task import RUNNING as _RUNNING
-from .._task import Task as _Task
+from .._task import TaskT
 from ..errors import TaskKilledError, TaskTimeoutError
 from ..events import State
 from ._collect import Collector, cancelled_error
@@ -27,7 +27,7 @@ from ._state import _Worker
 _FAILED = State.FAILED  # a plain name: events.py says why
 
 
-class Canceller(Collector, Dispatcher):
+class Canceller(Collector[TaskT], Dispatcher[TaskT]):
     """Cancel, kill and time out tasks: the collect step reads the start marks that
     decide which, the dispatch step writes the CANCEL a worker answers."""
 
@@ -76,7 +76,7 @@ class Canceller(Collector, Dispatcher):
         finally:
             _signals.undefer(deferred)
 
-    def _cancel(self, keys: Iterable[Hashable], *, spare_next: bool = False) -> list[_Task]:
+    def _cancel(self, keys: Iterable[Hashable], *, spare_next: bool = False) -> list[TaskT]:
         """``cancel`` for many keys in one pass, every dispatch of each (signals deferred
         by the caller); the dispatches cancelled now or being cancelled (``_cancel_tasks``)."""
         keys = set(keys)
@@ -84,7 +84,7 @@ class Canceller(Collector, Dispatcher):
         tasks += [t for t in self._dispatched() if t.key in keys]
         return self._cancel_tasks(tasks, spare_next=spare_next)
 
-    def _cancel_tasks(self, tasks: Iterable[_Task], *, spare_next: bool = False) -> list[_Task]:
+    def _cancel_tasks(self, tasks: Iterable[TaskT], *, spare_next: bool = False) -> list[TaskT]:
         """Cancel these tasks (records way out: the face's own records; signals deferred
         by the caller) unless they started; the ones cancelled now (ended with
         CancelledError) or being cancelled (a REVOKE is out). ``spare_next`` (a pool's
@@ -92,7 +92,7 @@ class Canceller(Collector, Dispatcher):
         runs or starts next, as the standard library's call queue does."""
         spared = self._next_tasks() if spare_next else set()
         tasks = [t for t in tasks if t.phase != _DONE and t.tid not in spared]
-        cancelling: list[_Task] = []
+        cancelling: list[TaskT] = []
         queued = {t.tid for t in tasks if t.phase == _QUEUED}
         if queued:
             queue = self._queue
@@ -118,7 +118,7 @@ class Canceller(Collector, Dispatcher):
                     self._send_cancels(w, doomed)
         return cancelling
 
-    def _claim(self, w: _Worker, tasks: list[_Task], cancelled: list[_Task]) -> list[_Task]:
+    def _claim(self, w: _Worker[TaskT], tasks: list[TaskT], cancelled: list[TaskT]) -> list[TaskT]:
         """Cancel ``w``'s unstarted ``tasks`` by claiming them in shared memory, without
         asking ``w`` (docs/design.md, "Cancel claims"): each claimed one ends cancelled
         now (into ``cancelled``), as a CANCELLED answer would end it; one ``w`` decided
@@ -149,13 +149,13 @@ class Canceller(Collector, Dispatcher):
         nxt.update(t.tid for t in itertools.islice(self._queue, free))
         return nxt
 
-    def _uncancel(self, t: _Task) -> None:
+    def _uncancel(self, t: TaskT) -> None:
         """Withdraw a ``cancel`` of task ``t`` still waiting for its worker's answer: if
         that worker skips the task, it runs elsewhere after all."""
         if t.phase == _RUNNING:
             t.cancelling = False
 
-    def _time_out(self, t: _Task) -> None:
+    def _time_out(self, t: TaskT) -> None:
         for w in self._workers.values():
             if w.in_flight.get(t.tid) is t and not w.killed:
                 self._kill_worker(

@@ -14,7 +14,7 @@ from typing import Any
 from .._outcome import load_failure, result_error
 from .._task import QUEUED as _QUEUED
 from .._task import RUNNING as _RUNNING
-from .._task import Task as _Task
+from .._task import TaskT
 from ..errors import FrameError
 from ..events import Event, State
 from ..frames import ELAPSED, Kind
@@ -38,7 +38,7 @@ COPY_BELOW = 4096  # bytes: a smaller result's pickle is sliced out of its frame
 # that costs less than a memoryview); a bigger one is unpickled in place
 
 
-class Collector(WorkerLifecycle):
+class Collector(WorkerLifecycle[TaskT]):
     """The collect step and what each frame kind does (it kills a worker whose stream
     cannot be trusted, and counts an initializer's failure: ``WorkerLifecycle``)."""
 
@@ -81,12 +81,12 @@ class Collector(WorkerLifecycle):
         only here, in bulk (``_succeed``): one from the shared ring comes back here too
         (``_on_shared``); every other frame, and a DONE too short to read, is ``_on_frame``'s."""
         workers = self._workers
-        tasks: list[_Task] = []  # successes not yet recorded, all of worker ``w``
+        tasks: list[TaskT] = []  # successes not yet recorded, all of worker ``w``
         results: list[Any] = []
         elapsed: list[float] = []  # the run times of the tasks that ended, in order
         ran = False  # a task ended since the last frame of another kind
         last = None
-        w: _Worker | None = None
+        w: _Worker[TaskT] | None = None
         pid: int | None = None
         for channel, kind, ident, payload in frames:
             if channel != last:
@@ -163,7 +163,7 @@ class Collector(WorkerLifecycle):
                 else:
                     self._mark_started(w, mark, now, publish=True)
 
-    def _mark_started_but_asked(self, w: _Worker, mark: int, now: float) -> None:
+    def _mark_started_but_asked(self, w: _Worker[TaskT], mark: int, now: float) -> None:
         """``_mark_started`` for a worker with CANCELs unanswered: a mark past a task a
         CANCEL names does not say that one started (the worker may have skipped it and
         gone on), its answer does (``_on_cancel_answer``). Off the hot path: a worker
@@ -177,7 +177,7 @@ class Collector(WorkerLifecycle):
             for t in asked:
                 t.started = False
 
-    def _mark_started(self, w: _Worker, mark: int, now: float, *, publish: bool) -> None:
+    def _mark_started(self, w: _Worker[TaskT], mark: int, now: float, *, publish: bool) -> None:
         """Every task of ``w`` numbered up to ``mark`` has begun; the last one runs."""
         for t in w.in_flight.values():  # dispatch order, so numbers only grow
             if t.seq > mark:
@@ -194,7 +194,12 @@ class Collector(WorkerLifecycle):
                 self._starting.append((t, w.pid))
 
     def _on_frame(
-        self, w: _Worker, kind: int, ident: int, payload: bytes | bytearray | memoryview, now: float
+        self,
+        w: _Worker[TaskT],
+        kind: int,
+        ident: int,
+        payload: bytes | bytearray | memoryview,
+        now: float,
     ) -> None:
         if kind in (_DONE, _RAISED):
             t = w.in_flight.get(ident)
@@ -242,7 +247,7 @@ class Collector(WorkerLifecycle):
         self._kill_worker(w, None)
 
     def _on_shared(
-        self, w: _Worker, ident: int, ref: bytes | bytearray | memoryview, now: float
+        self, w: _Worker[TaskT], ident: int, ref: bytes | bytearray | memoryview, now: float
     ) -> None:
         """An outcome whose payload is in the worker's shared ring: handled as if it had
         come by the pipe, then its space goes back to the worker (``worker._region``)."""
@@ -264,7 +269,7 @@ class Collector(WorkerLifecycle):
             del payload
             region.release()  # unpickled: nothing refers to the ring's bytes any more
 
-    def _on_revoked(self, w: _Worker, last_started: int) -> None:
+    def _on_revoked(self, w: _Worker[TaskT], last_started: int) -> None:
         """The worker will skip everything it was sent after ``last_started``: those
         tasks go back to the front of the queue, in their order, for any worker."""
         upto, w.revoking = w.revoking, 0
@@ -275,7 +280,7 @@ class Collector(WorkerLifecycle):
             self._take_back(w, t)
         self._requeue_or_cancel(back, revoked=True)
 
-    def _on_cancel_answer(self, w: _Worker, seq: int, skipped: bool, now: float) -> None:
+    def _on_cancel_answer(self, w: _Worker[TaskT], seq: int, skipped: bool, now: float) -> None:
         """The worker's answer to the CANCEL of its task ``seq``: it will not run it
         (``skipped``: it ends cancelled, or goes back to the queue if ``uncancel`` came
         meanwhile), or it had started it (its start mark says so; it runs on)."""
@@ -293,7 +298,7 @@ class Collector(WorkerLifecycle):
                 w.current = current
 
     @staticmethod
-    def _take_back(w: _Worker, t: _Task) -> None:
+    def _take_back(w: _Worker[TaskT], t: TaskT) -> None:
         """``t`` leaves ``w`` unstarted (revoked, skipped, claimed or refused): no longer
         one of its tasks, and queued as far as its phase says, until the caller requeues
         or ends it. A start mark read before may have covered it: it never ran."""
@@ -303,7 +308,7 @@ class Collector(WorkerLifecycle):
         t.phase = _QUEUED
         w.sent -= 1
 
-    def _requeue_or_cancel(self, back: list[_Task], *, revoked: bool = False) -> None:
+    def _requeue_or_cancel(self, back: list[TaskT], *, revoked: bool = False) -> None:
         """Tasks taken back unstarted: to the front of the queue, in their order, but
         the ones ``cancel()`` asked for, which end here (CancelledError)."""
         requeue = [t for t in back if not t.cancelling]
@@ -315,7 +320,7 @@ class Collector(WorkerLifecycle):
                 if t.cancelling:
                     self._finish(t, _FAILED, exception=cancelled_error(t.key))
 
-    def _on_refused(self, w: _Worker, first: int) -> None:
+    def _on_refused(self, w: _Worker[TaskT], first: int) -> None:
         """The worker could not unpickle the BATCH whose first call is ``first`` and ran
         none of it: queue those calls again, to go one per frame, so that only a call
         that cannot be unpickled fails (with its own TaskUnpicklingError)."""

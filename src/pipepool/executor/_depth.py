@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from .._task import TaskT
     from ._state import _Worker
 
 BACKLOG = 0.002  # s of predicted work queued per worker: the wait a short task may pay
@@ -61,7 +62,7 @@ class DepthPolicy:
         return max(BACKLOG, 4 * self.task_time)
 
     @staticmethod
-    def trap_deadline(w: _Worker, after: float) -> float | None:
+    def trap_deadline(w: _Worker[TaskT], after: float) -> float | None:
         """When tasks sent ahead to ``w`` become trapped behind its current task (if it
         has any such tasks and no REVOKE is out already), else None."""
         current = w.current
@@ -69,7 +70,7 @@ class DepthPolicy:
             return None
         return current.began + after
 
-    def wait_bound(self, workers: Iterable[_Worker], bound: float) -> float:
+    def wait_bound(self, workers: Iterable[_Worker[TaskT]], bound: float) -> float:
         """``bound``, or less if a worker's lead tasks become trapped sooner (adaptive
         depth only): a wait must end in time to revoke them."""
         if self.prefetch is None:
@@ -81,7 +82,7 @@ class DepthPolicy:
                 bound = min([bound] + [d - now for d in deadlines if d is not None])
         return bound
 
-    def trapped(self, workers: Iterable[_Worker]) -> list[_Worker]:
+    def trapped(self, workers: Iterable[_Worker[TaskT]]) -> list[_Worker[TaskT]]:
         """The workers whose tasks sent ahead are trapped behind a current task that
         overruns (adaptive depth only): their tasks should be taken back (revoked).
 

@@ -9,11 +9,11 @@ import itertools
 import os
 import pickle
 import select
+from collections.abc import Sequence
 
 from .._task import QUEUED as _QUEUED
 from .._task import RUNNING as _RUNNING
-from .._task import Task as _Task
-from .._task import pickle_call
+from .._task import Task, TaskT, pickle_call
 from ..errors import TaskPicklingError
 from ..events import State
 from ..frames import HEADER_SIZE, MAX_PAYLOAD, PICKLE_PROTOCOL, Kind, encode_header
@@ -26,7 +26,7 @@ _ATOMIC = getattr(select, "PIPE_BUF", 512)  # bytes one pipe write delivers whol
 _FAILED = State.FAILED
 
 
-class Dispatcher(LocalState):
+class Dispatcher(LocalState[TaskT]):
     """The dispatch step (give each worker with room the next tasks) and the revoke."""
 
     def _dispatch(self) -> None:
@@ -38,7 +38,9 @@ class Dispatcher(LocalState):
         if open_workers:
             self._send_shares(self._share_out(open_workers, depth))
 
-    def _share_out(self, open_workers: list[_Worker], depth: int) -> dict[_Worker, list[_Task]]:
+    def _share_out(
+        self, open_workers: list[_Worker[TaskT]], depth: int
+    ) -> dict[_Worker[TaskT], list[TaskT]]:
         """Each worker's share of the head of the queue, dealt breadth first (one task per
         worker per pass, so a deep dispatch stays fair); the queue is not changed yet."""
         queue = self._queue
@@ -54,7 +56,7 @@ class Dispatcher(LocalState):
             # (the same deal as the passes below, in slices instead of one task at a time).
             head = list(itertools.islice(queue, total))
             return {w: head[i::count] for i, w in enumerate(open_workers) if i < total}
-        shares: dict[_Worker, list[_Task]] = {}
+        shares: dict[_Worker[TaskT], list[TaskT]] = {}
         room = dict(zip(open_workers, rooms, strict=True))
         taken = 0
         while taken < total and open_workers:
@@ -70,7 +72,7 @@ class Dispatcher(LocalState):
             open_workers = still_open
         return shares
 
-    def _send_shares(self, shares: dict[_Worker, list[_Task]]) -> None:
+    def _send_shares(self, shares: dict[_Worker[TaskT], list[TaskT]]) -> None:
         """Take the shared-out tasks off the queue and send each worker its share (one
         frame and one writev each); what was not sent goes back to the front."""
         queue = self._queue
@@ -86,7 +88,7 @@ class Dispatcher(LocalState):
             queue.extendleft(reversed(unsent))
             raise
 
-    def _send_share(self, w: _Worker, share: list[_Task]) -> None:
+    def _send_share(self, w: _Worker[TaskT], share: list[TaskT]) -> None:
         """Send ``share`` to ``w``: one BATCH frame (one pickle) when it can, else a TASK
         frame per call; a call that cannot be pickled fails alone."""
         loop = self._loop
@@ -125,7 +127,7 @@ class Dispatcher(LocalState):
         loop.flush(w.wid)
 
     @staticmethod
-    def _note_sent(w: _Worker, t: _Task) -> None:
+    def _note_sent(w: _Worker[TaskT], t: TaskT) -> None:
         t.phase = _RUNNING
         w.in_flight[t.tid] = t
         w.sent += 1
@@ -144,7 +146,7 @@ class Dispatcher(LocalState):
             self._send_revoke(w)
 
     @staticmethod
-    def _send_revoke(w: _Worker) -> None:
+    def _send_revoke(w: _Worker[TaskT]) -> None:
         """Ask ``w`` to skip every task it holds and has not started (REVOKE); its REVOKED
         answer says which. Nothing if one is out already (it covers every task ``w``
         holds: a worker with a REVOKE out is sent nothing new) or if ``w`` is closing (its
@@ -158,7 +160,7 @@ class Dispatcher(LocalState):
         w.revoking = w.seq
 
     @staticmethod
-    def _send_cancels(w: _Worker, tasks: list[_Task]) -> None:
+    def _send_cancels(w: _Worker[TaskT], tasks: list[TaskT]) -> None:
         """Ask ``w`` to skip ``tasks`` (held by it, not started, flagged ``cancelling``).
 
         One CANCEL per task, so the tasks around them stay where they are; the worker
@@ -191,7 +193,7 @@ class Dispatcher(LocalState):
             asked.update(t.seq for t in fresh[start // HEADER_SIZE : (start + step) // HEADER_SIZE])
 
 
-def _via_region(w: _Worker, kind: int, ident: int, payload: bytes) -> tuple[int, int, bytes]:
+def _via_region(w: _Worker[TaskT], kind: int, ident: int, payload: bytes) -> tuple[int, int, bytes]:
     """A frame as sent: a payload of the region's threshold or more is copied into the
     worker's shared ring and the frame becomes its SHARED reference; without room there
     it goes through the pipe as it is (the parent never waits for room)."""
@@ -203,7 +205,7 @@ def _via_region(w: _Worker, kind: int, ident: int, payload: bytes) -> tuple[int,
     return kind, ident, payload
 
 
-def _pickle_call(t: _Task) -> bytes:
+def _pickle_call(t: Task) -> bytes:
     """Pickle a task's call; on failure name the key and the part that failed."""
     payload = pickle_call(
         t,
@@ -220,7 +222,7 @@ def _pickle_call(t: _Task) -> bytes:
     return payload
 
 
-def _pickle_batch(batch: list[_Task]) -> bytes | None:
+def _pickle_batch(batch: Sequence[Task]) -> bytes | None:
     """One pickle for several calls (a shared function is pickled once), or None when
     one of them cannot be pickled or it is too big: they then go one per frame, and
     ``_pickle_call`` names the call and the part at fault."""

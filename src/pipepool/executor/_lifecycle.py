@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from .. import _oom, _signals
+from .._task import TaskT
 from ..errors import InitializerError, WorkerLostError
 from ..events import State
 from ..worker import ChildFd, MarkTable, Region, WorkerShare, open_report_file, signal_group
@@ -30,7 +31,7 @@ INIT_BACKOFF = 0.1  # s before the first restart after an initializer failure; d
 WORKER_MODULE = worker_main.__module__  # what a fork server preloads (pipepool.worker)
 
 
-class WorkerLifecycle(LocalState):
+class WorkerLifecycle(LocalState[TaskT]):
     """The steps that open the pool, start and kill workers, and stop the pool."""
 
     def _open(self) -> None:
@@ -188,7 +189,7 @@ class WorkerLifecycle(LocalState):
             for fd in mine:  # the child has its copies now (or never will)
                 _PARENT_FDS.discard(fd)
                 os.close(fd)
-        w = _Worker(
+        w: _Worker[TaskT] = _Worker(
             wid, proc, (activity_w, result_r), control_w, crash_fd, slot, self._init_failures
         )
         w.region = region  # mapped here until the worker is removed; its fd is closed
@@ -236,14 +237,14 @@ class WorkerLifecycle(LocalState):
         proc.start()
         return proc
 
-    def _kill_worker(self, w: _Worker, reason: BaseException | None) -> None:
+    def _kill_worker(self, w: _Worker[TaskT], reason: BaseException | None) -> None:
         if reason is not None and w.kill_reason is None:
             w.kill_reason = reason
         if not w.killed:
             w.killed = True
             _signal_process(w.proc, "kill")
 
-    def _remove_channel(self, w: _Worker) -> list[tuple[int, int, bytes]]:
+    def _remove_channel(self, w: _Worker[TaskT]) -> list[tuple[int, int, bytes]]:
         """Close a worker's parent ends (once) and drop them from the fork registry."""
         assert self._loop is not None
         if w.wid not in self._loop:
@@ -256,7 +257,7 @@ class WorkerLifecycle(LocalState):
             w.region = None
         return self._loop.remove(w.wid)
 
-    def _note_init_failure(self, w: _Worker, error: BaseException) -> None:
+    def _note_init_failure(self, w: _Worker[TaskT], error: BaseException) -> None:
         w.init_error = error
         if w.init_round != self._init_failures:
             return  # started before the last failure was counted: same probe round

@@ -1,5 +1,10 @@
 """LocalExecutor: its public API and the round.
 
+Both are ``LocalCore``'s, generic in the task record type it keeps (``pipepool._task.TaskT``):
+``LocalExecutor`` is that core over plain ``Task`` records plus the scheduler's verbs that
+make them (``queue``, ``queue_call``: ``pipepool._api.SchedulerAPI``), and
+``RecordExecutor`` (``_records.py``) is it over a face's own records.
+
 The steps of a round live beside it, as methods of the same object (one owner of the
 bookkeeping, its state declared once in ``_state.py``): ``_collect.py`` (collect),
 ``_reap.py`` (reap and retire workers), ``_lifecycle.py`` (start, kill and stop them),
@@ -42,9 +47,9 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import _checks, _signals
-from .._api import wait_timeout
+from .._api import SchedulerAPI, wait_timeout
 from .._cpus import available_cpus
-from .._task import Task as _Task
+from .._task import Task, TaskT
 from ..errors import InitializerError, TaskKilledError
 from ..worker import signal_group
 from ._cancel import Canceller
@@ -63,33 +68,11 @@ STARTUP_POLL = 0.01  # s, the same for a worker still starting up (nothing heard
 # very worker being waited for. Its first task's start is seen at most this late.
 
 
-class LocalExecutor(Reaper, Canceller, OutsideLoop):
-    """Run callables in a pool of local worker processes, scheduler style.
-
-    ``queue`` work under a key, call ``sync`` (or ``heartbeat``) regularly, read outcomes
-    from ``get_event_buffer``. Every queued task ends with exactly one terminal event.
-    A task past its ``timeout`` (``queue_call``) has its worker killed and replaced.
-
-    ``parallelism`` is how many workers it runs; ``parallelism_reason`` says why that many
-    ("4 given", or for ``parallelism=None`` the limit that decided: the affinity mask or a
-    cgroup CPU quota, ``pipepool._cpus``).
-
-    ``loop_impl`` picks the parent's loop: "cython", "python" (its pure-Python twin), or
-    None for the compiled one if it was built (tests and benchmarks compare the two).
-
-    ``preload`` names modules to import once, where workers are made from, so that no
-    worker imports them again, a replacement after ``max_tasks_per_child`` or a crash
-    included: under fork this process imports them at ``start()`` (workers are copies of
-    it); under spawn and forkserver ``start()`` makes the pool's zygote with that start
-    method, which imports them (and the main module, as every such child does) and
-    forks every worker. A module that fails makes ``start()`` raise ``PreloadError``
-    naming it and why, with nothing left running (docs/design.md, "The zygote").
-
-    Every argument is checked here, by the rule of its kind (``pipepool._checks``):
-    ``parallelism``, ``prefetch``, ``pipe_size`` (bytes) and ``max_tasks_per_child`` are
-    integers >= 1 (or None), ``initializer`` a callable (or None), ``initargs`` a tuple
-    or list, ``preload`` module names; a TypeError or ValueError names the one that is not.
-    """
+class LocalCore(Reaper[TaskT], Canceller[TaskT], OutsideLoop[TaskT]):
+    """LocalExecutor's body, generic in the task record type it keeps: its arguments,
+    public API and round, all but ``queue`` and ``queue_call`` (``SchedulerAPI``'s, which
+    make plain ``Task`` records). ``LocalExecutor`` is this over ``Task``;
+    ``RecordExecutor`` is this over the records its face builds and hands over."""
 
     def __init__(
         self,
@@ -205,7 +188,7 @@ class LocalExecutor(Reaper, Canceller, OutsideLoop):
         if self._zygote_due and self._workers:  # fork: first workers up, their tasks sent
             self._fork_due_zygote()
 
-    def _dispatched(self) -> Iterable[_Task]:
+    def _dispatched(self) -> Iterable[TaskT]:
         return (t for w in self._workers.values() for t in w.in_flight.values())
 
     def has_work(self) -> bool:
@@ -342,6 +325,35 @@ class LocalExecutor(Reaper, Canceller, OutsideLoop):
         if self._queue and self._init_retry_at > time.monotonic():
             bound = min(bound, self._init_retry_at - time.monotonic())
         return max(bound, 0.0)
+
+
+class LocalExecutor(LocalCore[Task], SchedulerAPI):
+    """Run callables in a pool of local worker processes, scheduler style.
+
+    ``queue`` work under a key, call ``sync`` (or ``heartbeat``) regularly, read outcomes
+    from ``get_event_buffer``. Every queued task ends with exactly one terminal event.
+    A task past its ``timeout`` (``queue_call``) has its worker killed and replaced.
+
+    ``parallelism`` is how many workers it runs; ``parallelism_reason`` says why that many
+    ("4 given", or for ``parallelism=None`` the limit that decided: the affinity mask or a
+    cgroup CPU quota, ``pipepool._cpus``).
+
+    ``loop_impl`` picks the parent's loop: "cython", "python" (its pure-Python twin), or
+    None for the compiled one if it was built (tests and benchmarks compare the two).
+
+    ``preload`` names modules to import once, where workers are made from, so that no
+    worker imports them again, a replacement after ``max_tasks_per_child`` or a crash
+    included: under fork this process imports them at ``start()`` (workers are copies of
+    it); under spawn and forkserver ``start()`` makes the pool's zygote with that start
+    method, which imports them (and the main module, as every such child does) and
+    forks every worker. A module that fails makes ``start()`` raise ``PreloadError``
+    naming it and why, with nothing left running (docs/design.md, "The zygote").
+
+    Every argument is checked here, by the rule of its kind (``pipepool._checks``):
+    ``parallelism``, ``prefetch``, ``pipe_size`` (bytes) and ``max_tasks_per_child`` are
+    integers >= 1 (or None), ``initializer`` a callable (or None), ``initargs`` a tuple
+    or list, ``preload`` module names; a TypeError or ValueError names the one that is not.
+    """
 
 
 def _standard_start_method(name: str | None) -> str | None:

@@ -30,6 +30,7 @@ import time
 from collections.abc import Hashable
 
 from .. import _signals
+from .._task import TaskT
 from ._dispatch import Dispatcher
 from ._state import LocalState, _Worker
 
@@ -39,7 +40,7 @@ from ._state import LocalState, _Worker
 IDLE_STEP = 60.0
 
 
-class OutsideLoop(LocalState):
+class OutsideLoop(LocalState[TaskT]):
     """The public verbs of an outside loop's driver, and workers kept warm."""
 
     def watched_fds(self) -> tuple[list[int], list[int]]:
@@ -159,7 +160,7 @@ class OutsideLoop(LocalState):
 
     # -- the parts (signals deferred by the caller) ----------------------------------------
 
-    def _stoppable(self, w: _Worker) -> bool:
+    def _stoppable(self, w: _Worker[TaskT]) -> bool:
         """``w`` may be stopped now: it holds no task and is not going already, and it is
         up (a warm pool's worker still starting would write UP into a closed pipe)."""
         return (
@@ -169,7 +170,7 @@ class OutsideLoop(LocalState):
             and (w.heard or not self._keep_warm)
         )
 
-    def _stop_idle(self, w: _Worker) -> None:
+    def _stop_idle(self, w: _Worker[TaskT]) -> None:
         """Close ``w``'s pipes: it reads EOF and exits; the reap step retires it, as it
         does a worker whose pipe closed (checked every round, killed past EXIT_GRACE)."""
         self._remove_channel(w)
@@ -187,7 +188,7 @@ class OutsideLoop(LocalState):
                 self._retiring.discard(wid)
                 self._stop_idle(w)
 
-    def _remove_channel(self, w: _Worker) -> list[tuple[int, int, bytes]]:
+    def _remove_channel(self, w: _Worker[TaskT]) -> list[tuple[int, int, bytes]]:
         """Close a worker's parent ends (WorkerLifecycle's)."""
         raise NotImplementedError
 

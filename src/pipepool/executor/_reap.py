@@ -11,8 +11,7 @@ import time
 from collections.abc import Callable
 
 from .. import _oom
-from .._task import QUEUED
-from .._task import Task as _Task
+from .._task import QUEUED, Task, TaskT
 from ..errors import InitializerError, WorkerLostError
 from ..events import State
 from ..worker import note_crash, read_report, signal_group
@@ -26,7 +25,7 @@ REAP_INTERVAL = 0.25  # s between exit checks of every worker: catches a worker 
 # result pipe a grandchild still holds open (no EOF), at a cost of one waitpid per worker
 
 
-class Reaper(Collector):
+class Reaper(Collector[TaskT]):
     """The reap step, and retiring a worker that exited (also from ``terminate``)."""
 
     def _reap(self) -> None:
@@ -37,7 +36,7 @@ class Reaper(Collector):
             self._note_oom_counts()
         if not periodic and not any(w.closing for w in self._workers.values()):
             return
-        exited: list[tuple[_Worker, int]] = []
+        exited: list[tuple[_Worker[TaskT], int]] = []
         for w in self._workers.values():
             if not (w.closing or periodic):
                 continue
@@ -65,7 +64,7 @@ class Reaper(Collector):
             if w.current is None:
                 w.oom_at = counts
 
-    def _retire(self, w: _Worker, exitcode: int | None, *, requeue: bool = True) -> None:
+    def _retire(self, w: _Worker[TaskT], exitcode: int | None, *, requeue: bool = True) -> None:
         """Forget an exited worker: dispatch again what it never started, fail what it ran
         (everything it held, with ``requeue=False``: ``terminate``), and count its end."""
         self._read_crash_report(w, exitcode)  # before its fds close
@@ -79,13 +78,13 @@ class Reaper(Collector):
         with contextlib.suppress(ValueError):
             w.proc.close()
 
-    def _read_crash_report(self, w: _Worker, exitcode: int | None) -> None:
+    def _read_crash_report(self, w: _Worker[TaskT], exitcode: int | None) -> None:
         """A fatal signal, not ours: where in its task did it die? (faulthandler's file)"""
         assert self._loop is not None
         if exitcode is not None and exitcode < 0 and not w.killed and w.wid in self._loop:
             w.crash_report = note_crash(w.pid, read_report(w.crash_fd))
 
-    def _read_final_mark(self, w: _Worker) -> None:
+    def _read_final_mark(self, w: _Worker[TaskT]) -> None:
         """Which of its tasks began, by its final start mark; give its slot back.
 
         It is dead and its pipe drained: each task's outcome was in the pipe before the
@@ -98,7 +97,7 @@ class Reaper(Collector):
         self._marks.release(w.slot)
         w.heard = w.heard or final_mark > 0  # it began a task: it got through start-up
 
-    def _settle_tasks(self, w: _Worker, exitcode: int | None, requeue: bool) -> bool:
+    def _settle_tasks(self, w: _Worker[TaskT], exitcode: int | None, requeue: bool) -> bool:
         """Fail the tasks it started, queue the others again at the front, in their
         order (without ``requeue``, ``terminate``: cancel them, as queued ones are: one
         cancellation rule); True if it died running one."""
@@ -122,7 +121,7 @@ class Reaper(Collector):
         self._requeue_or_cancel(unstarted)  # or cancelled, if cancel() asked for them
         return died_running
 
-    def _count_exit(self, w: _Worker, exitcode: int | None, died_running: bool) -> None:
+    def _count_exit(self, w: _Worker[TaskT], exitcode: int | None, died_running: bool) -> None:
         """Count how it ended: a start-up failure; killed on purpose (``kill()``, a
         timeout, ``terminate()``: it has a kill reason); a crash (it died on its own, or
         was killed for misbehaving: a frame that cannot be trusted, a pipe closed while
@@ -138,11 +137,13 @@ class Reaper(Collector):
         else:
             self._stats["recycles"] += 1
 
-    def _lost_error(self, w: _Worker, exitcode: int | None) -> Callable[[_Task], BaseException]:
+    def _lost_error(
+        self, w: _Worker[TaskT], exitcode: int | None
+    ) -> Callable[[Task], BaseException]:
         reason = w.kill_reason
         bad_frame = w.close_error
 
-        def error_for(t: _Task) -> BaseException:
+        def error_for(t: Task) -> BaseException:
             if reason is not None:
                 return reason
             if bad_frame is not None:
@@ -158,7 +159,9 @@ class Reaper(Collector):
 
         return error_for
 
-    def _death_error(self, w: _Worker, exitcode: int | None, task: str | None) -> WorkerLostError:
+    def _death_error(
+        self, w: _Worker[TaskT], exitcode: int | None, task: str | None
+    ) -> WorkerLostError:
         """A worker that died on its own while running ``task`` (a key's repr), or during
         start-up (None): why, as the kernel and faulthandler tell it (``_death``)."""
         oom_rise = None
@@ -174,7 +177,7 @@ class Reaper(Collector):
         )
         return WorkerLostError(message, pid=w.pid, exitcode=exitcode, cause=cause)
 
-    def _note_startup_death(self, w: _Worker, exitcode: int | None) -> None:
+    def _note_startup_death(self, w: _Worker[TaskT], exitcode: int | None) -> None:
         """A worker died before saying anything: start-up failed. Treated like an
         initializer failure, so a pool that cannot start workers backs off instead of
         respawning in a busy loop; one that re-ran an unguarded main module breaks at

@@ -9,9 +9,16 @@ other verb is LocalExecutor's own method under a public name (a class attribute 
 the same function), not a wrapper: no call is added per task (``published``, a
 property, is read twice a turn).
 
+It is typed by its record type: it is LocalExecutor's body (``LocalCore``) over the
+face's record class (``TaskT``: ``RecordExecutor[Record]`` for the futures face), so the
+queue, the workers' tasks and what ``take_records`` hands back are that class, and the
+type checker proves the round-trip: what the face hands over is what it takes back. It
+has no ``queue``/``queue_call`` of its own making (those make plain ``Task`` records,
+``SchedulerAPI``'s): both are refused.
+
 Where an outcome goes is this class's own: it overrides the hooks the event buffer's
 steps publish from (``_finish``, ``_succeed``, ``_publish_starting``), so the shared
-``SchedulerAPI`` keeps no mode flag and its hot paths no branch for records.
+``SchedulerCore`` keeps no mode flag and its hot paths no branch for records.
 """
 
 from __future__ import annotations
@@ -19,16 +26,17 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
-from .._task import DONE, Task
+from .._task import DONE, TaskT
 from ..events import State
-from ._local import LocalExecutor
+from ._local import LocalCore
 
 _SUCCESS = State.SUCCESS  # a plain name: events.py says why
 
 
-class RecordExecutor(LocalExecutor):
-    """A LocalExecutor whose outcomes leave as the face's own records, not as events:
-    ``hand_over`` records, run ``steps``, ``take_records`` that ended or began."""
+class RecordExecutor(LocalCore[TaskT]):
+    """A LocalExecutor whose outcomes leave as the face's own records (of type ``TaskT``),
+    not as events: ``hand_over`` records, run ``steps``, ``take_records`` that ended or
+    began."""
 
     def __init__(
         self,
@@ -52,12 +60,12 @@ class RecordExecutor(LocalExecutor):
             loop_impl=loop_impl,
             preload=preload,
         )
-        # The records way out (``pipepool._bookkeeping``, "Two ways out"): the face's own records
-        # (a subclass of Task this room does not know, so ``Any``), as it handed them over.
-        self._settled: list[Any] = []  # ended since the last take_records()
-        self._began: list[Any] = []  # seen started since the last take_records()
+        # The records way out (``pipepool._bookkeeping``, "Two ways out"): the face's own
+        # records (``TaskT``, a subclass of Task this room does not know), as handed over.
+        self._settled: list[TaskT] = []  # ended since the last take_records()
+        self._began: list[TaskT] = []  # seen started since the last take_records()
 
-    def hand_over(self, tasks: Sequence[Task]) -> None:
+    def hand_over(self, tasks: Sequence[TaskT]) -> None:
         """Queue task records the face built, in order; each ``tid`` unique here (the face
         numbers them, and nothing else queues on this executor)."""
         if self._state == "ended":
@@ -65,10 +73,10 @@ class RecordExecutor(LocalExecutor):
         self._queue.extend(tasks)  # one atomic extend: all queued, or (interrupted) none
 
     # The other verbs: LocalExecutor's own methods under their public names (no wrapper).
-    steps = LocalExecutor._steps  # one round's steps; the caller defers signals around it
-    idle = LocalExecutor._idle  # wait for a worker, a wake(), a deadline or ``timeout``
-    cancel_tasks = LocalExecutor._cancel_tasks  # cancel these records unless started
-    uncancel = LocalExecutor._uncancel  # withdraw a cancel its worker did not answer
+    steps = LocalCore._steps  # one round's steps; the caller defers signals around it
+    idle = LocalCore._idle  # wait for a worker, a wake(), a deadline or ``timeout``
+    cancel_tasks = LocalCore._cancel_tasks  # cancel these records unless started
+    uncancel = LocalCore._uncancel  # withdraw a cancel its worker did not answer
 
     @property
     def published(self) -> int:
@@ -80,7 +88,7 @@ class RecordExecutor(LocalExecutor):
         interpreter is shutting down, and the pool finishes with those it has)."""
         self.parallelism = workers
 
-    def take_records(self) -> tuple[list[Any], list[Any]]:
+    def take_records(self) -> tuple[list[TaskT], list[TaskT]]:
         """The records that ended (their outcome in ``failed`` and ``value``) and those
         seen started since the last call, each list in the order it happened."""
         if self._starting:  # seen started outside a collect (kill, terminate read marks)
@@ -89,7 +97,7 @@ class RecordExecutor(LocalExecutor):
         self._settled, self._began = [], []
         return settled, began
 
-    # -- the hooks of the records way out: where the event buffer's steps publish ----------
+    # -- the calls a scheduler would queue: refused, with the reason ---------------------
 
     def queue(self, key: Hashable, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> None:
         """Refused: the face numbers its records and hands them over (``hand_over``)."""
@@ -101,16 +109,18 @@ class RecordExecutor(LocalExecutor):
             raise RuntimeError(f"cannot queue on an ended {type(self).__name__}")
         raise RuntimeError("this executor takes task records (hand_over), not calls")
 
+    # -- the hooks of the records way out: where the event buffer's steps publish ----------
+
     def _finish(
         self,
-        t: Task,
+        t: TaskT,
         state: State,
         *,
         result: Any = None,
         exception: BaseException | None = None,
         pid: int | None = None,
     ) -> None:
-        """``SchedulerAPI._finish`` for a record: done and counted as any task
+        """``Bookkeeping._finish`` for a record: done and counted as any task
         (``_end``), its outcome on it, and it is settled."""
         self._end(t, state)
         t.failed = state is not _SUCCESS
@@ -118,8 +128,8 @@ class RecordExecutor(LocalExecutor):
         self._settled.append(t)
         self._published += 1
 
-    def _succeed(self, tasks: list[Task], results: list[Any], pid: int | None) -> None:
-        """``SchedulerAPI._succeed`` for records: each one's value on it, all settled."""
+    def _succeed(self, tasks: list[TaskT], results: list[Any], pid: int | None) -> None:
+        """``Bookkeeping._succeed`` for records: each one's value on it, all settled."""
         for t, result in zip(tasks, results, strict=True):
             t.phase = DONE
             t.fn = t.args = t.kwargs = None

@@ -5,14 +5,20 @@ does), and ``_Worker``, the parent's record of one worker process.
 The steps are classes built on ``LocalState``, each in the file that says what it does,
 and each derived from the steps whose methods it calls::
 
-    SchedulerAPI ─ LocalState ─┬─ WorkerLifecycle ─ Collector ─┬─ Reaper ─────┬─ LocalExecutor
-      (pipepool._api,          │                               └─ Canceller ──┤
-      on _bookkeeping)         ├─ Dispatcher ─────────────────────┘           │
-                               └─ OutsideLoop ────────────────────────────────┘
+    SchedulerCore ─ LocalState ─┬─ WorkerLifecycle ─ Collector ─┬─ Reaper ────┬─ LocalCore ─┐
+      (pipepool._api,           │                               └─ Canceller ─┤             │
+      on _bookkeeping)          ├─ Dispatcher ─────────────────────┘          │             │
+                                └─ OutsideLoop ───────────────────────────────┘             │
+          LocalExecutor = LocalCore[Task] + SchedulerAPI's queue, queue_call ◄──────────────┤
+          RecordExecutor[TaskT] = LocalCore[TaskT] + hand_over, take_records ◄──────────────┘
 
-so the hierarchy the type checker reads is the one that runs. They move tasks between
-``_queue``, the workers' ``in_flight`` and ``_events``: one owner of that bookkeeping,
-which is what keeps every task in exactly one place (docs/design.md, "Invariants", 3).
+so the hierarchy the type checker reads is the one that runs. Every class of it is
+generic in the task record type it keeps (``pipepool._task.TaskT``), as ``_Worker`` is:
+``Task`` for LocalExecutor, the face's own records for RecordExecutor, so a record is
+typed the same from ``_queue`` through a worker's ``in_flight`` to where it ends. They
+move tasks between ``_queue``, the workers' ``in_flight`` and ``_events`` (or the
+records executor's settled list): one owner of that bookkeeping, which is what keeps
+every task in exactly one place (docs/design.md, "Invariants", 3).
 """
 
 from __future__ import annotations
@@ -21,12 +27,12 @@ import itertools
 import multiprocessing
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic
 
 from .. import _oom, _spin
 from .. import loop as _impl
-from .._api import SchedulerAPI
-from .._task import Task
+from .._api import SchedulerCore
+from .._task import TaskT
 from ..errors import InitializerError
 from ..worker import MarkTable, Region
 from ..worker.zygote import Zygote, ZygoteChild
@@ -41,7 +47,7 @@ if TYPE_CHECKING:
 _PARENT_FDS: set[int] = set()
 
 
-class _Worker:
+class _Worker(Generic[TaskT]):
     """One worker process as the parent sees it, from its start until it is retired."""
 
     __slots__ = (
@@ -98,14 +104,14 @@ class _Worker:
         self.region: Region | None = None  # its shared payload rings, unmapped at removal
         self.mark = 0  # the last start mark read from it
         self.init_round = init_round  # initializer failures counted when it started
-        self.in_flight: dict[int, Task] = {}  # tid -> task, in dispatch order
+        self.in_flight: dict[int, TaskT] = {}  # tid -> task, in dispatch order
         self.sent = 0  # tasks sent and not taken back, for max_tasks_per_child
         self.seq = 0  # tasks ever sent: the numbering REVOKE and REVOKED use
         self.revoking = 0  # while a REVOKE is out: the last sequence number it covers
         self.retiring = False  # recycle(): sent nothing more, stopped once it holds nothing
         self.asked: set[int] = set()  # sequence numbers of the tasks a CANCEL names that
         # the worker has not answered: a start mark past one does not say it started
-        self.current: Task | None = None  # the task its start mark names, until its outcome
+        self.current: TaskT | None = None  # the task its start mark names, until its outcome
         self.heard = False  # a frame or a start mark came: it got through start-up
         self.closing = False  # its result pipe closed (EOF or a bad frame)
         self.closed_at = 0.0  # when it closed: past EXIT_GRACE a lingering worker is killed
@@ -117,7 +123,7 @@ class _Worker:
         self.oom_at: _oom.Snapshot = ()  # the counts of OOM kills before its current task
 
 
-class LocalState(SchedulerAPI):
+class LocalState(SchedulerCore[TaskT]):
     """The state of a LocalExecutor; the steps built on it say what each part is for."""
 
     def __init__(
@@ -167,7 +173,7 @@ class LocalState(SchedulerAPI):
         self._zygote: Zygote | None = None  # under fork: forks workers once threads run here
         self._zygote_due = False  # under fork: put off at start(), until the first workers
         # -- workers ---------------------------------------------------------------------
-        self._workers: dict[int, _Worker] = {}  # wid -> worker, until it is retired
+        self._workers: dict[int, _Worker[TaskT]] = {}  # wid -> worker, until it is retired
         self._wids = itertools.count(1)  # worker ids: channel numbers in the loop
         self._next_reap = 0.0  # when every worker's exit is checked next (REAP_INTERVAL)
         # The counts of OOM kills a worker's SIGKILL is checked against (``_oom``; a test
@@ -175,7 +181,7 @@ class LocalState(SchedulerAPI):
         self._oom_counters: tuple[_oom.Counter, ...] = _oom.counters()
         # -- the round's own ------------------------------------------------------------
         self._depth = DepthPolicy(prefetch)  # how deep to dispatch; which tasks are trapped
-        self._starting: list[tuple[Task, int | None]] = []  # seen started, no RUNNING yet
+        self._starting: list[tuple[TaskT, int | None]] = []  # seen started, no RUNNING yet
         self._retiring: set[int] = set()  # wids recycle() retires, until each is stopped
         # Before a wait for a short task's outcome, poll a little (``_spin``), or None:
         self._spin = _spin.Spin() if _spin.ENABLED else None
@@ -186,7 +192,7 @@ class LocalState(SchedulerAPI):
 
     # -- a question of the state, for the steps and the outside loop's deadline ------------
 
-    def _open_workers(self, depth: int) -> list[_Worker]:
+    def _open_workers(self, depth: int) -> list[_Worker[TaskT]]:
         """The workers that may take a task now: open, no REVOKE out, below the depth
         and below ``max_tasks_per_child``, and (at an adaptive depth above 1) not busy
         with a task that overruns."""

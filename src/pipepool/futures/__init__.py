@@ -155,7 +155,7 @@ class ProcessPoolExecutor(Executor):
         self._initargs = tuple(initargs)
         self._max_tasks_per_child = max_tasks_per_child
         start_method = mp_context.get_start_method(allow_none=False)
-        executor = RecordExecutor(
+        executor: RecordExecutor[Record] = RecordExecutor(
             max_workers,  # None: the CPUs this process may use (pipepool._cpus), not the stdlib's
             start_method=start_method,
             max_tasks_per_child=max_tasks_per_child,

@@ -2,9 +2,10 @@
 
 ``futures/`` is typed against ``Executor`` and nothing else, so the type checker refuses
 any other reach into the executor (a private step, a private counter); the executor that
-satisfies it is ``pipepool.executor.RecordExecutor``, whose verbs are its own methods (no
-wrapper: nothing added per task). tests/project/test_rooms_private_reach.py keeps every
-room off another room's private names.
+satisfies it is ``pipepool.executor.RecordExecutor[Record]``, whose verbs are its own methods
+(no wrapper: nothing added per task), typed by this face's record class: a record handed
+over comes back from ``take_records`` as a ``Record``, with no ``Any`` between.
+tests/project/test_rooms_private_reach.py keeps every room off another room's private names.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
-from .._task import Task
 from ..errors import InitializerError
 from ._item import Record
 
@@ -51,6 +51,8 @@ class Executor(Protocol):
     def worker_pids(self) -> list[int]: ...
 
     # -- cancels and kills -------------------------------------------------------------
-    def cancel_tasks(self, tasks: Iterable[Record], *, spare_next: bool = False) -> list[Task]: ...
+    def cancel_tasks(
+        self, tasks: Iterable[Record], *, spare_next: bool = False
+    ) -> list[Record]: ...
     def uncancel(self, t: Record) -> None: ...
     def kill(self, key: Hashable) -> int: ...
