@@ -103,8 +103,6 @@ EXTRA_QUEUED = None  # tasks handed to the LocalExecutor beyond one per worker; 
 # queued when its result arrives); fewer keeps more futures cancellable (PENDING).
 TERMINATE_JOIN = 30.0  # s the exit hook waits for a terminating driver (SIGKILL takes µs)
 
-_Driver = Driver  # the old name, kept for benchmarks/profile.py
-
 
 class ProcessPoolExecutor(Executor):
     """A drop-in ``concurrent.futures.ProcessPoolExecutor`` that survives its workers.
