@@ -58,11 +58,8 @@ def _requirements() -> None:
 def memory_cgroups() -> None:
     """Skip unless a memory cgroup can be made below this process's (root, a writable
     cgroup tree): the OOM scenario runs its worker in one."""
-    sys.path.insert(0, str(ROOT))
-    try:
-        from benchmarks.celery_pool.services import MemoryCgroup
-    finally:
-        sys.path.remove(str(ROOT))
+    from benchmarks.celery_pool.services import MemoryCgroup
+
     try:
         MemoryCgroup(64).make().remove()
     except OSError as exc:

@@ -17,11 +17,9 @@ import optional
 ROOT = Path(__file__).resolve().parents[2]
 
 optional.require("celery", load=False)  # the harness imports it (its tasks' app)
-sys.path.insert(0, str(ROOT))
-try:
-    from benchmarks.celery_pool import measures, run
-finally:
-    sys.path.remove(str(ROOT))
+# (benchmarks/ imports as tests/ does: pytest puts the root of the tests package, the
+# checkout, on sys.path)
+from benchmarks.celery_pool import measures, run  # noqa: E402
 
 
 def test_each_freed_slot_is_matched_with_the_start_that_fills_it():
