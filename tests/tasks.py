@@ -334,3 +334,60 @@ def exit_behind_a_holder(code: int, hold: float = 60.0) -> None:
         finally:
             os._exit(0)
     os._exit(code)
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+def fork_registry(_=None) -> list[int]:
+    """This process's fork registry (``_PARENT_FDS``): in a worker with no pool of its own,
+    any number listed is its parent's pools' fd, which it closed (or which a later fd
+    took): a pool made here would have its forked workers close it."""
+    from pipepool.executor import _state
+
+    return sorted(_state._PARENT_FDS)
+
+
+def write_through(fds: list[int]) -> list[int]:
+    """Write a byte through each of ``fds``; those that are not open (any more)."""
+    bad = []
+    for fd in fds:
+        try:
+            os.write(fd, b".")
+        except OSError:
+            bad.append(fd)
+    return bad
+
+
+def nested_pool_keeps_my_files(path: str, impl: str, below: int) -> tuple[int, list[int]]:
+    """Give every closed fd number below ``below`` to one file (as a task's log file takes
+    a number its worker freed), start a fork LocalExecutor here, and have its task write
+    through each: how many were given, and the ones its worker had lost."""
+    from pipepool import LocalExecutor
+
+    log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    given = [fd for fd in range(3, below) if not _is_open(fd)]
+    for fd in given:
+        os.dup2(log, fd)
+    try:
+        ex = LocalExecutor(1, start_method="fork", loop_impl=impl)
+        ex.start()
+        try:
+            ex.queue("w", write_through, given)
+            deadline = time.monotonic() + 60.0
+            while ex.has_work() and time.monotonic() < deadline:
+                ex.sync(timeout=0.05)
+            event = ex.get_event_buffer()["w"]
+            if event.exception is not None:
+                raise event.exception
+            return len(given), event.result
+        finally:
+            ex.end()
+    finally:
+        for fd in (*given, log):
+            os.close(fd)

@@ -295,6 +295,9 @@ class WorkerLifecycle(LocalState[TaskT]):
         if zygote is not None and not any(
             isinstance(w.proc, ZygoteChild) for w in self._workers.values()
         ):
+            # Out of the registry first: shut() closes the socket, and its number (fd
+            # -1 from then on) would stay listed, for the next fork to close by number.
+            _PARENT_FDS.discard(zygote.fd)
             zygote.shut()  # no exit of its to report: it exits beside the workers
         deadline = time.monotonic() + STOP_GRACE
         for w in self._workers.values():

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
+import os
 import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic
@@ -45,6 +46,11 @@ if TYPE_CHECKING:
 # but its own, so that no worker holds another's pipe ends: otherwise one worker's EOF or
 # the parent's death would stay hidden while the other lives.
 _PARENT_FDS: set[int] = set()
+# Emptied in a forked child: the fds it names are the parent's pools', which a worker or
+# the zygote closes at once (a user's forked child may close them too), and whose numbers
+# a pool made in the child would then hand its own workers to close, by then another
+# fd's (the task's log file) or its own zygote's socket.
+os.register_at_fork(after_in_child=_PARENT_FDS.clear)
 
 
 class _Worker(Generic[TaskT]):
