@@ -21,9 +21,7 @@ require()  # skip without Celery locally; with CI=true, fail
 pytestmark = pytest.mark.timeout(300)
 
 TASKS = 10_000
-KILLS = 12  # SIGKILLs of a child in the batch, then it runs out in peace
-KILL_EVERY = 700  # tasks done between two: the count is the batch's, whatever its speed
-LOOK_EVERY = 0.05  # s between two looks of the killer at the runs
+KILL_EVERY = 0.25  # s between two SIGKILLs of a child
 RECENT = 200  # the last runs' lines the killer picks its next victim from
 
 
@@ -32,26 +30,22 @@ def test_chaos(worker):
     killed: set[int] = set()
     stop = threading.Event()
 
+    def running_tasks() -> set[int]:
+        """The children that ran a task lately, by the pids the runs name: a replacement
+        may be the worker's child or its zygote's (one forked while the worker had other
+        threads), which the worker's own children miss (a run made 2 kills in its whole
+        batch); and the zygote, which runs none, is never picked."""
+        return {int(words[2]) for words in w.runs()[-RECENT:] if words[0] == "start"}
+
     def killer() -> None:
-        """A kill each ``KILL_EVERY`` tasks done (by time, a quick run's batch ended after
-        11). The victim is a child that ran a task lately, by the pids the runs name: a
-        replacement may be the worker's child or its zygote's (one forked while the worker
-        had other threads), which the worker's own children miss (a run made 2 kills in
-        its whole batch); and the zygote, which runs none, is never picked."""
         rng = random.Random(4711)
-        due = KILL_EVERY
-        while len(killed) < KILLS and not stop.wait(LOOK_EVERY):
-            runs = w.runs()
-            if len({words[1] for words in runs if words[0] == "done"}) < due:
-                continue
-            lately = {int(words[2]) for words in runs[-RECENT:] if words[0] == "start"}
-            victims = sorted(pid for pid in lately - killed if alive(pid))
+        while not stop.wait(KILL_EVERY):
+            victims = sorted(pid for pid in running_tasks() - killed if alive(pid))
             if victims:
                 pid = rng.choice(victims)
                 killed.add(pid)
                 try:
                     os.kill(pid, signal.SIGKILL)
-                    due += KILL_EVERY
                 except ProcessLookupError:
                     killed.discard(pid)
 
@@ -67,7 +61,7 @@ def test_chaos(worker):
     finally:
         stop.set()
         thread.join(30)
-    assert len(killed) == KILLS, killed  # the run was chaotic
+    assert len(killed) >= 10, killed  # the run was chaotic
     starts: dict[str, list[int]] = defaultdict(list)
     dones: dict[str, list[int]] = defaultdict(list)
     for words in w.runs():
