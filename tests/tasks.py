@@ -336,7 +336,8 @@ def exit_behind_a_holder(code: int, hold: float = 60.0) -> None:
     os._exit(code)
 
 
-def _is_open(fd: int) -> bool:
+def is_open(fd: int) -> bool:
+    """Does ``fd`` name an open file of this process?"""
     try:
         os.fstat(fd)
     except OSError:
@@ -371,7 +372,7 @@ def nested_pool_keeps_my_files(path: str, impl: str, below: int) -> tuple[int, l
     from pipepool import LocalExecutor
 
     log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    given = [fd for fd in range(3, below) if not _is_open(fd)]
+    given = [fd for fd in range(3, below) if not is_open(fd)]
     for fd in given:
         os.dup2(log, fd)
     try:

@@ -29,7 +29,7 @@ FORK_WARNS = pytest.mark.filterwarnings("ignore:This process.*multi-threaded:Dep
 
 def not_open() -> list[int]:
     """Listed numbers that name no open fd here."""
-    return [fd for fd in sorted(_state._PARENT_FDS) if not tasks._is_open(fd)]
+    return [fd for fd in sorted(_state._PARENT_FDS) if not tasks.is_open(fd)]
 
 
 def run(ex, key, fn, *args):

@@ -23,6 +23,7 @@ import threading
 import pytest
 
 import proc_table
+import tasks
 from helpers import ENV, Executors, Recorder, wait_for
 
 BOUND = 60.0  # s: a bound on real conditions, never a sleep
@@ -301,14 +302,7 @@ def test_a_stale_fd_number_never_closes_the_zygotes_own_end(executors):
     the list, the zygote still serves every replacement."""
     from pipepool.executor import _state
 
-    def is_open(fd: int) -> bool:
-        try:
-            os.fstat(fd)
-        except OSError:
-            return False
-        return True
-
-    stale = {fd for fd in range(3, 512) if not is_open(fd)} - _state._PARENT_FDS
+    stale = {fd for fd in range(3, 512) if not tasks.is_open(fd)} - _state._PARENT_FDS
     _state._PARENT_FDS.update(stale)
     stop = threading.Event()
     thread = threading.Thread(target=stop.wait, name="a user thread")
