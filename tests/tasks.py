@@ -228,17 +228,42 @@ def slow_init(log: str, seconds: float) -> None:
 
 
 def hog_gil(log: str, key, limit: float = 60.0) -> None:
-    """Spin without letting another thread of this worker run (the GIL is not handed
-    over for an hour), so its watcher thread cannot answer a REVOKE; the run is recorded
-    once that holds, so a test that waits for the record knows no answer can come.
-    A kill ends it; ``limit`` bounds it if nobody does."""
+    """Spin without letting another thread of this worker run, so its watcher thread
+    cannot answer a REVOKE or CANCEL sent once ``hogging(log)`` holds. The run is
+    recorded first (its file calls hand the GIL over). A kill ends it; ``limit`` bounds
+    it if nobody does.
+
+    Once the switch interval is an hour, a thread waiting for the GIL waits an hour,
+    unless the holder hands it over in a system call or the thread began waiting under
+    the old interval (it forces one switch when that runs out). So: no system call after
+    the flag, and the flag only after ten old intervals of spinning."""
+    import mmap
     import sys
 
-    sys.setswitchinterval(3600)  # first: a REVOKE that arrives from here on stays unread
     record(log, key)
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
+    fd = os.open(f"{log}.hogging", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.ftruncate(fd, 1)
+        flag = mmap.mmap(fd, 1)
+    finally:
+        os.close(fd)
+    settle = 10 * sys.getswitchinterval()
+    sys.setswitchinterval(3600)
+    began = time.monotonic()
+    while time.monotonic() - began < settle:
+        pass  # a thread waiting since before the change takes its one turn now
+    flag[0] = 1  # a store into shared memory: no system call, the GIL stays held
+    while time.monotonic() - began < limit:
         pass
+
+
+def hogging(log: str) -> bool:
+    """Does ``hog_gil(log, ...)`` hold its worker's GIL for good (its flag is set)?"""
+    try:
+        with open(f"{log}.hogging", "rb") as f:
+            return f.read(1) == b"\x01"
+    except FileNotFoundError:
+        return False
 
 
 BIG_SHARED = bytes(range(256)) * 1024  # 256 KiB: big enough to be a piece of its own pickle

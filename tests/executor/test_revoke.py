@@ -189,7 +189,7 @@ def test_a_cancel_the_worker_cannot_answer_ends_with_the_worker(make, tmp_path):
     ex.queue("b", tasks.record, log, "b")
     rec = Recorder(ex)
     sent_ahead(ex, rec, ["hog", "b"])
-    rec.run_until(lambda: "hog" in runs(log))  # it holds the GIL: a REVOKE goes unread
+    rec.run_until(lambda: tasks.hogging(log))  # it holds the GIL: a REVOKE goes unread
     asking_only(ex)  # a claim would cancel "b" at once (tests/futures/test_cancel_claims.py)
     assert ex.cancel("b") == 1
     for _ in range(20):

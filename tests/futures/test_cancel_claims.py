@@ -62,7 +62,7 @@ def behind_a_gil_hog(pool, tmp_path, count: int):
     warm_depth(pool)
     hog = pool.submit(tasks.hog_gil, log, "hog", FUTURE_WAIT)
     behind = [pool.submit(tasks.record, log, f"t{i}") for i in range(count)]
-    assert wait_for(lambda: "hog" in runs(log)), "the hog did not start"
+    assert wait_for(lambda: tasks.hogging(log)), "the hog did not take the GIL"
     (worker,) = pool._driver.executor._workers.values()
 
     def held_now() -> list:
