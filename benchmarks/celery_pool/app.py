@@ -16,6 +16,8 @@ from typing import Any
 
 from celery import Celery, signals
 
+from .atomic_fs import TRANSPORT as ATOMIC_FILESYSTEM
+
 REDIS_ENV = "CELERYBENCH_REDIS"
 INIT_SLEEP_ENV = "CELERYBENCH_INIT_SLEEP"  # s each child sleeps in worker_process_init
 ALIVE_ENV = "CELERYBENCH_PROC_ALIVE_TIMEOUT"  # worker_proc_alive_timeout, if set (default 4 s)
@@ -38,6 +40,7 @@ if os.environ.get(FS_ENV):
         "control_folder": os.path.join(_folder, "control"),  # not the worker's cwd
         "polling_interval": 0.05,
     }
+    app.conf.broker_transport = ATOMIC_FILESYSTEM  # messages written whole (atomic_fs.py)
 if os.environ.get(CONF_ENV):
     app.conf.update(json.loads(os.environ[CONF_ENV]))
 if os.environ.get(ALIVE_ENV):

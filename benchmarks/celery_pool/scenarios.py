@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import app as tasks
+from .atomic_fs import TRANSPORT as ATOMIC_FILESYSTEM
 from .services import MemoryCgroup, Worker
 
 # The mechanism, per scenario: what the issue reported, and why prefork still does it.
@@ -125,6 +126,7 @@ def lock_holder_killed(
         "data_folder_out": folder,
         "control_folder": os.path.join(folder, "control"),
     }
+    client.conf.broker_transport = ATOMIC_FILESYSTEM  # as the worker's (atomic_fs.py)
     worker = Worker(pool, redis_url, env={tasks.FS_ENV: folder}, python=python)
     started = time.monotonic()
     try:

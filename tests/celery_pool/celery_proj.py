@@ -31,6 +31,10 @@ app.conf.update(
     worker_prefetch_multiplier=int(os.environ.get("CELERY_TEST_PREFETCH", "4")),
     **json.loads(os.environ.get("CELERY_TEST_CONF", "{}")),
 )
+if app.conf.broker_url.startswith("filesystem://"):  # messages written whole (atomic_fs.py)
+    from benchmarks.celery_pool.atomic_fs import TRANSPORT
+
+    app.conf.broker_transport = TRANSPORT
 if os.environ.get("CELERY_TEST_WORKER_POOL"):  # the route by setting (no -P)
     app.conf.worker_pool = os.environ["CELERY_TEST_WORKER_POOL"]
 

@@ -30,6 +30,7 @@ import optional
 from helpers import ENV, wait_for
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]  # the checkout: benchmarks/ is importable from there
 POOL = "pipepool.celery.prefork:TaskPool"
 START_LIMIT = 90.0  # s for a worker to say "ready" (a loaded 2-core machine, spawn)
 TASK_LIMIT = 60.0  # s for any one result
@@ -63,6 +64,10 @@ def client(broker: str, backend: str, transport: dict | None = None):
     app.conf.broker_transport_options = transport or {}
     app.conf.result_backend_transport_options = transport or {}
     app.conf.broker_connection_retry_on_startup = True
+    if broker.startswith("filesystem://"):  # messages written whole, as the worker's
+        from benchmarks.celery_pool.atomic_fs import TRANSPORT
+
+        app.conf.broker_transport = TRANSPORT
     _clients.append(app)
     return app
 
@@ -162,7 +167,8 @@ class Worker:
             "CELERY_TEST_RUNS": str(self.runs_file),
             "CELERY_TEST_QUEUE": self.queue,
             "CELERY_TEST_START_METHOD": start_method,
-            "PYTHONPATH": os.pathsep.join([str(HERE), ENV.get("PYTHONPATH", "")]),
+            # celery_proj, and the filesystem broker it shares with benchmarks/celery_pool:
+            "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT), ENV.get("PYTHONPATH", "")]),
         }
         options = [
             "-c",
