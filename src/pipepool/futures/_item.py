@@ -142,9 +142,9 @@ class _Waiters:
         held = getattr(fut, "_held", None)
         if held is waiter:
             del fut._held
-        elif type(held) is list:
+        elif type(held) is list and waiter in held:
             held.remove(waiter)
-        else:
+        elif fut._state not in _SETTLED_STATES:  # (one settled first was never given it)
             raise ValueError("the waiter is not installed on this future")
 
     def __iter__(self) -> Iterator[Any]:
@@ -162,11 +162,41 @@ def held_waiters(fut: Record) -> tuple | list:
     return held if type(held) is list else (held,)
 
 
+class _Settled:
+    """The waiters of a future settled before any was installed: the stdlib's
+    ``wait()`` and ``as_completed()`` count it done under its lock and never need its
+    news, so their ``append`` and ``remove`` are no-ops (no view made, nothing stored:
+    most futures of a submit + ``wait(fs)`` are done before the wait)."""
+
+    __slots__ = ()
+
+    def append(self, waiter: Any) -> None:
+        pass
+
+    def remove(self, waiter: Any) -> None:
+        pass
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+_SETTLED = _Settled()
+_SETTLED_STATES = frozenset((CANCELLED_AND_NOTIFIED, FINISHED))  # its waiters told, or none
+
+
 class _WaitersView:
-    """``PoolFuture._waiters``: a ``_Waiters`` view of the future's slot, at each use."""
+    """``PoolFuture._waiters``: a ``_Waiters`` view of the future's slot, at each use
+    (``_SETTLED`` for one settled that holds none)."""
 
     def __get__(self, fut: PoolFuture | None, owner: type | None = None) -> Any:
-        return self if fut is None else _Waiters(fut)
+        if fut is None:
+            return self
+        if fut._state in _SETTLED_STATES and getattr(fut, "_held", None) is None:
+            return _SETTLED
+        return _Waiters(fut)
 
 
 class _LazyCallbacks:
