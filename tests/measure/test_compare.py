@@ -20,11 +20,21 @@ def comparison(*args: str) -> dict:
     return json.loads(proc.stdout.splitlines()[-1])["comparison"]
 
 
-def test_identical_cpu_bound_commands_make_no_difference() -> None:
+def test_identical_cpu_bound_commands_give_a_ratio_near_one_and_an_honest_verdict() -> None:
+    # A 95% interval on real times misses the truth in about one run in twenty by
+    # design, and more under load (the suite's other tests share the two cores): so
+    # the verdict on real times is checked against its own interval, and "no
+    # difference" itself on fixed numbers (test_the_interval_is_reproducible_and_honest).
     burn = f"{sys.executable} -c 'sum(range(2 * 10**6))' {{}}"  # the value is not used
     result = comparison("-j", "2", "--repeat", "10", burn, ":::", "A", "B")
-    assert result["verdict"] == "no difference", result
-    assert result["low"] <= 1 <= result["high"]
+    assert result["runs"] == [10, 10], result
+    assert 0.5 < result["ratio"] < 2, result
+    assert result["low"] <= result["ratio"] <= result["high"], result
+    if result["low"] <= 1 <= result["high"]:
+        assert result["verdict"] == "no difference", result
+    else:
+        side = "slower" if result["ratio"] > 1 else "faster"
+        assert result["verdict"].endswith(f"x {side} than A"), result
 
 
 def test_a_ten_times_longer_sleep_is_found_slower() -> None:
