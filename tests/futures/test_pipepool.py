@@ -319,13 +319,39 @@ def test_garbage_collected_pool_stops_its_workers(start_method, no_leaks, in_cyc
     if in_cycle:
         pool.myself = pool  # only the cycle collector can free it
     f = pool.submit(ft.square, 3)
-    thread = pool._driver.thread
+    driver = pool._driver
     del pool
     gc.collect()
     assert f.result(timeout=WAIT) == 9
-    thread.join(WAIT)
-    assert not thread.is_alive()
+    driver.join_thread(WAIT)
+    assert driver.thread is not None and not driver.thread.is_alive()
 
+
+
+def test_a_driver_thread_that_cannot_start_leaves_its_helper_driving(monkeypatch):
+    # The first submit starts the driver thread from a helper thread, without waiting
+    # for it (Driver.launch). If it cannot start, the helper drives: a future nobody
+    # waits for still ends (its callback runs), and shutdown stops the workers.
+    real_start = threading.Thread.start
+
+    def start(self):
+        if self.name.startswith("pipepool-driver"):
+            raise RuntimeError("can't start new thread")
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    pool = pipepool.ProcessPoolExecutor(2)
+    called = threading.Event()
+    pool.submit(ft.square, 2).add_done_callback(lambda f: called.set())
+    assert called.wait(WAIT), "no thread drove a future nobody waited for"
+    assert pool.submit(ft.square, 3).result(timeout=WAIT) == 9
+    driver = pool._driver
+    assert isinstance(driver.launch_error, RuntimeError)
+    pids = pool.worker_pids()
+    pool.shutdown(wait=True)
+    assert driver.stopped.is_set()
+    for pid in pids:
+        assert wait_for(lambda pid=pid: not proc_table.alive(pid), WAIT), f"worker {pid} left"
 
 # == an idle pool waits without polling =====================================================
 

@@ -20,7 +20,7 @@ from ..events import State
 from ..worker import ChildFd, MarkTable, Region, WorkerShare, open_report_file, signal_group
 from ..worker import main as worker_main
 from ..worker.bootstrap import WORKER_NAME, refuse_while_bootstrapping
-from ..worker.zygote import Zygote, ZygoteChild, preload_here, threaded
+from ..worker.zygote import Zygote, ZygoteChild, preload_here, settle, threaded
 from ._state import _PARENT_FDS, LocalState, _Worker
 
 log = logging.getLogger("pipepool")
@@ -67,12 +67,9 @@ class WorkerLifecycle(LocalState[TaskT]):
                 self._make_zygote()
             return
         _share_the_resource_tracker()
-        if threaded():
-            self._make_zygote()  # threads run already: every worker comes from it
-        else:
-            # Forked once the first workers are started and their first tasks sent
-            # (``_fork_due_zygote``): not on the path to the first result.
-            self._zygote_due = True
+        # Forked once the first workers are started and their first tasks sent
+        # (``_fork_due_zygote``): not on the path to the first result.
+        self._zygote_due = True
 
     def _fork_due_zygote(self) -> None:
         """The zygote a fork pool put off at ``start()``, forked now: after the round
@@ -217,6 +214,14 @@ class WorkerLifecycle(LocalState[TaskT]):
         zygote = self._zygote
         if self.start_method != "fork":
             through = True  # made to preload: it forks every worker
+        elif zygote is None and self._stats["started_workers"] == 0:
+            # The pool's first worker, from here even while threads run (a C library's:
+            # numpy's BLAS starts one at import): the zygote would be forked from this
+            # same process now, so forking the worker through it adds a fork to the
+            # first result and avoids no copy of another thread's locks. A thread a pool
+            # here just joined is waited for first, as before the zygote's fork.
+            settle()
+            through = False
         else:
             through = (zygote is not None or self._zygote_due) and threaded()
             if through and zygote is None:  # put off, and threads came first: fork it now

@@ -354,12 +354,10 @@ class ProcessPoolExecutor(Executor):
                 with contextlib.suppress(Exception):  # the driver retries, futures report
                     d._step(ex.steps)
         finally:
-            thread = threading.Thread(
-                target=d.run, name=f"pipepool-driver-{id(self):x}", daemon=True
-            )
-            d.thread = thread
             Shared.live_drivers.add(d)
-            thread.start()
+            d.launch(
+                threading.Thread(target=d.run, name=f"pipepool-driver-{id(self):x}", daemon=True)
+            )
 
     def _stop_taking_work(self, *, cancel_futures: bool, terminate: bool) -> None:
         d = self._driver
@@ -380,9 +378,8 @@ class ProcessPoolExecutor(Executor):
             d.wait_for(lambda: not any(t in d.cancelling for t in handed), None)
 
     def _join(self) -> None:
-        thread = self._driver.thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join()
+        if self._driver.thread is not None:
+            self._driver.join_thread()
 
 
 class _PoolView:
@@ -421,13 +418,13 @@ def _python_exit() -> None:
     try:
         for d in drivers:
             if d.thread is not None:
-                d.thread.join()
+                d.join_thread()
     except KeyboardInterrupt:  # Ctrl-C while waiting for the work: stop it all now
         for d in drivers:
             d.request_shutdown(terminate=True)
         for d in drivers:
             if d.thread is not None:
-                d.thread.join(TERMINATE_JOIN)
+                d.join_thread(TERMINATE_JOIN)
 
 
 def _forget_pools_in_child() -> None:

@@ -21,6 +21,7 @@ pipe (``_cycle``'s ``ready``), so no wake-up is lost.
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import threading
 import time
@@ -30,6 +31,7 @@ from concurrent.futures._base import CANCELLED, PENDING
 from concurrent.futures.process import BrokenProcessPool
 
 from .. import _signals
+from ..worker.zygote import ended
 from ._item import PoolFuture, Record
 from ._round import CANCEL_WAIT, SUBMIT_CANCEL, SUBMIT_CANCEL_REST, Round
 from ._state import FED, FINISHING, FRESH, OPEN, TERMINATING, Shared
@@ -259,6 +261,48 @@ class Driver(Round):
 
     # -- the driver thread --------------------------------------------------------------
 
+    def launch(self, thread: threading.Thread) -> None:
+        """Start the driver ``thread`` without waiting for it to run. ``Thread.start``
+        waits until the new thread has run its first instructions, and in a pool's first
+        submit under fork that is until a CPU is free of the worker and the zygote just
+        forked (1.2-1.8 ms on 2 cores: most of what put the first result behind the
+        stdlib's), while the first result needs no driver thread (its caller's
+        ``result()`` drives). A helper thread waits instead; ``join_thread`` waits for it."""
+        self.thread = thread
+        try:
+            _thread.start_new_thread(self._launch, ())
+        except RuntimeError:  # no thread to spare for the helper: start it from here
+            self.thread.start()
+            self.launched.set()
+
+    def _launch(self) -> None:
+        """The helper: start the driver thread; if that fails, drive from here (never
+        leave the pool without a thread to stop it, or futures nobody waits for)."""
+        assert self.thread is not None
+        try:
+            self.thread.start()
+        except BaseException as exc:
+            self.launch_error = exc
+        finally:
+            if self.launch_error is None:
+                ended(threading.get_native_id())  # this helper, about to end
+            self.launched.set()
+        if self.launch_error is not None:
+            self.run()
+
+    def join_thread(self, timeout: float | None = None) -> None:
+        """Wait for the driver thread to end (at most ``timeout`` s, once started)."""
+        self.launched.wait()  # the helper sets it within one thread start
+        thread = self.thread
+        if thread is None or thread is threading.current_thread():
+            return
+        if self.launch_error is None:
+            thread.join(timeout)
+            if not thread.is_alive():
+                ended(thread.native_id)  # a fork pool made next waits for its end
+        else:  # the helper drives: it ends when run() returns
+            self.stopped.wait(timeout)
+
     def run(self) -> None:
         """The driver thread: holds the token while work is outstanding and no caller
         wants it; stops the pool once shut down."""
@@ -286,6 +330,7 @@ class Driver(Round):
             self._crash(exc)
         finally:
             Shared.live_drivers.discard(self)
+            self.stopped.set()
 
     def _look_in(self, now: float) -> float | None:
         """How long the driver thread may sleep before it must look again (lock held);

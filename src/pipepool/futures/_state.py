@@ -97,7 +97,10 @@ class DriverState:
         self.parked = False  # the driver thread sleeps until notified (no timeout): who
         # leaves it something to do while it lingers notifies it (``Driver._look_in``)
         self.caller_drove = 0.0  # monotonic time a caller last took the token
-        self.thread: threading.Thread | None = None  # the driver thread, once started
+        self.thread: threading.Thread | None = None  # the driver thread, once made
+        self.launched = threading.Event()  # its start() returned, or failed
+        self.launch_error: BaseException | None = None  # why it could not start
+        self.stopped = threading.Event()  # run() returned
         self.driver_ident: int | None = None  # its ident, once it runs
         # -- the work -----------------------------------------------------------------------
         # The work: each call is one record (``_item``), from submit() to its outcome.

@@ -31,6 +31,7 @@ from ._process import (
     rss_bytes,
     runnable_threads,
     thread_count,
+    thread_listed,
 )
 
 if TYPE_CHECKING:  # what __getattr__ loads at run time, as the type checker sees it
@@ -171,6 +172,7 @@ __all__ = [
     "running_processes",
     "sample",
     "thread_count",
+    "thread_listed",
     "throttled_seconds",
     "tree_cpu_seconds",
 ]

@@ -67,6 +67,15 @@ def thread_count(root: str = ROOT) -> int | None:
         return None
 
 
+def thread_listed(tid: int, root: str = ROOT) -> bool | None:
+    """True while this process's thread ``tid`` (a native id) is still one of the
+    kernel's (``/proc/self/task/<tid>``), as it is until its last instructions have run,
+    after a join; None where there is no /proc."""
+    if not os.path.isdir(under(root, "proc/self/task")):
+        return None
+    return os.path.exists(under(root, f"proc/self/task/{tid}"))
+
+
 def process_state(pid: int, root: str = ROOT) -> str | None:
     """Process ``pid``'s state letter in ``/proc/<pid>/stat`` ("R", "S", "Z", ...), ""
     when there is no such process, None where /proc cannot tell (there is none)."""

@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PreloadError, RemoteTraceback
-from ..host import process_state, thread_count
+from ..host import process_state, thread_count, thread_listed
 from ._zygote_loop import EXITED, FAILED, PRELOAD_FAILED, READY, REPLY, REQUEST, STARTED, serve
 from .bootstrap import EXIT_UNGUARDED_MAIN, WORKER_NAME, unguarded_main
 
@@ -69,15 +69,33 @@ def threaded() -> bool:
     return threads() > 1
 
 
+_ENDING: set[int] = set()  # native ids of threads a pool here joined (``ended``)
+
+
+def ended(native_id: int | None) -> None:
+    """Note a thread of a pool here that has ended or is about to (a joined
+    ProcessPoolExecutor driver, the helper that started it): the kernel counts it until
+    its last instructions have run, and ``settle`` waits for that."""
+    if native_id is not None:
+        _ENDING.add(native_id)
+
+
 def settle() -> None:
     """Before forking the zygote: when no other Python thread is left, wait (briefly,
-    bounded) for the kernel to finish one that is ending. A thread another pool's
-    shutdown joined is still counted until its last instructions have run."""
+    bounded) for the kernel to finish the threads a pool here joined (``ended``): a
+    joined thread is still counted until its last instructions have run, and a fork
+    then would be a fork of a multi-threaded process (Python 3.12+ warns). Only those:
+    a thread of a C library (numpy's BLAS starts one at import) never ends, and waiting
+    for the kernel's count to drop cost every fork pool in such a program the whole
+    bound (50 ms against the stdlib's 7 ms to a first result)."""
     if threading.active_count() > 1:
         return  # live threads: nothing to wait for (the zygote still helps)
     deadline = time.monotonic() + SETTLE_LIMIT
-    while threads() > 1 and time.monotonic() < deadline:
-        time.sleep(0.0005)
+    while _ENDING and time.monotonic() < deadline:
+        _ENDING.difference_update([t for t in _ENDING if not thread_listed(t)])
+        if _ENDING:
+            time.sleep(0.0005)
+    _ENDING.clear()  # gone, or not ending within the bound: not waited for again
 
 
 def preload_here(modules: Iterable[str]) -> None:
