@@ -9,6 +9,7 @@ iterable)`` is a submit per item then every result (no chunking), ``shutdown(wai
 from __future__ import annotations
 
 import multiprocessing
+import signal
 import time
 
 from ..contenders import Adapter, _wait_futures
@@ -23,6 +24,11 @@ class ZooAdapter(Adapter):
 
         self.mode = mode  # "submit" or "map"
         previous = multiprocessing.get_start_method(allow_none=True)
+        # Its first pool installs SIGINT and SIGTERM handlers in this process for good
+        # (zooparallel.pool._register_signal_handlers): every process the suite forks
+        # later inherits them, and a multiprocessing.Pool worker then outlived
+        # terminate()'s SIGTERM and hung the run (hol, 5-minute sample timeout). Put back.
+        handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
         if start_method:  # its workers start from the default context: set it meanwhile
             multiprocessing.set_start_method(start_method, force=True)
         try:
@@ -30,6 +36,8 @@ class ZooAdapter(Adapter):
         finally:
             if start_method:
                 multiprocessing.set_start_method(previous, force=True)
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
 
     def run(self, fn, args):
         if self.mode == "map":
