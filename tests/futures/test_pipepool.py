@@ -327,7 +327,6 @@ def test_garbage_collected_pool_stops_its_workers(start_method, no_leaks, in_cyc
     assert driver.thread is not None and not driver.thread.is_alive()
 
 
-
 def test_a_driver_thread_that_cannot_start_leaves_its_helper_driving(monkeypatch):
     # The first submit starts the driver thread from a helper thread, without waiting
     # for it (Driver.launch). If it cannot start, the helper drives: a future nobody
@@ -352,6 +351,7 @@ def test_a_driver_thread_that_cannot_start_leaves_its_helper_driving(monkeypatch
     assert driver.stopped.is_set()
     for pid in pids:
         assert wait_for(lambda pid=pid: not proc_table.alive(pid), WAIT), f"worker {pid} left"
+
 
 # == an idle pool waits without polling =====================================================
 
