@@ -105,9 +105,14 @@ def test_a_spin_that_finds_data_ends_the_back_off():
     spin.wait(never)
     spin.wait(never)  # skipped: the back-off after one miss
     assert (spin.misses, spin.skip, looks.calls) == (1, 0, 1)
+    # Long enough for the three polls below to fall in one spin on a loaded machine: in
+    # 50 µs they did not, once (CI's 3.13 pass beside the installs: a preemption between
+    # two polls ended the spin, which then counted a miss).
+    spin.limit = 30.0
     polls = iter([False, False, True])
     assert spin.wait(lambda: next(polls)) is True
     assert (spin.misses, spin.skip) == (0, 0)
+    spin.limit = 0.00005
     spin.wait(never)
     assert looks.calls == 3, "after a hit, the next wait spins again"
 
