@@ -93,6 +93,25 @@ def test_map_keeps_order_with_any_chunksize(make_pool):
         pool.map(ft.square, range(3), chunksize=0)
 
 
+def test_map_submits_what_it_read_before_its_input_raised(make_pool, tmp_path):
+    """An input that raises part way: ``map()`` raises its error, and every call read
+    before it runs, as the stdlib's one-by-one submits do (pipepool submits the calls of
+    ``map(chunksize=1)`` in bursts of 256: 600 of them end part way through the third)."""
+    pool = make_pool()
+    marks = tmp_path / "marks"
+    marks.mkdir()
+
+    def calls():
+        for i in range(600):
+            yield str(marks / f"mark-{i}")
+        raise LookupError("the input broke")
+
+    with pytest.raises(LookupError, match="the input broke"):
+        pool.map(ft.sleep_then_touch, calls(), itertools.repeat(0.0))
+    pool.shutdown(wait=True)
+    assert sorted(os.listdir(marks)) == sorted(f"mark-{i}" for i in range(600))
+
+
 def test_map_timeout_counts_from_the_call(make_pool):
     pool = make_pool()
     warm_up(pool)

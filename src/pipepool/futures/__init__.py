@@ -77,11 +77,13 @@ this face uses, declared.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import multiprocessing
 import os
 import sys
 import threading
 import weakref
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future
 from concurrent.futures._base import FINISHED
@@ -90,7 +92,7 @@ from typing import Any, Literal
 from .. import _checks, _signals
 from ..executor import RecordExecutor
 from ..worker.zygote import preload_here
-from ._driver import Driver
+from ._driver import BURST, Driver
 from ._item import PoolFuture, Record
 from ._map import MapItem, map_calls
 from ._round import SUBMIT_KILL
@@ -291,7 +293,53 @@ class ProcessPoolExecutor(Executor):
         def submit(fn: Callable[..., Any], /, *args: Any) -> MapItem:
             return self._submit(fn, args, {}, task_timeout, MapItem)  # type: ignore[no-any-return]
 
-        return map_calls(submit, self._driver.executor.chunk_results, fn, iterables, **options)
+        def submit_all(fn: Callable[..., Any], calls: Iterable[Any]) -> deque[MapItem]:
+            return self._submit_calls(fn, calls, task_timeout)
+
+        return map_calls(
+            submit, submit_all, self._driver.executor.chunk_results, fn, iterables, **options
+        )
+
+    def _submit_calls(
+        self, fn: Callable[..., Any], calls: Iterable[Any], timeout: float | None
+    ) -> deque[MapItem]:
+        """``_submit`` of every call of ``calls`` as a MapItem, in their order: one lock,
+        one set of checks and one turn per ``BURST`` of them, not per call (a
+        ``map(chunksize=1)`` submits all of its items at once, as the stdlib's). The
+        items are read outside the lock (reading them runs the caller's code); if reading
+        raises, the calls read before it are submitted first, as one by one."""
+        items: deque[MapItem] = deque()
+        d = self._driver
+        it = iter(calls)
+        if d.thread is None or not callable(fn):  # the first call starts the pool;
+            for args in it:  # a call that cannot be made fails each item (``_submit``)
+                items.append(self._submit(fn, args, {}, timeout, MapItem))
+                if callable(fn):
+                    break
+        take = itertools.islice
+        while True:
+            batch: list[Any] = []
+            error = None
+            try:
+                batch.extend(take(it, BURST))
+            except BaseException as exc:  # submit what was read, then raise it
+                error = exc
+            if batch:
+                burst = False
+                with d.lock:
+                    self._check_open()
+                    keys = d.keys
+                    add = d.add
+                    for args in batch:
+                        t = MapItem(d, next(keys), fn, args, {}, timeout)
+                        items.append(t)
+                        burst = add(t) or burst
+                if burst:
+                    d.burst()
+            if error is not None:
+                raise error
+            if len(batch) < BURST:
+                return items
 
     def _submit(
         self,
@@ -303,13 +351,7 @@ class ProcessPoolExecutor(Executor):
     ) -> Any:
         d = self._driver
         with d.lock:
-            if d.broken is not None:
-                # A fresh exception each time, as the stdlib: the stored one is shared.
-                raise type(d.broken)(*d.broken.args) from d.broken.__cause__
-            if d.stage is not OPEN:
-                raise RuntimeError("cannot schedule new futures after shutdown")
-            if Shared.global_shutdown:
-                raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+            self._check_open()
             t = record(d, next(d.keys), fn, args, kwargs, timeout)
             if not callable(fn):  # the call's own error, as a task's: its future fails
                 if d.thread is None:
@@ -324,6 +366,17 @@ class ProcessPoolExecutor(Executor):
         if burst:  # a burst of submits: this thread feeds the workers (Driver.add)
             d.burst()
         return t
+
+    def _check_open(self) -> None:
+        """Raise what a submit to this pool raises now, if anything (lock held)."""
+        d = self._driver
+        if d.broken is not None:
+            # A fresh exception each time, as the stdlib: the stored one is shared.
+            raise type(d.broken)(*d.broken.args) from d.broken.__cause__
+        if d.stage is not OPEN:
+            raise RuntimeError("cannot schedule new futures after shutdown")
+        if Shared.global_shutdown:
+            raise RuntimeError("cannot schedule new futures after interpreter shutdown")
 
     def _start_driver(self, first: Record | None) -> None:
         """Start the LocalExecutor and its driver thread, with the first submitted

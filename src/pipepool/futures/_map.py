@@ -54,6 +54,7 @@ class MapItem(Record):
 
 def map_calls(
     submit: Callable[..., MapItem],
+    submit_all: Callable[[Callable[..., Any], Iterable[Any]], deque[MapItem]],
     handout: Callable[[list[Any]], Iterator[Any]],
     fn: Callable[..., Any],
     iterables: tuple[Iterable[Any], ...],
@@ -61,8 +62,10 @@ def map_calls(
     chunksize: int = 1,
     buffersize: int | None = None,
 ) -> Iterator[Any]:
-    """The stdlib's ``Executor.map`` (3.14, with ``buffersize``) over chunks; ``handout``
-    is the pool's loop's ``chunk_results`` (compiled or its pure twin)."""
+    """The stdlib's ``Executor.map`` (3.14, with ``buffersize``) over chunks. ``submit``
+    submits one call, ``submit_all`` every call of an iterable of argument tuples (in
+    bulk); ``handout`` is the pool's loop's ``chunk_results`` (compiled or its pure
+    twin)."""
     # Counts (``pipepool._checks``); buffersize's messages start with the stdlib's words
     # (3.14's tests match them).
     chunksize = _checks.count(chunksize, "chunksize")
@@ -90,7 +93,7 @@ def map_calls(
         task = StarmapChunk(fn)
     first = itertools.islice(calls, buffersize) if buffersize else calls
     if chunksize == 1:
-        items = deque(submit(task, *args) for args in first)
+        items = submit_all(task, first)
     else:
         items = deque(submit(task, chunk) for chunk in first)  # a chunk is one argument
     refill = calls if buffersize else None
@@ -221,8 +224,12 @@ def _results(
                     items.append(submit(task, *args))  # refill before waiting: stay full
                 del args
             # No local names the item or its value across the yield: once the consumer
-            # drops a result, nothing here keeps it alive (as the stdlib).
-            yield _result_or_cancel(items.popleft(), end_time)
+            # drops a result, nothing here keeps it alive (as the stdlib). A result in
+            # already (most, in a burst) is handed out without a call.
+            if items[0]._state == FINISHED and items[0]._exception is None:
+                yield items.popleft()._result
+            else:
+                yield _result_or_cancel(items.popleft(), end_time)
     finally:
         for item in items:
             item.cancel()
