@@ -351,7 +351,8 @@ class ProcessPoolExecutor(Executor):
     ) -> Any:
         d = self._driver
         with d.lock:
-            self._check_open()
+            if d.broken is not None or d.stage is not OPEN or Shared.global_shutdown:
+                self._check_open()  # it raises
             t = record(d, next(d.keys), fn, args, kwargs, timeout)
             if not callable(fn):  # the call's own error, as a task's: its future fails
                 if d.thread is None:
