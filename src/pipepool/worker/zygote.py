@@ -81,10 +81,11 @@ def ended(native_id: int | None) -> None:
 
 
 def settle() -> None:
-    """Before forking the zygote: when no other Python thread is left, wait (briefly,
-    bounded) for the kernel to finish the threads a pool here joined (``ended``): a
-    joined thread is still counted until its last instructions have run, and a fork
-    then would be a fork of a multi-threaded process (Python 3.12+ warns). Only those:
+    """Before a fork pool's first fork (its first worker; the zygote follows it): when
+    no other Python thread is left, wait (briefly, bounded) for the kernel to finish the
+    threads a pool here joined (``ended``): a joined thread is still counted until its
+    last instructions have run, and a fork then would be a fork of a multi-threaded
+    process (Python 3.12+ warns). Only those:
     a thread of a C library (numpy's BLAS starts one at import) never ends, and waiting
     for the kernel's count to drop cost every fork pool in such a program the whole
     bound (50 ms against the stdlib's 7 ms to a first result)."""
