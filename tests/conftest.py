@@ -4,6 +4,7 @@ shared Dask cluster, and the leak check every test runs under. Helpers are in he
 from __future__ import annotations
 
 import copyreg
+import os
 import signal
 from pathlib import Path
 
@@ -134,6 +135,19 @@ def no_tblib_after_this_module():
             del copyreg.dispatch_table[cls]
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto`` (addopts): one worker more than this process' CPUs, up to addopts'
+    --maxprocesses 4. Most of a worker's time goes to waiting on processes it started
+    (pools' workers, Airflow's and Celery's processes, timeouts that must expire): with one
+    worker a CPU, the CPUs were 81-86% busy over the README's pytest in fresh-clone CI runs
+    of a4ff4fc and after it on the 2-core machine. PYTEST_XDIST_AUTO_NUM_WORKERS, as
+    xdist reads it, still decides when set; a single CPU keeps one worker."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # xdist's own hook reads it
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return 1 if not cpus or cpus < 2 else cpus + 1
+
+
 TESTS = Path(__file__).parent  # as pytest names the items: not resolved
 _AIRFLOW_TESTS = str(TESTS / "airflow_face")
 
@@ -180,14 +194,37 @@ SMOKE_FILES = frozenset(
 SMOKE_ROOMS = frozenset({"core"})  # every file in these folders
 
 
-def pytest_collection_modifyitems(items) -> None:
+# Files that spend most of a long run waiting on processes of their own (Airflow's
+# api-server, dag-processor and scheduler; Celery workers and their broker), with the
+# machine's CPUs partly idle. Under xdist each goes to the front of the queue, paired with
+# one of the longest busy files, so that it waits beside work that uses the CPU, not
+# beside another waiter or alone at the end of the run: pytest-xdist orders files by
+# their number of tests, which put these few-test files last, two at a time (the
+# fresh-clone CI of a4ff4fc: the CPUs 40-70% busy for the last minute and beside the
+# Airflow session, 86% over the whole run). The two Airflow files run Airflow's commands
+# and never import it into the test process, so the rule that keeps airflow_face/ last
+# (below) does not concern them. Longest first.
+WAITING_FILES = (
+    "airflow_face/test_versions_e2e.py",
+    "celery_scenarios/test_prefork_hangs.py",
+    "airflow_face/test_e2e.py",
+    "celery_pool/test_docs_example.py",
+)
+
+
+def _where(item: pytest.Item) -> str:
+    return item.path.relative_to(TESTS).as_posix() if item.path.is_relative_to(TESTS) else ""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """tests/airflow_face/ runs last: importing Airflow makes each later fork of this
     process copy a much bigger address space, and the core suite forks workers by the
     thousand (tests/contract/test_stress.py recycles one per task). Marks the smoke subset
     (the files in SMOKE_FILES beside the tests marked in place) and the tests that behave
-    differently without the integrations (optional.marked)."""
+    differently without the integrations (optional.marked). Under xdist, orders the files
+    for its queue (WAITING_FILES above)."""
     for item in items:
-        where = item.path.relative_to(TESTS).as_posix() if item.path.is_relative_to(TESTS) else ""
+        where = _where(item)
         in_smoke = where in SMOKE_FILES or where.partition("/")[0] in SMOKE_ROOMS
         params = item.callspec.params if hasattr(item, "callspec") else {}
         # Not the stdlib's rows (the peer's behaviour, not ours), and one start method:
@@ -212,3 +249,28 @@ def pytest_collection_modifyitems(items) -> None:
             item.nodeid,
         )
     )
+    if hasattr(config, "workerinput"):  # an xdist worker: its collection is the queue
+        _order_files_for_xdist(items)
+
+
+def _order_files_for_xdist(items: list[pytest.Item]) -> None:
+    """The files in the order xdist hands them out (addopts' --no-loadscope-reorder
+    keeps this one): the busy files by their number of tests, most first (xdist's own
+    order, which keeps the long files from being left for the end), each of
+    WAITING_FILES before the busy file of its rank, and airflow_face/'s other files last.
+    Within a file, the order above."""
+    files: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(_where(item) or str(item.path), []).append(item)
+    waiting = [f for f in WAITING_FILES if f in files]
+    last = [f for f in files if f.startswith("airflow_face/") and f not in waiting]
+    busy = sorted(
+        (f for f in files if f not in waiting and f not in last), key=lambda f: -len(files[f])
+    )
+    order: list[str] = []
+    for i, name in enumerate(busy):
+        if i < len(waiting):
+            order.append(waiting[i])
+        order.append(name)
+    order += waiting[len(busy) :] + last
+    items[:] = [item for name in order for item in files[name]]

@@ -34,6 +34,12 @@ def test_the_smoke_files_are_there() -> None:
     assert not gone, f"tests/conftest.py SMOKE_FILES names files that are not there: {gone}"
 
 
+def test_the_waiting_files_are_there() -> None:
+    """An entry naming no file would leave that file to xdist's count order unseen."""
+    gone = sorted(name for name in conftest.WAITING_FILES if not (TESTS / name).is_file())
+    assert not gone, f"tests/conftest.py WAITING_FILES names files that are not there: {gone}"
+
+
 def where_and_square(x: int) -> tuple[str, int]:
     """A task defined in a test module: the module's name where it ran, and ``x * x``."""
     return __name__, x * x
