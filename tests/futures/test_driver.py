@@ -9,7 +9,7 @@ import pytest
 
 import futures_tasks as ft
 from pipepool.executor import RecordExecutor
-from pipepool.futures._driver import BURST, BURST_EVERY, Driver
+from pipepool.futures._driver import BURST, Driver
 from pipepool.futures._item import PoolFuture
 from pipepool.futures._state import TERMINATING
 
@@ -68,35 +68,4 @@ def test_a_burst_of_submits_feeds_the_workers_from_the_submitting_thread():
         assert d.poller is None, "the token stays taken after the burst's turn"
         assert sum(len(w.in_flight) for w in ex._workers.values()) > 0, "nothing was sent"
     finally:
-        ex.terminate()
-
-
-@pytest.mark.timeout(120)
-def test_a_burst_runs_one_turn_per_burst_every_records_while_the_workers_are_full(tmp_path):
-    """With the workers' room full (their tasks block), a turn hands nothing over and
-    BURST records still wait: the submitting thread runs its next turn only after
-    BURST_EVERY more, not at every submit (a round per submit was most of a burst's
-    cost), and again BURST_EVERY after that."""
-    ex = RecordExecutor(1, start_method="fork")
-    ex.start()
-    d = Driver(ex, 2)
-    gate = tmp_path / "gate"
-    tids = iter(range(1, 10_000))
-
-    def submit() -> bool:
-        with d.lock:
-            return d.add(PoolFuture(d, next(tids), ft.wait_for_file, (str(gate),), {}, None))
-
-    try:
-        while not submit():
-            pass
-        for _ in range(3):
-            d.burst()
-            assert len(d.pending) >= BURST  # nothing could be handed over
-            gaps = 1
-            while not submit():
-                gaps += 1
-            assert gaps == BURST_EVERY
-    finally:
-        gate.touch()
         ex.terminate()

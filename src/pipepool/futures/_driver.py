@@ -37,9 +37,6 @@ from ._round import CANCEL_WAIT, SUBMIT_CANCEL, SUBMIT_CANCEL_REST, Round
 from ._state import FED, FINISHING, FRESH, OPEN, TERMINATING, Shared
 
 BURST = 256  # records waiting that make a submitting thread run a turn itself (add)
-BURST_EVERY = 32  # ... at most once per this many records queued: with the workers busy,
-# a turn hands over only the room their results freed, and pending stayed above BURST,
-# so a submit burst ran a whole round every 10-18 submits (tiny tasks, 2 workers)
 IDLE_WAIT = 60.0  # s a token holder may sleep in the poll when nothing is due: the
 # LocalExecutor shortens it to its own next deadline (task timeouts, the revoke trap), and
 # wake() cuts it short for everything a holder must notice, so this is a safety net and
@@ -73,8 +70,7 @@ class Driver(Round):
         A thread that submits a burst feeds the workers itself: once ``BURST`` records
         wait, with the token free, it runs one turn (``burst``), so the workers start
         while it submits, and the driver thread, which would race it for the GIL,
-        lingers; then one turn per ``BURST_EVERY`` more. Submits fewer and further apart
-        are the driver's, as before.
+        lingers. Submits fewer and further apart are the driver's, as before.
         """
         if (
             self.poller is None
@@ -88,8 +84,7 @@ class Driver(Round):
                 self._hand_off()  # the first outstanding work: someone must drive
             return False
         self.pending.append(t)
-        self.added += 1
-        if len(self.pending) >= BURST and self.added >= BURST_EVERY and self.poller is None:
+        if len(self.pending) >= BURST and self.poller is None:
             return True
         if self.feed is FED:
             self.feed = FRESH
@@ -110,7 +105,6 @@ class Driver(Round):
             self.poller = threading.get_ident()
             self.caller_drove = time.monotonic()
             self.linger = True  # callers drive: the driver thread looks within LINGER
-            self.added = 0
         try:
             self._step(self._turn)
         except KeyboardInterrupt:  # between steps, as everywhere: the state is whole

@@ -106,7 +106,6 @@ class DriverState:
         # The work: each call is one record (``_item``), from submit() to its outcome.
         self.keys = itertools.count(1)  # record numbers (the LocalExecutor's tids)
         self.pending: deque[Record] = deque()  # submitted, not yet handed over (PENDING)
-        self.added = 0  # records queued since a submitting thread's last turn (``add``)
         self.commands: deque[tuple[str, Record]] = deque()  # (SUBMIT_*, record): holder's
         self.running: set[Record] = set()  # handed to the LocalExecutor, not settled
         self.kill_on_start: set[Record] = set()  # kill requested before the task started
