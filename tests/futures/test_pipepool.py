@@ -327,6 +327,16 @@ def test_garbage_collected_pool_stops_its_workers(start_method, no_leaks, in_cyc
     assert driver.thread is not None and not driver.thread.is_alive()
 
 
+def test_map_of_something_not_callable_fails_each_call_as_submit_does(make_pipepool):
+    """``map(chunksize=1)`` submits in bursts of 256 on a pool already started, and a
+    function that cannot be called still fails its calls in the parent, with submit's
+    message, not in a worker."""
+    pool = make_pipepool()
+    assert str(pool.submit(5, 0).exception(timeout=WAIT)) == "5 is not callable"
+    with pytest.raises(TypeError, match=r"^5 is not callable$"):
+        list(pool.map(5, range(300), timeout=WAIT))
+
+
 def test_a_driver_thread_that_cannot_start_leaves_its_helper_driving(monkeypatch):
     # The first submit starts the driver thread from a helper thread, without waiting
     # for it (Driver.launch). If it cannot start, the helper drives: a future nobody

@@ -308,14 +308,15 @@ class ProcessPoolExecutor(Executor):
         ``map(chunksize=1)`` submits all of its items at once, as the stdlib's). The
         items are read outside the lock (reading them runs the caller's code); if reading
         raises, the calls read before it are submitted first, as one by one."""
+        if not callable(fn):  # each call fails as its own task, as submit's (``_submit``)
+            return deque(self._submit(fn, args, {}, timeout, MapItem) for args in calls)
         items: deque[MapItem] = deque()
         d = self._driver
         it = iter(calls)
-        if d.thread is None or not callable(fn):  # the first call starts the pool;
-            for args in it:  # a call that cannot be made fails each item (``_submit``)
+        if d.thread is None:  # the first call starts the pool (``_submit``)
+            for args in it:
                 items.append(self._submit(fn, args, {}, timeout, MapItem))
-                if callable(fn):
-                    break
+                break
         take = itertools.islice
         while True:
             batch: list[Any] = []
