@@ -26,7 +26,7 @@ from typing import Any, Self
 
 from . import _checks, _signals
 from ._bookkeeping import Bookkeeping
-from ._task import Task, TaskT
+from ._task import NO_KWARGS, Task, TaskT
 from .errors import DuplicateKeyError
 from .events import _TERMINAL, Event, State
 
@@ -255,9 +255,11 @@ class SchedulerAPI(SchedulerCore[Task]):
         if type(args) is not tuple:
             args = _checks.positionals(args, "args")
         if kwargs is None:
-            kwargs = {}
+            kwargs = NO_KWARGS
         elif kwargs or type(kwargs) is not dict:
             kwargs = _checks.keywords(kwargs, "kwargs")
+        else:
+            kwargs = NO_KWARGS
         if timeout is not None:
             timeout = _checks.seconds(timeout, "timeout", positive=True, none=True)
         task = Task(next(self._tids), key, fn, args, kwargs, timeout)
@@ -303,7 +305,7 @@ class SchedulerAPI(SchedulerCore[Task]):
             raise
         # The last lines of queue_call, inlined: a scheduler's hot path, one call less.
         # Two stores, no deferral: cut short between them, ``_count`` notices.
-        task = Task(next(self._tids), key, fn, args, kwargs, None)
+        task = Task(next(self._tids), key, fn, args, kwargs or NO_KWARGS, None)
         held[key] = task
         self._queue.append(task)
 

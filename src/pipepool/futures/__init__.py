@@ -90,6 +90,7 @@ from concurrent.futures._base import FINISHED
 from typing import Any, Literal
 
 from .. import _checks, _signals
+from .._task import NO_KWARGS
 from ..executor import RecordExecutor
 from ..worker.zygote import preload_here
 from ._driver import BURST, Driver
@@ -189,7 +190,7 @@ class ProcessPoolExecutor(Executor):
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
         """Schedule ``fn(*args, **kwargs)``; return its Future."""
-        return self._submit(fn, args, kwargs, None)
+        return self._submit(fn, args, kwargs or NO_KWARGS, None)
 
     submit.__doc__ = Executor.submit.__doc__
 
@@ -291,7 +292,7 @@ class ProcessPoolExecutor(Executor):
         Futures, and a chunk's results are handed out by this pool's loop."""
 
         def submit(fn: Callable[..., Any], /, *args: Any) -> MapItem:
-            return self._submit(fn, args, {}, task_timeout, MapItem)  # type: ignore[no-any-return]
+            return self._submit(fn, args, NO_KWARGS, task_timeout, MapItem)  # type: ignore[no-any-return]
 
         def submit_all(fn: Callable[..., Any], calls: Iterable[Any]) -> deque[MapItem]:
             return self._submit_calls(fn, calls, task_timeout)
@@ -309,13 +310,13 @@ class ProcessPoolExecutor(Executor):
         items are read outside the lock (reading them runs the caller's code); if reading
         raises, the calls read before it are submitted first, as one by one."""
         if not callable(fn):  # each call fails as its own task, as submit's (``_submit``)
-            return deque(self._submit(fn, args, {}, timeout, MapItem) for args in calls)
+            return deque(self._submit(fn, args, NO_KWARGS, timeout, MapItem) for args in calls)
         items: deque[MapItem] = deque()
         d = self._driver
         it = iter(calls)
         if d.thread is None:  # the first call starts the pool (``_submit``)
             for args in it:
-                items.append(self._submit(fn, args, {}, timeout, MapItem))
+                items.append(self._submit(fn, args, NO_KWARGS, timeout, MapItem))
                 break
         take = itertools.islice
         while True:
@@ -332,7 +333,7 @@ class ProcessPoolExecutor(Executor):
                     keys = d.keys
                     add = d.add
                     for args in batch:
-                        t = MapItem(d, next(keys), fn, args, {}, timeout)
+                        t = MapItem(d, next(keys), fn, args, NO_KWARGS, timeout)
                         items.append(t)
                         burst = add(t) or burst
                 if burst:
@@ -446,7 +447,7 @@ class _PoolView:
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
         """``ProcessPoolExecutor.submit`` with this view's options."""
-        return self._pool._submit(fn, args, kwargs, self._timeout)  # type: ignore[no-any-return]
+        return self._pool._submit(fn, args, kwargs or NO_KWARGS, self._timeout)  # type: ignore[no-any-return]
 
     def map(
         self, fn: Callable[..., Any], /, *iterables: Iterable[Any], **options: Any
