@@ -317,17 +317,19 @@ class DieWhileUnpickled:
 
 def fork_survivor(path: str) -> int:
     """Fork a child that leaves this worker's process group and outlives it (60 s at most):
-    a process that may still hold what its worker held. Its pid goes to ``path``."""
+    a process that may still hold what its worker held. Its pid goes to ``path``, written
+    by the child once it has left the group: a reader that sees it may kill the worker
+    (and its group) at once."""
     pid = os.fork()
     if pid == 0:
         try:
             os.setsid()
+            with open(path + ".tmp", "w") as f:
+                f.write(str(os.getpid()))
+            os.replace(path + ".tmp", path)  # whole or absent to a reader
             time.sleep(60)
         finally:
             os._exit(0)
-    with open(path + ".tmp", "w") as f:
-        f.write(str(pid))
-    os.replace(path + ".tmp", path)  # whole or absent to a reader
     return pid
 
 

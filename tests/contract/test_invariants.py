@@ -30,14 +30,14 @@ PAGE = 4096
 
 @pytest.mark.parametrize("payloads", ["shared", "pipes"])
 def test_seed_deadlock_one_page_pipes(make, payloads, request):
-    """5,000 tasks, 16 KiB in and 32 KiB out through 4 KiB pipes, all queued before the
+    """1,000 tasks, 16 KiB in and 32 KiB out through 4 KiB pipes, all queued before the
     first sync: a blocking writer deadlocks here; pipepool must finish every one, with
     its payloads in the workers' shared rings and with every byte through the pipes."""
     if payloads == "pipes":
         request.getfixturevalue("pipes_only")
     ex = make(4, pipe_size=PAGE)
     arg = os.urandom(16 * 1024)
-    n = 5000
+    n = 1000
     for i in range(n):
         ex.queue(i, tasks.pad, i, arg, 32 * 1024)
     rec = Recorder(ex)

@@ -334,10 +334,26 @@ PARENT = textwrap.dedent("""
         ex = LocalExecutor(2, start_method={method!r}, loop_impl={impl!r})
         ex.start()
         ex.queue("survivor", tasks.fork_survivor, {survivor!r})
-        for i in range(1000):  # payloads in flight both ways whenever the kill lands
-            ex.queue(i, tasks.reverse_bytes, bytes([i % 256]) * (3 << 20))
-        while not (os.path.exists({survivor!r}) and ex.stats()["tasks_done"] >= 4):
+        queued = 0
+
+        def top_up():  # payloads in flight both ways whenever the kill lands: 8 more
+            # than are done, not a thousand 3 MiB arguments built up front (3 GiB)
+            global queued
+            while queued < ex.stats()["tasks_done"] + 8:
+                ex.queue(queued, tasks.reverse_bytes, bytes([queued % 256]) * (3 << 20))
+                queued += 1
+            ex.get_event_buffer()  # the results, 3 MiB each, dropped as they come
+
+        top_up()
+        # Both workers up (the printed pids are those the test waits to see gone: one
+        # still starting would be left out) and running payloads.
+        while not (
+            os.path.exists({survivor!r})
+            and ex.stats()["tasks_done"] >= 4
+            and len(ex.worker_pids()) == 2
+        ):
             ex.sync(timeout=0.01)
+            top_up()
         with open("/proc/self/maps") as f:
             inodes = sorted({{int(line.split()[4]) for line in f if "pipepool-" in line}})
         # A fork pool's zygote holds the marks' page too, and must die with us as well.
@@ -345,6 +361,7 @@ PARENT = textwrap.dedent("""
         print(json.dumps([ex.worker_pids() + zygote, inodes]), flush=True)
         while True:
             ex.sync(timeout=0.01)
+            top_up()
 """)
 
 
