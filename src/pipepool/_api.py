@@ -258,8 +258,6 @@ class SchedulerAPI(SchedulerCore[Task]):
             kwargs = NO_KWARGS
         elif kwargs or type(kwargs) is not dict:
             kwargs = _checks.keywords(kwargs, "kwargs")
-        else:
-            kwargs = NO_KWARGS
         if timeout is not None:
             timeout = _checks.seconds(timeout, "timeout", positive=True, none=True)
         task = Task(next(self._tids), key, fn, args, kwargs, timeout)
@@ -305,7 +303,7 @@ class SchedulerAPI(SchedulerCore[Task]):
             raise
         # The last lines of queue_call, inlined: a scheduler's hot path, one call less.
         # Two stores, no deferral: cut short between them, ``_count`` notices.
-        task = Task(next(self._tids), key, fn, args, kwargs or NO_KWARGS, None)
+        task = Task(next(self._tids), key, fn, args, kwargs, None)
         held[key] = task
         self._queue.append(task)
 

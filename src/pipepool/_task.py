@@ -16,10 +16,11 @@ from .errors import TaskPicklingError
 from .frames import PICKLE_PROTOCOL
 
 QUEUED, RUNNING, DONE = 0, 1, 2  # a task's phase
-NO_KWARGS: dict[str, Any] = {}  # the ``kwargs`` of every call without keyword arguments:
-# one shared dict, never changed (a worker calls ``fn(*args, **kwargs)``, a copy). Its own
-# empty dict per task was one more object for the garbage collector per task in flight
-# (each one counts toward its next collection), and in a batch it pickles once.
+NO_KWARGS: dict[str, Any] = {}  # the ``kwargs`` of every call without keyword arguments
+# (``Task.__init__`` puts it in place of an empty one): one shared dict, never changed (a
+# worker calls ``fn(*args, **kwargs)``, a copy). Its own empty dict per task was one more
+# object for the garbage collector per task in flight (each one counts toward its next
+# collection), and in a batch it pickles once.
 
 
 class Task:
@@ -63,7 +64,7 @@ class Task:
         self.key = key
         self.fn: Callable[..., Any] | None = fn  # the call: None once done (freed early)
         self.args: tuple | None = args
-        self.kwargs: dict | None = kwargs
+        self.kwargs: dict | None = kwargs or NO_KWARGS  # one shared empty dict
         self.timeout = timeout
         self.phase = QUEUED
         self.started = False  # known to have begun (start mark, start message, outcome)

@@ -8,12 +8,11 @@ import threading
 import pytest
 
 import futures_tasks as ft
-from pipepool._task import NO_KWARGS, Task
+from pipepool._task import NO_KWARGS
 from pipepool.executor import RecordExecutor
 from pipepool.futures import ProcessPoolExecutor
 from pipepool.futures._driver import BURST, Driver
 from pipepool.futures._item import PoolFuture
-from pipepool.futures._map import MapItem
 from pipepool.futures._state import TERMINATING
 
 WAIT = 30.0
@@ -72,23 +71,6 @@ def test_a_burst_of_submits_feeds_the_workers_from_the_submitting_thread():
         assert sum(len(w.in_flight) for w in ex._workers.values()) > 0, "nothing was sent"
     finally:
         ex.terminate()
-
-
-@pytest.mark.parametrize("record", [PoolFuture, MapItem])
-def test_a_record_starts_with_every_field_a_task_starts_with(record):
-    """Record.__init__ makes Task.__init__'s stores itself (one call less per submit):
-    a field added to Task, or a default changed there, must reach the records too, or
-    the LocalExecutor reads an unset slot (AttributeError) or another default."""
-    driver = Driver(RecordExecutor(1), 2)
-    args, kwargs = (1, 2), {"a": 3}
-    task = Task(7, 7, divmod, args, kwargs, 1.5)
-    rec = record(driver, 7, divmod, args, kwargs, 1.5)
-
-    def fields(t: Task) -> dict:
-        return {name: getattr(t, name) for name in Task.__slots__ if hasattr(t, name)}
-
-    assert fields(rec) == fields(task)
-    assert fields(task).keys() == set(Task.__slots__) - {"failed", "value"}  # all set
 
 
 def test_calls_without_keywords_share_one_empty_kwargs_that_stays_empty(tmp_path):

@@ -190,7 +190,7 @@ class ProcessPoolExecutor(Executor):
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
         """Schedule ``fn(*args, **kwargs)``; return its Future."""
-        return self._submit(fn, args, kwargs or NO_KWARGS, None)
+        return self._submit(fn, args, kwargs, None)
 
     submit.__doc__ = Executor.submit.__doc__
 
@@ -447,7 +447,7 @@ class _PoolView:
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
         """``ProcessPoolExecutor.submit`` with this view's options."""
-        return self._pool._submit(fn, args, kwargs or NO_KWARGS, self._timeout)  # type: ignore[no-any-return]
+        return self._pool._submit(fn, args, kwargs, self._timeout)  # type: ignore[no-any-return]
 
     def map(
         self, fn: Callable[..., Any], /, *iterables: Iterable[Any], **options: Any

@@ -22,7 +22,7 @@ from concurrent.futures._base import (  # the states behind Future's public meth
 )
 from typing import TYPE_CHECKING, Any
 
-from .._task import QUEUED, Task
+from .._task import Task
 
 if TYPE_CHECKING:
     from ._driver import Driver
@@ -51,25 +51,7 @@ class Record(Task):
         kwargs: dict,
         timeout: float | None,
     ) -> None:
-        # Task.__init__'s stores, inline: one Python call less per submit and per map
-        # item (tests/futures/test_driver.py checks the two set the same fields).
-        self.tid = self.key = tid
-        self.fn = fn
-        self.args = args
-        self.kwargs = kwargs
-        self.timeout = timeout
-        self.phase = QUEUED
-        self.started = False
-        self.deadline = None
-        self.dispatch = 1
-        self.seq = 0
-        self.batch = 0
-        self.solo = False
-        self.cancelling = False
-        self.began = 0.0
-        self.future = None
-        self.address = None
-        self.pid = None
+        Task.__init__(self, tid, tid, fn, args, kwargs, timeout)
         self._state = PENDING
         self._result: Any = None
         self._exception: BaseException | None = None
