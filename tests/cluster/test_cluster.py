@@ -105,7 +105,9 @@ def test_killing_a_worker_mid_batch_of_500_loses_no_task(dask_cluster, tmp_path)
     """SIGKILL one of two Dask worker processes while 500 tasks run: every key ends with
     exactly one terminal event; what ran on the dead worker ran again elsewhere (Dask's
     retry) or is reported lost, and nothing vanishes. The worker is killed while it runs
-    one of a few longer tasks, so that one surely dies with it. Where each key ran is
+    one of a few longer tasks, one that waits for a file the test creates only after the
+    kill, so that one surely dies with it (a 0.5 s task chosen while it ran had finished
+    on the victim by the time the kill landed, under load). Where each key ran is
     read from its runs' log (key and pid), not from the RUNNING events the parent had
     seen at the kill: those lag behind the workers (under load a key already running on
     the victim had no event yet, and a check built on them failed)."""
@@ -113,23 +115,26 @@ def test_killing_a_worker_mid_batch_of_500_loses_no_task(dask_cluster, tmp_path)
     log = tmp_path / "runs"
     keys = [("t", i) for i in range(500)]
     long = {key for key in keys if key[1] % 100 == 50}
+    interrupted = ("t", 50)  # the one the kill interrupts: it runs until the gate opens
+    gate = tmp_path / "gate"
     for key in keys:
-        ex.queue(key, tasks.record_pid, str(log), key[1], 0.5 if key in long else 0.002)
+        if key == interrupted:
+            ex.queue(key, tasks.record_pid_until, str(log), key[1], str(gate))
+        else:
+            ex.queue(key, tasks.record_pid, str(log), key[1], 0.5 if key in long else 0.002)
     rec = Recorder(ex)
     started_on = rec.running_seen  # key -> pids of the RUNNING events it had
     deadline = time.monotonic() + 60
 
-    def long_one_running():
-        return [k for k in long if k in started_on and k not in rec.terminal]
-
-    while len(rec.terminal) < 100 or not long_one_running():
+    while len(rec.terminal) < 100 or interrupted not in started_on:
         assert time.monotonic() < deadline
         rec.round()
+    assert interrupted not in rec.terminal  # it waits for the gate
     pids = ex.client.run(os.getpid)
-    interrupted = long_one_running()[0]
     victim = started_on[interrupted][-1]
     assert victim in pids.values()
     os.kill(victim, signal.SIGKILL)
+    gate.touch()  # its run elsewhere (Dask's retry) ends at once
     while ex.has_work():
         assert time.monotonic() < deadline, ex.stats()
         rec.round()
