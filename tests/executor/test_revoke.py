@@ -19,6 +19,7 @@ import pytest
 import tasks
 from helpers import Recorder, asking_only, behind_a_blocked_task, runs, sent_ahead
 from pipepool import State, TaskKilledError
+from pipepool.executor._depth import DepthPolicy
 
 WARM_LIMIT = 60.0  # s of warm-up rounds before the precondition is given up on
 
@@ -108,11 +109,22 @@ def test_revoked_tasks_do_not_count_towards_max_tasks_per_child(make, tmp_path):
 
 
 @pytest.mark.timeout(120)
-def test_worker_that_cannot_answer_a_revoke_loses_nothing(make, tmp_path):
+def test_worker_that_cannot_answer_a_revoke_loses_nothing(make, tmp_path, monkeypatch):
     """A task that never lets its worker's watcher thread run: the REVOKE goes
     unanswered, the tasks behind it stay where they are, and when the task is killed
     they run elsewhere, once each; only the killed task fails."""
     log = str(tmp_path / "runs")
+    # No task overruns until the hog holds its worker's GIL, so the REVOKE goes out to
+    # a worker that surely cannot answer it (and after the hog recorded its run). Left
+    # to the clock, a loaded machine could delay the hog past the trap: the test then
+    # killed it before it had recorded its run ("hog" missing from the log), or its
+    # watcher answered the REVOKE before the hog took the GIL.
+    overrun_after = DepthPolicy.overrun_after
+    monkeypatch.setattr(
+        DepthPolicy,
+        "overrun_after",
+        lambda policy: overrun_after(policy) if tasks.hogging(log) else 3600.0,
+    )
     ex = make(2, prefetch=None)
     warm(ex)
     ex.queue("hog", tasks.hog_gil, log, "hog")
