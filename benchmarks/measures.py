@@ -45,7 +45,7 @@ def _open(spec: Spec, parallelism: int, method: str | None = None, warm: bool = 
     if warm:
         try:
             # Enough work that every worker is up (some pools start them on demand).
-            adapter.run(noop, list(range(4 * parallelism)))
+            adapter.run(noop, list(range(adapter.warm_items(parallelism))))
         except BaseException:
             adapter.abort()
             raise

@@ -127,3 +127,21 @@ def test_the_wait_row_subtracts_result_and_the_stdlibs_own_wait_cost() -> None:
     (row,) = [r for r in rows if r["target"].startswith("CPU wait(fs) adds per future")]
     assert row["ours_value"] == (5.0 - 3.5) - (2.0 - 1.2)
     assert row["peer_value"] == 1.0 and row["met"] is True
+
+
+@pytest.mark.timeout(60)
+def test_the_warm_up_of_a_chunked_row_starts_every_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """pipepool starts workers on demand: a warm-up of 4 x p items made one chunk, one
+    worker ran it, and the timed map started the second. Four chunks per worker start
+    them all before the clock."""
+    monkeypatch.syspath_prepend(str(ROOT))
+    from benchmarks.contenders import SPECS
+    from benchmarks.measures import _open
+
+    adapter = _open(SPECS["ppe-chunks"], 2)
+    try:
+        assert len(adapter.pids()) == 2
+    finally:
+        adapter.close()
