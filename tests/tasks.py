@@ -164,11 +164,7 @@ def record_pid_until(log: str, key, gate: str, limit: float = 60.0) -> int:
     """``record_pid``, then wait until ``gate`` exists (``limit`` s at most, then fail):
     a task that is surely still running when the test kills its worker."""
     record_pid(log, key)
-    deadline = time.monotonic() + limit
-    while not os.path.exists(gate):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{gate} never appeared")
-        time.sleep(0.005)
+    wait_for(gate, limit=limit)
     return os.getpid()
 
 
