@@ -148,6 +148,23 @@ def test_map_consumer_wakes_when_shutdown_cancels_its_items(make_pool, tmp_path)
     assert got == list(range(len(got))) and len(got) < 30
 
 
+def test_shutdown_cancelling_a_map_waiting_behind_another_cancels_its_calls(make_pool, tmp_path):
+    """A map whose calls wait behind another's (none sent to a worker yet):
+    shutdown(cancel_futures=True) cancels them, and its iterator raises CancelledError
+    at once rather than ending empty (pipepool makes a map's records as the pool has
+    room: docs/design.md, "Map calls")."""
+    pool = make_pool(1)
+    gate = tmp_path / "gate"
+    first = pool.map(ft.wait_for_file, [str(gate)] * 10, range(10), timeout=WAIT)
+    second = pool.map(ft.square, range(100), timeout=WAIT)
+    pool.shutdown(wait=False, cancel_futures=True)
+    with pytest.raises(cf.CancelledError):
+        next(second)
+    gate.touch()
+    with pytest.raises(cf.CancelledError):
+        list(first)
+
+
 def test_cancel_pending_futures(make_pool, tmp_path):
     pool = make_pool(1)
     gate = tmp_path / "gate"

@@ -95,7 +95,7 @@ from ..executor import RecordExecutor
 from ..worker.zygote import preload_here
 from ._driver import BURST, Driver
 from ._item import PoolFuture, Record
-from ._map import MapItem, map_calls
+from ._map import MapCalls, MapItem, map_calls
 from ._round import SUBMIT_KILL
 from ._state import OPEN, Shared
 
@@ -297,9 +297,55 @@ class ProcessPoolExecutor(Executor):
         def submit_all(fn: Callable[..., Any], calls: Iterable[Any]) -> deque[MapItem]:
             return self._submit_calls(fn, calls, task_timeout)
 
+        def queue_all(fn: Callable[..., Any], calls: Iterable[Any]) -> MapCalls:
+            return self._queue_calls(fn, calls, task_timeout)
+
         return map_calls(
-            submit, submit_all, self._driver.executor.chunk_results, fn, iterables, **options
+            submit,
+            submit_all,
+            queue_all,
+            self._driver.executor.chunk_results,
+            fn,
+            iterables,
+            **options,
         )
+
+    def _queue_calls(
+        self, fn: Callable[..., Any], calls: Iterable[Any], timeout: float | None
+    ) -> MapCalls:
+        """Every call of ``calls`` queued as one ``MapCalls``, in their order, read and
+        queued a ``BURST`` at a time (one lock, one set of checks and one turn each): the
+        pool runs them all, as the stdlib's ``map`` submits them all, and makes their
+        items as it has room. The items are read outside the lock (reading runs the
+        caller's code); if reading raises, the calls read before it are queued first."""
+        d = self._driver
+        source = MapCalls(d, fn, timeout)
+        if not callable(fn):  # each call fails as its own task, as submit's (``_submit``)
+            source.made.extend(self._submit_calls(fn, calls, timeout))
+            return source
+        it = iter(calls)
+        if d.thread is None:  # the first call starts the pool (``_submit``)
+            for args in it:
+                source.made.append(self._submit(fn, args, NO_KWARGS, timeout, MapItem))
+                break
+        take = itertools.islice
+        while True:
+            batch: list[Any] = []
+            error = None
+            try:
+                batch.extend(take(it, BURST))
+            except BaseException as exc:  # queue what was read, then raise it
+                error = exc
+            if batch:
+                with d.lock:
+                    self._check_open()
+                    burst = d.add_calls(source, batch)
+                if burst:
+                    d.burst()
+            if error is not None:
+                raise error
+            if len(batch) < BURST:
+                return source
 
     def _submit_calls(
         self, fn: Callable[..., Any], calls: Iterable[Any], timeout: float | None
