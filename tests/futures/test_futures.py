@@ -83,6 +83,10 @@ def test_map_keeps_order_with_any_chunksize(make_pool):
     assert list(pool.map(ft.square, range(50), chunksize=7, timeout=WAIT)) == expected
     assert list(pool.map(ft.add, [1, 2, 3], [10, 20], timeout=WAIT)) == [11, 22]  # shortest
     assert list(pool.map(ft.square, [], timeout=WAIT)) == []
+    # One iterable: each item is the one argument, a tuple too (pipepool queues the
+    # items themselves and makes each call's tuple later: docs/design.md, "Map calls").
+    pairs = [(1, 2), (3, 4, 5), ()] * 200
+    assert list(pool.map(len, pairs, timeout=WAIT)) == [2, 3, 0] * 200
     # An exception comes out at its own position, after the results before it.
     got = []
     with pytest.raises(ValueError, match="bad item 5"):

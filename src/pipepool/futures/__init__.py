@@ -297,8 +297,8 @@ class ProcessPoolExecutor(Executor):
         def submit_all(fn: Callable[..., Any], calls: Iterable[Any]) -> deque[MapItem]:
             return self._submit_calls(fn, calls, task_timeout)
 
-        def queue_all(fn: Callable[..., Any], calls: Iterable[Any]) -> MapCalls:
-            return self._queue_calls(fn, calls, task_timeout)
+        def queue_all(fn: Callable[..., Any], calls: Iterable[Any], single: bool) -> MapCalls:
+            return self._queue_calls(fn, calls, task_timeout, single)
 
         return map_calls(
             submit,
@@ -311,21 +311,23 @@ class ProcessPoolExecutor(Executor):
         )
 
     def _queue_calls(
-        self, fn: Callable[..., Any], calls: Iterable[Any], timeout: float | None
+        self, fn: Callable[..., Any], calls: Iterable[Any], timeout: float | None, single: bool
     ) -> MapCalls:
-        """Every call of ``calls`` queued as one ``MapCalls``, in their order, read and
-        queued a ``BURST`` at a time (one lock, one set of checks and one turn each): the
-        pool runs them all, as the stdlib's ``map`` submits them all, and makes their
-        items as it has room. The items are read outside the lock (reading runs the
-        caller's code); if reading raises, the calls read before it are queued first."""
+        """Every call of ``calls`` (argument tuples, or with ``single`` each call's one
+        argument) queued as one ``MapCalls``, in their order, read and queued a ``BURST``
+        at a time (one lock, one set of checks and one turn each): the pool runs them
+        all, as the stdlib's ``map`` submits them all, and makes their items as it has
+        room. The calls are read outside the lock (reading runs the caller's code); if
+        reading raises, the calls read before it are queued first."""
         d = self._driver
-        source = MapCalls(d, fn, timeout)
+        source = MapCalls(d, fn, timeout, single)
+        it = iter(calls)  # what MapCalls holds
+        tuples = zip(it) if single else it  # the same calls as argument tuples
         if not callable(fn):  # each call fails as its own task, as submit's (``_submit``)
-            source.made.extend(self._submit_calls(fn, calls, timeout))
+            source.made.extend(self._submit_calls(fn, tuples, timeout))
             return source
-        it = iter(calls)
         if d.thread is None:  # the first call starts the pool (``_submit``)
-            for args in it:
+            for args in tuples:
                 source.made.append(self._submit(fn, args, NO_KWARGS, timeout, MapItem))
                 break
         take = itertools.islice

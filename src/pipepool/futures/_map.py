@@ -71,13 +71,18 @@ class MapCalls:
     holds any. An item enters ``made`` before its call leaves ``calls``, so a reader
     without the lock who finds ``calls`` empty finds every item in ``made``."""
 
-    __slots__ = ("calls", "driver", "fn", "made", "timeout")
+    __slots__ = ("calls", "driver", "fn", "made", "single", "timeout")
 
-    def __init__(self, driver: Driver, fn: Callable[..., Any], timeout: float | None) -> None:
+    def __init__(
+        self, driver: Driver, fn: Callable[..., Any], timeout: float | None, single: bool
+    ) -> None:
         self.driver = driver
         self.fn = fn
         self.timeout = timeout
-        self.calls: deque[tuple[Any, ...]] = deque()  # argument tuples, in call order
+        # In call order: argument tuples, or with ``single`` (a map over one iterable) each
+        # call's one argument, its tuple made with its record (no tuple kept per call).
+        self.calls: deque[Any] = deque()
+        self.single = single
         self.made: deque[MapItem] = deque()  # items made, not yet handed out, in order
 
     def take(self, n: int) -> list[MapItem]:
@@ -85,10 +90,10 @@ class MapCalls:
         calls, d, fn, timeout = self.calls, self.driver, self.fn, self.timeout
         keys = d.keys
         n = min(n, len(calls))
-        taken = [
-            MapItem(d, next(keys), fn, args, NO_KWARGS, timeout)
-            for args in itertools.islice(calls, n)
-        ]
+        next_calls: Iterator[Any] = itertools.islice(calls, n)
+        if self.single:
+            next_calls = zip(next_calls)  # (argument,)
+        taken = [MapItem(d, next(keys), fn, args, NO_KWARGS, timeout) for args in next_calls]
         self.made.extend(taken)
         for _ in range(n):
             calls.popleft()
@@ -116,7 +121,7 @@ class MapCalls:
 def map_calls(
     submit: Callable[..., MapItem],
     submit_all: Callable[[Callable[..., Any], Iterable[Any]], deque[MapItem]],
-    queue_all: Callable[[Callable[..., Any], Iterable[Any]], MapCalls],
+    queue_all: Callable[[Callable[..., Any], Iterable[Any], bool], MapCalls],
     handout: Callable[[list[Any]], Iterator[Any]],
     fn: Callable[..., Any],
     iterables: tuple[Iterable[Any], ...],
@@ -126,8 +131,9 @@ def map_calls(
 ) -> Iterator[Any]:
     """The stdlib's ``Executor.map`` (3.14, with ``buffersize``) over chunks. ``submit``
     submits one call, ``submit_all`` every call of an iterable of argument tuples (in
-    bulk, as items), ``queue_all`` every call of one as a ``MapCalls`` (``chunksize=1``
-    without ``buffersize``: items made as the pool has room); ``handout`` is the
+    bulk, as items), ``queue_all`` every call of one (or, when told, every argument of
+    one-argument calls) as a ``MapCalls`` (``chunksize=1`` without ``buffersize``: items
+    made as the pool has room); ``handout`` is the
     pool's loop's ``chunk_results`` (compiled or its pure twin)."""
     # Counts (``pipepool._checks``); buffersize's messages start with the stdlib's words
     # (3.14's tests match them).
@@ -155,7 +161,8 @@ def map_calls(
         calls = _chunks(zip(*iterables, strict=False), chunksize)
         task = StarmapChunk(fn)
     if chunksize == 1 and not buffersize:
-        queued = queue_all(task, calls)
+        single = len(iterables) == 1
+        queued = queue_all(task, iter(iterables[0]) if single else calls, single)
         return _results(queued.made, queued, submit, task, None, end_time)
     first = itertools.islice(calls, buffersize) if buffersize else calls
     if chunksize == 1:
