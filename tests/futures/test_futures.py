@@ -83,6 +83,10 @@ def test_map_keeps_order_with_any_chunksize(make_pool):
     assert list(pool.map(ft.square, range(50), chunksize=7, timeout=WAIT)) == expected
     assert list(pool.map(ft.add, [1, 2, 3], [10, 20], timeout=WAIT)) == [11, 22]  # shortest
     assert list(pool.map(ft.square, [], timeout=WAIT)) == []
+    # One iterable: each item is the one argument, a tuple too (pipepool queues the
+    # items themselves and makes each call's tuple later: docs/design.md, "Map calls").
+    pairs = [(1, 2), (3, 4, 5), ()] * 200
+    assert list(pool.map(len, pairs, timeout=WAIT)) == [2, 3, 0] * 200
     # An exception comes out at its own position, after the results before it.
     got = []
     with pytest.raises(ValueError, match="bad item 5"):
@@ -146,6 +150,23 @@ def test_map_consumer_wakes_when_shutdown_cancels_its_items(make_pool, tmp_path)
     assert not consumer.is_alive()
     assert len(ended) == 1 and isinstance(ended[0], cf.CancelledError)
     assert got == list(range(len(got))) and len(got) < 30
+
+
+def test_shutdown_cancelling_a_map_waiting_behind_another_cancels_its_calls(make_pool, tmp_path):
+    """A map whose calls wait behind another's (none sent to a worker yet):
+    shutdown(cancel_futures=True) cancels them, and its iterator raises CancelledError
+    at once rather than ending empty (pipepool makes a map's records as the pool has
+    room: docs/design.md, "Map calls")."""
+    pool = make_pool(1)
+    gate = tmp_path / "gate"
+    first = pool.map(ft.wait_for_file, [str(gate)] * 10, range(10), timeout=WAIT)
+    second = pool.map(ft.square, range(100), timeout=WAIT)
+    pool.shutdown(wait=False, cancel_futures=True)
+    with pytest.raises(cf.CancelledError):
+        next(second)
+    gate.touch()
+    with pytest.raises(cf.CancelledError):
+        list(first)
 
 
 def test_cancel_pending_futures(make_pool, tmp_path):

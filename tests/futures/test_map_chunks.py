@@ -175,10 +175,10 @@ def test_a_range_travels_as_ranges():
         sent.append(chunk)
         return None
 
-    def submit_all(task, calls):  # chunksize=1's way: not taken for chunks
+    def submit_all(task, calls):  # chunksize=1's ways: not taken for chunks
         raise AssertionError("chunks are submitted one by one")
 
-    _map.map_calls(submit, submit_all, iter, mt.square, (range(10),), chunksize=4)
+    _map.map_calls(submit, submit_all, submit_all, iter, mt.square, (range(10),), chunksize=4)
     assert sent == [range(0, 4), range(4, 8), range(8, 10)]
     assert sent[0] != [0, 1, 2, 3]  # a range is not equal to the list of its items
 

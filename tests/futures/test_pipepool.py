@@ -337,6 +337,35 @@ def test_map_of_something_not_callable_fails_each_call_as_submit_does(make_pipep
         list(pool.map(5, range(300), timeout=WAIT))
 
 
+def test_a_long_map_makes_its_records_as_the_pool_has_room(make_pipepool, tmp_path):
+    """``map(chunksize=1)`` of many calls keeps about the pool's room of records alive,
+    not one per call (docs/design.md, "Map calls"), and still runs and hands out every
+    call, in order."""
+    from pipepool.futures._map import MapItem
+
+    pool = make_pipepool()
+    gate = tmp_path / "gate"
+    results = pool.map(ft.wait_for_file, [str(gate)] * 3000, range(3000), timeout=WAIT)
+    made = sum(type(o) is MapItem and o.driver is pool._driver for o in gc.get_objects())
+    assert 0 < made <= pool._driver._room() < 3000
+    gate.touch()
+    assert list(results) == list(range(3000))
+
+
+def test_closing_a_long_map_drops_the_calls_not_made(make_pipepool, tmp_path):
+    """The calls of a map its consumer closed never run, as cancelled pending items:
+    the calls not yet made into records are dropped, not run by shutdown(wait=True)."""
+    pool = make_pipepool()
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    paths = [str(marks / f"mark-{i}") for i in range(3000)]
+    results = pool.map(ft.sleep_then_touch, paths, [0.005] * 3000, timeout=WAIT)
+    next(results)
+    results.close()
+    pool.shutdown(wait=True)
+    assert 0 < len(os.listdir(marks)) < 1000  # the room at p=2 is at most 130
+
+
 def test_a_driver_thread_that_cannot_start_leaves_its_helper_driving(monkeypatch):
     # The first submit starts the driver thread from a helper thread, without waiting
     # for it (Driver.launch). If it cannot start, the helper drives: a future nobody

@@ -95,7 +95,7 @@ from ..executor import RecordExecutor
 from ..worker.zygote import preload_here
 from ._driver import BURST, Driver
 from ._item import PoolFuture, Record
-from ._map import MapItem, map_calls
+from ._map import MapCalls, MapItem, map_calls
 from ._round import SUBMIT_KILL
 from ._state import OPEN, Shared
 
@@ -297,9 +297,57 @@ class ProcessPoolExecutor(Executor):
         def submit_all(fn: Callable[..., Any], calls: Iterable[Any]) -> deque[MapItem]:
             return self._submit_calls(fn, calls, task_timeout)
 
+        def queue_all(fn: Callable[..., Any], calls: Iterable[Any], single: bool) -> MapCalls:
+            return self._queue_calls(fn, calls, task_timeout, single)
+
         return map_calls(
-            submit, submit_all, self._driver.executor.chunk_results, fn, iterables, **options
+            submit,
+            submit_all,
+            queue_all,
+            self._driver.executor.chunk_results,
+            fn,
+            iterables,
+            **options,
         )
+
+    def _queue_calls(
+        self, fn: Callable[..., Any], calls: Iterable[Any], timeout: float | None, single: bool
+    ) -> MapCalls:
+        """Every call of ``calls`` (argument tuples, or with ``single`` each call's one
+        argument) queued as one ``MapCalls``, in their order, read and queued a ``BURST``
+        at a time (one lock, one set of checks and one turn each): the pool runs them
+        all, as the stdlib's ``map`` submits them all, and makes their items as it has
+        room. The calls are read outside the lock (reading runs the caller's code); if
+        reading raises, the calls read before it are queued first."""
+        d = self._driver
+        source = MapCalls(d, fn, timeout, single)
+        it = iter(calls)  # what MapCalls holds
+        tuples = zip(it) if single else it  # the same calls as argument tuples
+        if not callable(fn):  # each call fails as its own task, as submit's (``_submit``)
+            source.made.extend(self._submit_calls(fn, tuples, timeout))
+            return source
+        if d.thread is None:  # the first call starts the pool (``_submit``)
+            for args in tuples:
+                source.made.append(self._submit(fn, args, NO_KWARGS, timeout, MapItem))
+                break
+        take = itertools.islice
+        while True:
+            batch: list[Any] = []
+            error = None
+            try:
+                batch.extend(take(it, BURST))
+            except BaseException as exc:  # queue what was read, then raise it
+                error = exc
+            if batch:
+                with d.lock:
+                    self._check_open()
+                    burst = d.add_calls(source, batch)
+                if burst:
+                    d.burst()
+            if error is not None:
+                raise error
+            if len(batch) < BURST:
+                return source
 
     def _submit_calls(
         self, fn: Callable[..., Any], calls: Iterable[Any], timeout: float | None

@@ -29,10 +29,12 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures._base import CANCELLED, PENDING
 from concurrent.futures.process import BrokenProcessPool
+from typing import Any
 
 from .. import _signals
 from ..worker.zygote import ended
 from ._item import PoolFuture, Record
+from ._map import MapCalls
 from ._round import CANCEL_WAIT, SUBMIT_CANCEL, SUBMIT_CANCEL_REST, Round
 from ._state import FED, FINISHING, FRESH, OPEN, TERMINATING, Shared
 
@@ -86,6 +88,24 @@ class Driver(Round):
         self.pending.append(t)
         if len(self.pending) >= BURST and self.poller is None:
             return True
+        self._tell_of_pending()
+        return False
+
+    def add_calls(self, source: MapCalls, calls: list[Any]) -> bool:
+        """Queue a batch of a map's calls (lock held): ``source`` holds them until the
+        token holder's feed makes them into records. True if the token is free: the
+        submitting thread runs a turn (``burst``), as after a burst of ``add``."""
+        if not source.calls:
+            self.pending.append(source)
+            self.sources += 1
+        source.calls.extend(calls)
+        if self.poller is None:
+            return True
+        self._tell_of_pending()
+        return False
+
+    def _tell_of_pending(self) -> None:
+        """Pending work was queued (lock held): make sure a token holder feeds it."""
         if self.feed is FED:
             self.feed = FRESH
             if self.poller is not None or not self.linger:
@@ -93,7 +113,6 @@ class Driver(Round):
             elif self.parked:
                 self.driver_cond.notify()  # to look within LINGER from now
             # else the driver looks within LINGER, if no caller has driven by then
-        return False
 
     def burst(self) -> None:
         """One turn in a submitting thread (``add``), if the token is still free: feed,

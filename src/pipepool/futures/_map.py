@@ -18,11 +18,15 @@ from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from concurrent.futures import CancelledError
 from concurrent.futures._base import CANCELLED, FINISHED, PENDING
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from .. import _checks
 from .._outcome import encode_failure, load_exception
+from .._task import NO_KWARGS
 from ._item import Record
+
+if TYPE_CHECKING:
+    from ._driver import Driver
 
 
 class MapItem(Record):
@@ -52,9 +56,72 @@ class MapItem(Record):
         raise TimeoutError()
 
 
+class MapCalls:
+    """The calls of a ``map(chunksize=1)`` not yet made into MapItems: one entry of the
+    driver's ``pending`` queue for all of them. The token holder's feed makes as many
+    items as the pool has room for (``take``), so a map's items are made, run and freed
+    a pool's room at a time: a map of many calls does not keep them all alive, which in
+    a long map was the most of the parent's garbage collections (docs/design.md, "Map
+    calls").
+
+    Submitted all the same: the pool runs every call (``shutdown(wait=True)`` waits for
+    them), ``drain`` makes every call left into a PENDING item when the pool cancels or
+    fails its pending work, and ``cancel`` drops the calls left when the map's consumer
+    stops. The invariant, under the driver's lock: it is in ``pending`` while ``calls``
+    holds any. An item enters ``made`` before its call leaves ``calls``, so a reader
+    without the lock who finds ``calls`` empty finds every item in ``made``."""
+
+    __slots__ = ("calls", "driver", "fn", "made", "single", "timeout")
+
+    def __init__(
+        self, driver: Driver, fn: Callable[..., Any], timeout: float | None, single: bool
+    ) -> None:
+        self.driver = driver
+        self.fn = fn
+        self.timeout = timeout
+        # In call order: argument tuples, or with ``single`` (a map over one iterable) each
+        # call's one argument, its tuple made with its record (no tuple kept per call).
+        self.calls: deque[Any] = deque()
+        self.single = single
+        self.made: deque[MapItem] = deque()  # items made, not yet handed out, in order
+
+    def take(self, n: int) -> list[MapItem]:
+        """Make the next ``n`` calls (or all that are left) into items (lock held)."""
+        calls, d, fn, timeout = self.calls, self.driver, self.fn, self.timeout
+        keys = d.keys
+        n = min(n, len(calls))
+        next_calls: Iterator[Any] = itertools.islice(calls, n)
+        if self.single:
+            next_calls = zip(next_calls)  # (argument,)
+        taken = [MapItem(d, next(keys), fn, args, NO_KWARGS, timeout) for args in next_calls]
+        self.made.extend(taken)
+        for _ in range(n):
+            calls.popleft()
+        return taken
+
+    def cancel(self) -> None:
+        """Drop the calls not made yet: the consumer is done with the map (they were
+        PENDING, and a cancelled pending call never runs)."""
+        d = self.driver
+        with d.lock:
+            if self.calls:
+                self.calls.clear()
+                d.pending.remove(self)
+                d.sources -= 1
+
+    def wait(self, end_time: float | None) -> None:
+        """Until the token holder made the next item, or no call is left (a reader that
+        handed out every item made); TimeoutError at ``end_time``."""
+        made, calls = self.made, self.calls
+        timeout = None if end_time is None else end_time - time.monotonic()
+        if not self.driver.wait_for(lambda: bool(made) or not calls, timeout):
+            raise TimeoutError()
+
+
 def map_calls(
     submit: Callable[..., MapItem],
     submit_all: Callable[[Callable[..., Any], Iterable[Any]], deque[MapItem]],
+    queue_all: Callable[[Callable[..., Any], Iterable[Any], bool], MapCalls],
     handout: Callable[[list[Any]], Iterator[Any]],
     fn: Callable[..., Any],
     iterables: tuple[Iterable[Any], ...],
@@ -64,8 +131,10 @@ def map_calls(
 ) -> Iterator[Any]:
     """The stdlib's ``Executor.map`` (3.14, with ``buffersize``) over chunks. ``submit``
     submits one call, ``submit_all`` every call of an iterable of argument tuples (in
-    bulk); ``handout`` is the pool's loop's ``chunk_results`` (compiled or its pure
-    twin)."""
+    bulk, as items), ``queue_all`` every call of one (or, when told, every argument of
+    one-argument calls) as a ``MapCalls`` (``chunksize=1`` without ``buffersize``: items
+    made as the pool has room); ``handout`` is the
+    pool's loop's ``chunk_results`` (compiled or its pure twin)."""
     # Counts (``pipepool._checks``); buffersize's messages start with the stdlib's words
     # (3.14's tests match them).
     chunksize = _checks.count(chunksize, "chunksize")
@@ -91,6 +160,10 @@ def map_calls(
     else:
         calls = _chunks(zip(*iterables, strict=False), chunksize)
         task = StarmapChunk(fn)
+    if chunksize == 1 and not buffersize:
+        single = len(iterables) == 1
+        queued = queue_all(task, iter(iterables[0]) if single else calls, single)
+        return _results(queued.made, queued, submit, task, None, end_time)
     first = itertools.islice(calls, buffersize) if buffersize else calls
     if chunksize == 1:
         items = submit_all(task, first)
@@ -98,7 +171,7 @@ def map_calls(
         items = deque(submit(task, chunk) for chunk in first)  # a chunk is one argument
     refill = calls if buffersize else None
     if chunksize == 1:
-        return _results(items, submit, task, refill, end_time)
+        return _results(items, None, submit, task, refill, end_time)
     chunks = _chunk_results(items, submit, handout, task, refill, end_time)
     return MapResults.over(chunks, items)
 
@@ -209,15 +282,20 @@ class MapResults(itertools.chain[Any]):
 
 def _results(
     items: deque[MapItem],
+    source: MapCalls | None,
     submit: Callable[..., MapItem],
     task: Callable[..., Any],
     calls: Iterator[Any] | None,
     end_time: float | None,
 ) -> Generator[Any, None, None]:
     # A generator, so nothing waits until the first next(); the finally cancels what is
-    # left when the consumer stops early, raises, or drops the iterator.
+    # left when the consumer stops early, raises, or drops the iterator. With a
+    # ``source`` the items are its ``made``: ``calls`` read before ``items`` (MapCalls).
     try:
-        while items:
+        while (source is not None and source.calls) or items:
+            if not items:
+                cast(MapCalls, source).wait(end_time)
+                continue
             if calls is not None:
                 args = next(calls, None)
                 if args is not None:
@@ -231,6 +309,8 @@ def _results(
             else:
                 yield _result_or_cancel(items.popleft(), end_time)
     finally:
+        if source is not None:
+            source.cancel()
         for item in items:
             item.cancel()
 

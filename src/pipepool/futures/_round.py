@@ -11,11 +11,12 @@ import time
 from collections.abc import Callable
 from concurrent.futures import CancelledError
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING, RUNNING
-from typing import Any
+from typing import Any, cast
 
 from .. import _signals
 from ..errors import RemoteTraceback
 from ._item import Record, notify_settled, run_callbacks
+from ._map import MapCalls
 from ._state import FED, FINISHING, FULL, DriverState, Shared
 
 SUBMIT_KILL = "kill"  # a command: kill (or cancel) this record's call
@@ -82,12 +83,15 @@ class Round(DriverState):
         with self.lock:
             room = self._room() - len(running)
             while pending and room > 0:
-                if room >= len(pending):
-                    taken = list(pending)
+                taken: list[Record]
+                if self.sources:
+                    taken = self._take_some(room)
+                elif room >= len(pending):
+                    taken = cast(list[Record], list(pending))
                     pending.clear()
                 else:
                     popleft = pending.popleft
-                    taken = [popleft() for _ in range(room)]
+                    taken = cast(list[Record], [popleft() for _ in range(room)])
                 fresh = [t for t in taken if t._state == PENDING]
                 if len(fresh) < len(taken):  # cancelled while pending: they never run
                     self._notify_cancelled([t for t in taken if t._state == CANCELLED])
@@ -99,6 +103,24 @@ class Round(DriverState):
             self.commands.clear()
         if commands:
             self._run_commands(commands)
+
+    def _take_some(self, room: int) -> list[Record]:
+        """Up to ``room`` records off ``pending`` while it holds a map's calls
+        (MapCalls, lock held): the records before the first one, or that one's next
+        calls, made into records; in their order."""
+        pending = self.pending
+        head = pending[0]
+        if type(head) is MapCalls:
+            taken = head.take(room)
+            if not head.calls:
+                pending.popleft()
+                self.sources -= 1
+            return cast(list[Record], taken)
+        records: list[Record | MapCalls] = []
+        popleft = pending.popleft
+        while pending and len(records) < room and type(pending[0]) is not MapCalls:
+            records.append(popleft())
+        return cast(list[Record], records)
 
     def _run_commands(self, commands: list[tuple[str, Record]]) -> None:
         """Kills and cancels asked for since the last feed (signals deferred: a turn)."""

@@ -26,9 +26,10 @@ import enum
 import itertools
 import threading
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ._item import Record
+from ._map import MapCalls
 from ._seam import Executor
 
 if TYPE_CHECKING:
@@ -105,7 +106,9 @@ class DriverState:
         # -- the work -----------------------------------------------------------------------
         # The work: each call is one record (``_item``), from submit() to its outcome.
         self.keys = itertools.count(1)  # record numbers (the LocalExecutor's tids)
-        self.pending: deque[Record] = deque()  # submitted, not yet handed over (PENDING)
+        self.pending: deque[Record | MapCalls] = deque()  # submitted, not yet handed
+        # over (PENDING): records, and a map's calls not yet made into records (MapCalls)
+        self.sources = 0  # how many MapCalls ``pending`` holds (feed's fast path: none)
         self.commands: deque[tuple[str, Record]] = deque()  # (SUBMIT_*, record): holder's
         self.running: set[Record] = set()  # handed to the LocalExecutor, not settled
         self.kill_on_start: set[Record] = set()  # kill requested before the task started
@@ -121,8 +124,20 @@ class DriverState:
         self.stage = max(self.stage, stage)
 
     def drain_pending(self) -> list[Record]:
-        """Take every pending (never handed over) record out of the queue (lock held)."""
-        taken = list(self.pending)
+        """Take every pending (never handed over) record out of the queue (lock held); a
+        map's calls not made yet are made into records first, so they are cancelled or
+        failed as any other."""
+        taken: list[Record]
+        if not self.sources:
+            taken = cast(list[Record], list(self.pending))
+        else:
+            taken = []
+            for t in self.pending:
+                if type(t) is MapCalls:
+                    taken.extend(t.take(len(t.calls)))
+                else:
+                    taken.append(cast(Record, t))
+            self.sources = 0
         self.pending.clear()
         return taken
 
