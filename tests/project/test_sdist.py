@@ -1,16 +1,23 @@
 """The sdist's tests run from what the sdist ships. MANIFEST.in ships tests/ whole, but
 not benchmarks/ (nor any other package at the repository's root), so a test that imports
 one fails there, or only skips where it is the benchmarks' own test and says so. Checked
-on every import under tests/, read off the syntax (those inside functions too, which
-only a run would reach).
+two ways: every import under tests/, read off the syntax (those inside functions too,
+which only a run would reach), and a collection of a copy of tests/ alone, as the sdist
+has it, where no module of the checkout can be imported by accident.
 """
 
 from __future__ import annotations
 
 import ast
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+
+import pipepool
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
@@ -18,8 +25,9 @@ TESTS = ROOT / "tests"
 pytestmark = pytest.mark.timeout(120)
 
 # The files under tests/ that may import a package the sdist lacks: the benchmarks' own
-# tests, each skipped without benchmarks/, and the Celery tests' Redis server, the
-# harness's RedisServer, whose fixture skips without it (pytest.importorskip).
+# tests, each skipped without benchmarks/ (what the collection below holds for the
+# module-level imports), and the Celery tests' Redis server, the harness's RedisServer,
+# whose fixture skips without it (pytest.importorskip).
 BENCHMARKS_OWN_TESTS = {
     "tests/project/test_benchmarks.py",
     "tests/project/test_benchmarks_ab.py",
@@ -64,3 +72,26 @@ def test_no_test_imports_a_package_the_sdist_lacks_but_the_benchmarks_own():
         and path.relative_to(ROOT).as_posix() not in BENCHMARKS_OWN_TESTS
     }
     assert not reaches, f"tests importing what the sdist does not ship: {sorted(reaches)}"
+
+
+def test_a_copy_of_tests_alone_collects_without_errors(tmp_path):
+    """tests/ and pyproject.toml (its pytest settings), as the sdist has them, collected
+    where nothing but the installed pipepool is importable: a test of the benchmarks
+    skips, none fails to import."""
+    copy = tmp_path / "sdist"
+    shutil.copytree(TESTS, copy / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", copy)
+    env = dict(os.environ, PYTHONPATH=str(Path(pipepool.__file__).resolve().parents[1]))
+    env.pop("PYTEST_ADDOPTS", None)
+    args = ["--collect-only", "-q", "-p", "no:cacheprovider", "-n", "0", "tests"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", *args],
+        cwd=copy,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=100,
+        stdin=subprocess.DEVNULL,
+    )
+    errors = [line for line in proc.stdout.splitlines() if line.startswith(("ERROR", "E "))]
+    assert proc.returncode == 0, "\n".join(errors) or proc.stdout[-3000:] + proc.stderr[-2000:]
