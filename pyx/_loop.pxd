@@ -29,6 +29,8 @@
 #   watched()          [buffers] the poll set as (readable fds, writable fds), for a
 #                      caller that waits in an event loop of its own and then pumps
 #   wake()             [syscall] one byte into the wake-up pipe; from any thread
+#   wake_fds()         [buffers] the wake-up pipe's (read, write) ends, (-1, -1) once
+#                      closed: for the executor's fork registry (workers close them)
 #   close()            remove every channel, close the wake-up pipe
 
 from cpython.object cimport PyObject

@@ -563,6 +563,9 @@ cdef class PipeLoop:
                 return  # already full of wake-ups: the waiter will wake anyway
             raise os_error(err)
 
+    def wake_fds(self):
+        return self.wake_r, self.wake_w  # (-1, -1) once closed, as the pure loop's
+
     cdef int _drain_wake(self) except -1:
         cdef ssize_t n
         cdef int err

@@ -380,6 +380,24 @@ def is_open(fd: int) -> bool:
     return True
 
 
+def pipes_held(_=None) -> dict[int, tuple[int, int]]:
+    """Every pipe end this process holds open: fd -> the pipe's (st_dev, st_ino), which
+    both ends of one pipe share, in any process that holds them."""
+    import stat
+
+    import proc_table
+
+    held = {}
+    for fd in proc_table.open_fds():
+        try:
+            st = os.fstat(fd)
+        except OSError:  # the listing's own fd, closed by now
+            continue
+        if stat.S_ISFIFO(st.st_mode):
+            held[fd] = (st.st_dev, st.st_ino)
+    return held
+
+
 def fork_registry(_=None) -> list[int]:
     """This process's fork registry (``_PARENT_FDS``): in a worker with no pool of its own,
     any number listed is its parent's pools' fd, which it closed (or which a later fd

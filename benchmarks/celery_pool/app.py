@@ -16,7 +16,8 @@ from typing import Any
 
 from celery import Celery, signals
 
-from .atomic_fs import TRANSPORT as ATOMIC_FILESYSTEM
+# The tests' (shipped in the sdist, which lacks benchmarks/); a checkout has both.
+from tests.celery_pool.atomic_fs import TRANSPORT as ATOMIC_FILESYSTEM
 
 REDIS_ENV = "CELERYBENCH_REDIS"
 INIT_SLEEP_ENV = "CELERYBENCH_INIT_SLEEP"  # s each child sleeps in worker_process_init

@@ -23,8 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.celery_pool.atomic_fs import TRANSPORT as ATOMIC_FILESYSTEM
+
 from . import app as tasks
-from .atomic_fs import TRANSPORT as ATOMIC_FILESYSTEM
 from .services import MemoryCgroup, Worker
 
 # The mechanism, per scenario: what the issue reported, and why prefork still does it.

@@ -83,7 +83,8 @@ class RedisServer:
     """A private redis-server on 127.0.0.1: no RDB snapshots, no AOF, its log and files in
     ``directory`` (by default a temporary one, removed on exit), stopped by ``stop()``
     within a bounded wait. The one home of it: the harness's broker, and the Celery pool
-    tests' (tests/celery_pool/conftest.py; benchmarks/ imports nothing from tests/)."""
+    tests' (tests/celery_pool/conftest.py; benchmarks/ imports nothing from tests/ but
+    tests/celery_pool/atomic_fs.py, which the sdist's tests need)."""
 
     def __init__(self, port: int | None = None, directory: str | None = None) -> None:
         self.port = port or _free_port()

@@ -32,7 +32,7 @@ app.conf.update(
     **json.loads(os.environ.get("CELERY_TEST_CONF", "{}")),
 )
 if app.conf.broker_url.startswith("filesystem://"):  # messages written whole (atomic_fs.py)
-    from benchmarks.celery_pool.atomic_fs import TRANSPORT
+    from tests.celery_pool.atomic_fs import TRANSPORT
 
     app.conf.broker_transport = TRANSPORT
 if os.environ.get("CELERY_TEST_WORKER_POOL"):  # the route by setting (no -P)

@@ -30,7 +30,7 @@ import optional
 from helpers import ENV, wait_for
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]  # the checkout: benchmarks/ is importable from there
+ROOT = HERE.parents[1]  # the checkout or the sdist: tests.celery_pool imports from there
 POOL = "pipepool.celery.prefork:TaskPool"
 START_LIMIT = 90.0  # s for a worker to say "ready" (a loaded 2-core machine, spawn)
 TASK_LIMIT = 60.0  # s for any one result
@@ -65,7 +65,7 @@ def client(broker: str, backend: str, transport: dict | None = None):
     app.conf.result_backend_transport_options = transport or {}
     app.conf.broker_connection_retry_on_startup = True
     if broker.startswith("filesystem://"):  # messages written whole, as the worker's
-        from benchmarks.celery_pool.atomic_fs import TRANSPORT
+        from tests.celery_pool.atomic_fs import TRANSPORT
 
         app.conf.broker_transport = TRANSPORT
     _clients.append(app)
@@ -167,7 +167,8 @@ class Worker:
             "CELERY_TEST_RUNS": str(self.runs_file),
             "CELERY_TEST_QUEUE": self.queue,
             "CELERY_TEST_START_METHOD": start_method,
-            # celery_proj, and the filesystem broker it shares with benchmarks/celery_pool:
+            # celery_proj (HERE), and tests.celery_pool.atomic_fs, the filesystem broker it
+            # shares with benchmarks/celery_pool (ROOT):
             "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT), ENV.get("PYTHONPATH", "")]),
         }
         options = [

@@ -16,6 +16,8 @@ import optional
 
 ROOT = Path(__file__).resolve().parents[2]
 
+if not (ROOT / "benchmarks" / "celery_pool" / "run.py").is_file():  # as conftest.py
+    pytest.skip("no benchmarks/ beside tests/ (not a source checkout)", allow_module_level=True)
 optional.require("celery", load=False)  # the harness imports it (its tasks' app)
 # (benchmarks/ imports as tests/ does: pytest puts the root of the tests package, the
 # checkout, on sys.path)

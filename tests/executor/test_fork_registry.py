@@ -8,6 +8,7 @@ starts from none of its parent's."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -15,8 +16,9 @@ import sys
 
 import pytest
 
+import proc_table
 import tasks
-from helpers import ENV, Recorder
+from helpers import ENV, Recorder, wait_for
 from pipepool import TaskKilledError, WorkerLostError
 from pipepool.executor import _state
 
@@ -104,6 +106,39 @@ def test_a_worker_inherits_no_listed_number(make, through):
     assert run(ex, "up", tasks.echo, 1).result == 1
     assert _state._PARENT_FDS  # the parent lists its pool's
     assert run(ex, "listed", tasks.fork_registry).result == []
+
+
+@FORK_WARNS
+@pytest.mark.parametrize("through", ["fork", "preload"])
+def test_no_worker_nor_zygote_holds_the_loops_wake_up_pipe(pool, through):
+    """The loop's wake-up pipe is the parent's alone: a fork worker or zygote that kept
+    its ends would hold another pool's write end (and its read end: bytes the parent
+    waits for, a worker could take) for as long as it lives."""
+    ex = pool(1, preload=["json"] if through == "preload" else [])
+    assert ex._loop is not None
+    readable, _ = ex._loop.watched()
+    assert len(readable) == 1  # no worker's channel yet: the wake-up pipe's read end
+    st = os.fstat(readable[0])
+    wake = (st.st_dev, st.st_ino)
+    held = run(ex, "pipes", tasks.pipes_held).result
+    worker_at = sorted(fd for fd, pipe in held.items() if pipe == wake)
+    assert ex._zygote is not None  # a fork pool's, once its first worker is started
+    where = f"/proc/{ex._zygote.process.pid}/fd"
+
+    def zygote_at() -> list[int]:
+        found = []
+        for fd in os.listdir(where):
+            with contextlib.suppress(OSError):  # closed while listed: what it is for
+                if os.readlink(f"{where}/{fd}") == f"pipe:[{wake[1]}]":
+                    found.append(int(fd))
+        return sorted(found)
+
+    held_by_zygote: list[int] = []
+    if proc_table.HAVE_PROC:  # another process's fds: /proc only
+        # Forked after the first worker, maybe not serving yet: it closes them as it starts.
+        wait_for(lambda: not zygote_at(), 10)
+        held_by_zygote = zygote_at()
+    assert (worker_at, held_by_zygote) == ([], []), "(worker's, zygote's) wake-up pipe fds"
 
 
 # A fresh interpreter with one thread: its fork pool forks the first worker itself (the

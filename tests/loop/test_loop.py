@@ -267,6 +267,24 @@ def test_wake_interrupts_wait_from_another_thread(loop):
     assert loop.pump() == ([], [])
 
 
+def test_wake_fds_are_the_wake_up_pipes_ends_until_closed(loop_module):
+    """What the executor lists in its fork registry (a fork worker closes them): the read
+    end polled for wake-ups, and the write end wake() writes to; nothing once closed."""
+    lp = loop_module.PipeLoop()
+    r, w = lp.wake_fds()
+    try:
+        assert lp.watched() == ([r], [])
+        assert os.fstat(r).st_ino == os.fstat(w).st_ino  # one pipe's two ends
+        lp.wake()
+        assert select.select([r], [], [], 0)[0] == [r]
+    finally:
+        lp.close()
+    assert lp.wake_fds() == (-1, -1)
+    for fd in (r, w):
+        with pytest.raises(OSError):
+            os.fstat(fd)
+
+
 def test_many_channels_interleaved(loop):
     peers = {ch: Peer(loop, ch) for ch in range(1, 9)}
     for ch, peer in peers.items():

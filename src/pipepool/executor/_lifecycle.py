@@ -57,6 +57,7 @@ class WorkerLifecycle(LocalState[TaskT]):
             _preload_the_worker(forkserver)
             forkserver.ensure_running()
         self._loop = self._loop_class()
+        _PARENT_FDS.update(self._loop.wake_fds())  # a fork worker or zygote closes them
         self._marks = MarkTable(self.parallelism, self._claims_type)
         _PARENT_FDS.add(self._marks.fd)
         lifeline_r, lifeline_w = os.pipe()
@@ -318,6 +319,7 @@ class WorkerLifecycle(LocalState[TaskT]):
         if self._loop is not None:
             for w in self._workers.values():
                 self._remove_channel(w)
+            _PARENT_FDS.difference_update(self._loop.wake_fds())  # listed until closed
             self._loop.close()
         if self._zygote is not None:  # after the workers: it reports their exits
             _PARENT_FDS.discard(self._zygote.fd)

@@ -384,6 +384,13 @@ class PipeLoop:
         except BlockingIOError:
             pass
 
+    def wake_fds(self) -> tuple[int, int]:
+        """The wake-up pipe's ``(read, write)`` ends, ``(-1, -1)`` once closed: fds the loop
+        opened itself, for the owner's fork registry (a forked worker must not keep them)."""
+        if self._closed:
+            return -1, -1
+        return self._wake_r, self._wake_w
+
     def close(self) -> None:
         """Close every channel's fds and the wake-up pipe; the loop is unusable after."""
         if self._closed:

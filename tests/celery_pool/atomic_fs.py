@@ -6,7 +6,12 @@ empty, and the worker dies of a JSONDecodeError (kombu issue 1551; it ended a CI
 Celery worker in ``tests/celery_pool/test_blocking_loop.py``). Here a message is written
 under a name no reader takes (a dot first), then renamed into place, which a reader sees
 whole or not at all. Every app on a filesystem broker uses it, workers' and clients'
-alike: this harness's (``app``, the ``lock_holder_killed`` scenario) and the tests'.
+alike: the tests' (``celery_proj``, ``celery_support.client``) and the benchmark
+harness's (``benchmarks/celery_pool``: ``app``, the ``lock_holder_killed`` scenario).
+
+It lives here, not in benchmarks/, because the sdist ships tests/ and not benchmarks/:
+the tests import it from the sdist too, and the harness, which runs from a checkout only,
+finds it beside itself there (tests/project/test_sdist.py).
 """
 
 from __future__ import annotations
