@@ -366,6 +366,42 @@ def test_closing_a_long_map_drops_the_calls_not_made(make_pipepool, tmp_path):
     assert 0 < len(os.listdir(marks)) < 1000  # the room at p=2 is at most 130
 
 
+def test_a_map_iterator_collected_inside_the_feed_breaks_nothing(
+    make_pipepool, tmp_path, monkeypatch
+):
+    """A map's iterator dropped in a reference cycle is closed by whichever collection
+    finds it, and that can be one inside the pool's feed, while it makes that map's own
+    records: the close must not change the queue under the feed, nor break the pool
+    (docs/design.md, "Map calls")."""
+    from pipepool.futures import _map
+
+    pool = make_pipepool()
+    gate = tmp_path / "gate"
+    paths = [str(tmp_path)] + [str(gate)] * 999  # the first call returns at once
+    collected: list[int] = []
+
+    class CollectingItem(_map.MapItem):
+        __slots__ = ()
+
+        def __init__(self, *args):
+            if not collected:  # finds the cycle below, and closes its iterator
+                collected.append(gc.collect())
+            super().__init__(*args)
+
+    gc.disable()  # the cycle is collected in the feed, not before
+    try:
+        cycle: list = [pool.map(ft.wait_for_file, paths, range(1000), timeout=WAIT)]
+        cycle.append(cycle)
+        assert next(cycle[0]) == 0
+        del cycle
+        monkeypatch.setattr(_map, "MapItem", CollectingItem)
+        gate.touch()  # the calls sent end, and the next feed makes more of that map's
+        assert pool.submit(ft.square, 3).result(timeout=WAIT) == 9
+    finally:
+        gc.enable()
+    assert collected and collected[0] > 0
+
+
 def test_a_driver_thread_that_cannot_start_leaves_its_helper_driving(monkeypatch):
     # The first submit starts the driver thread from a helper thread, without waiting
     # for it (Driver.launch). If it cannot start, the helper drives: a future nobody

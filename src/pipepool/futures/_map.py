@@ -65,13 +65,14 @@ class MapCalls:
     calls").
 
     Submitted all the same: the pool runs every call (``shutdown(wait=True)`` waits for
-    them), ``drain`` makes every call left into a PENDING item when the pool cancels or
-    fails its pending work, and ``cancel`` drops the calls left when the map's consumer
-    stops. The invariant, under the driver's lock: it is in ``pending`` while ``calls``
-    holds any. An item enters ``made`` before its call leaves ``calls``, so a reader
-    without the lock who finds ``calls`` empty finds every item in ``made``."""
+    them), ``drain_pending`` makes every call left into a PENDING item when the pool
+    cancels or fails its pending work, and ``cancel`` drops the calls left when the map's
+    consumer stops. The invariant, under the driver's lock: it is in ``pending`` while
+    ``calls`` holds any and it is not ``dropped``, or until the next feed. An item enters
+    ``made`` before its call leaves ``calls``, so a reader without the lock who finds
+    ``calls`` empty finds every item in ``made``."""
 
-    __slots__ = ("calls", "driver", "fn", "made", "single", "timeout")
+    __slots__ = ("calls", "driver", "dropped", "fn", "made", "single", "timeout")
 
     def __init__(
         self, driver: Driver, fn: Callable[..., Any], timeout: float | None, single: bool
@@ -84,12 +85,14 @@ class MapCalls:
         self.calls: deque[Any] = deque()
         self.single = single
         self.made: deque[MapItem] = deque()  # items made, not yet handed out, in order
+        self.dropped = False  # the consumer is done: no more items (``cancel``)
 
     def take(self, n: int) -> list[MapItem]:
-        """Make the next ``n`` calls (or all that are left) into items (lock held)."""
+        """Make the next ``n`` calls (or all that are left; none once dropped) into items
+        (lock held)."""
         calls, d, fn, timeout = self.calls, self.driver, self.fn, self.timeout
         keys = d.keys
-        n = min(n, len(calls))
+        n = 0 if self.dropped else min(n, len(calls))
         next_calls: Iterator[Any] = itertools.islice(calls, n)
         if self.single:
             next_calls = zip(next_calls)  # (argument,)
@@ -100,14 +103,12 @@ class MapCalls:
         return taken
 
     def cancel(self) -> None:
-        """Drop the calls not made yet: the consumer is done with the map (they were
-        PENDING, and a cancelled pending call never runs)."""
-        d = self.driver
-        with d.lock:
-            if self.calls:
-                self.calls.clear()
-                d.pending.remove(self)
-                d.sources -= 1
+        """Drop the calls not made yet: the consumer is done with the map (as cancelled
+        pending calls, they would never run). Only a mark, which the next feed reads: this
+        may run inside that very feed, in ``take`` (a collection there finalizes a map's
+        iterator held in a reference cycle), and so neither changes the queue under it
+        nor waits for the lock; a feed already under way makes its items, which run."""
+        self.dropped = True
 
     def wait(self, end_time: float | None) -> None:
         """Until the token holder made the next item, or no call is left (a reader that

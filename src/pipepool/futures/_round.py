@@ -112,9 +112,10 @@ class Round(DriverState):
         head = pending[0]
         if type(head) is MapCalls:
             taken = head.take(room)
-            if not head.calls:
+            if head.dropped or not head.calls:
                 pending.popleft()
                 self.sources -= 1
+                head.calls.clear()  # a dropped map's calls: nobody reads them
             return cast(list[Record], taken)
         records: list[Record | MapCalls] = []
         popleft = pending.popleft
