@@ -77,6 +77,7 @@ this face uses, declared.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import multiprocessing
 import os
@@ -330,24 +331,8 @@ class ProcessPoolExecutor(Executor):
             for args in tuples:
                 source.made.append(self._submit(fn, args, NO_KWARGS, timeout, MapItem))
                 break
-        take = itertools.islice
-        while True:
-            batch: list[Any] = []
-            error = None
-            try:
-                batch.extend(take(it, BURST))
-            except BaseException as exc:  # queue what was read, then raise it
-                error = exc
-            if batch:
-                with d.lock:
-                    self._check_open()
-                    burst = d.add_calls(source, batch)
-                if burst:
-                    d.burst()
-            if error is not None:
-                raise error
-            if len(batch) < BURST:
-                return source
+        self._in_bursts(it, functools.partial(d.add_calls, source))
+        return source
 
     def _submit_calls(
         self, fn: Callable[..., Any], calls: Iterable[Any], timeout: float | None
@@ -366,30 +351,43 @@ class ProcessPoolExecutor(Executor):
             for args in it:
                 items.append(self._submit(fn, args, NO_KWARGS, timeout, MapItem))
                 break
+
+        def add_items(batch: list[Any]) -> bool:
+            burst = False
+            keys, add = d.keys, d.add
+            for args in batch:
+                t = MapItem(d, next(keys), fn, args, NO_KWARGS, timeout)
+                items.append(t)
+                burst = add(t) or burst
+            return burst
+
+        self._in_bursts(it, add_items)
+        return items
+
+    def _in_bursts(self, calls: Iterator[Any], queue: Callable[[list[Any]], bool]) -> None:
+        """Read ``calls`` a ``BURST`` at a time outside the lock (reading runs the
+        caller's code) and ``queue`` each batch under it, after the open checks; when
+        ``queue`` says so (True), this thread runs a turn (``Driver.burst``). If reading
+        raises, the calls read before it are queued first, then the error raised."""
+        d = self._driver
         take = itertools.islice
         while True:
             batch: list[Any] = []
             error = None
             try:
-                batch.extend(take(it, BURST))
-            except BaseException as exc:  # submit what was read, then raise it
+                batch.extend(take(calls, BURST))
+            except BaseException as exc:  # queue what was read, then raise it
                 error = exc
             if batch:
-                burst = False
                 with d.lock:
                     self._check_open()
-                    keys = d.keys
-                    add = d.add
-                    for args in batch:
-                        t = MapItem(d, next(keys), fn, args, NO_KWARGS, timeout)
-                        items.append(t)
-                        burst = add(t) or burst
+                    burst = queue(batch)
                 if burst:
                     d.burst()
             if error is not None:
                 raise error
             if len(batch) < BURST:
-                return items
+                return
 
     def _submit(
         self,
