@@ -134,8 +134,8 @@ def map_calls(
     submits one call, ``submit_all`` every call of an iterable of argument tuples (in
     bulk, as items), ``queue_all`` every call of one (or, when told, every argument of
     one-argument calls) as a ``MapCalls`` (``chunksize=1`` without ``buffersize``: items
-    made as the pool has room); ``handout`` is the
-    pool's loop's ``chunk_results`` (compiled or its pure twin)."""
+    made as the pool has room); ``handout`` is the pool's loop's ``chunk_results``
+    (compiled or its pure twin)."""
     # Counts (``pipepool._checks``); buffersize's messages start with the stdlib's words
     # (3.14's tests match them).
     chunksize = _checks.count(chunksize, "chunksize")
