@@ -19,6 +19,10 @@ round of every measure, pipepool's contenders only.
 The report gives, per measure, parameter, contender and field (the measure's own, and
 the parent's CPU per task where measured), the median of each side's rounds and the
 median of the same-round ratios A / B: for CPU and time, below 1 means A costs less.
+Beside it, the range of the same-round ratios and how many were below 1: a difference
+shows when the rounds agree on its side of 1 (all of them, or all but an outlier); when
+they split, the machine's drift between a round's two sides was larger than the
+difference, and more ``--rounds`` are needed to tell (docs/benchmarks.md, "A/B").
 Each side's results are kept beside the report (``ab.md``, ``ab.json``).
 """
 
@@ -185,8 +189,9 @@ def values(data: dict[str, Any]) -> dict[tuple[str, str, str, str], float]:
 
 
 def compare(rounds: list[dict[str, dict[tuple[str, str, str, str], float]]]) -> list[dict]:
-    """Per quantity: each side's median over the rounds, and the median of the
-    same-round ratios A / B (rounds where both sides measured it)."""
+    """Per quantity: each side's median over the rounds, the median of the same-round
+    ratios A / B (rounds where both sides measured it), their range, and how many were
+    below 1."""
     rows = []
     for q in dict.fromkeys(q for r in rounds for q in r["A"]):
         a = [r["A"][q] for r in rounds if q in r["A"]]
@@ -202,6 +207,9 @@ def compare(rounds: list[dict[str, dict[tuple[str, str, str, str], float]]]) -> 
                 "b": statistics.median(b) if b else None,
                 "ratio": statistics.median(ratios) if ratios else None,
                 "ratios": ratios,
+                "low": min(ratios) if ratios else None,
+                "high": max(ratios) if ratios else None,
+                "below": sum(1 for x in ratios if x < 1),
             }
         )
     return rows
@@ -210,17 +218,24 @@ def compare(rounds: list[dict[str, dict[tuple[str, str, str, str], float]]]) -> 
 def markdown(a: Side, b: Side, rows: list[dict], rounds: int) -> str:
     lines = [
         f"A: {a.label}; B: {b.label}; {rounds} interleaved rounds, medians; "
-        "ratio: the median of the same-round ratios A / B",
+        "ratio: the median of the same-round ratios A / B; range: their lowest and "
+        "highest; below 1: in how many rounds A / B was below 1 (a difference shows when "
+        "the rounds agree on its side of 1)",
         "",
-        "| measure | param | contender | field | A | B | A / B |",
-        "| --- | --- | --- | --- | ---: | ---: | ---: |",
+        "| measure | param | contender | field | A | B | A / B | range | below 1 |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         b_value = "n/a" if r["b"] is None else f"{r['b']:,.4g}"
-        ratio = "n/a" if r["ratio"] is None else f"{r['ratio']:.3f}"
+        if r["ratio"] is None:
+            ratio = spread = below = "n/a"
+        else:
+            ratio = f"{r['ratio']:.3f}"
+            spread = f"{r['low']:.3f}-{r['high']:.3f}"
+            below = f"{r['below']} of {len(r['ratios'])}"
         lines.append(
             f"| {r['measure']} | {r['param']} | {r['contender']} | {r['field']} | "
-            f"{r['a']:,.4g} | {b_value} | {ratio} |"
+            f"{r['a']:,.4g} | {b_value} | {ratio} | {spread} | {below} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -60,6 +60,8 @@ class Task:
         kwargs: dict,
         timeout: float | None,
     ) -> None:
+        # ``futures._item.Record.__init__`` makes these same stores in its own frame: a
+        # field added here goes there too (tests/futures/test_record_fields.py).
         self.tid = tid
         self.key = key
         self.fn: Callable[..., Any] | None = fn  # the call: None once done (freed early)

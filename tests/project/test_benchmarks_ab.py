@@ -120,3 +120,31 @@ def test_an_ab_run_interleaves_both_sides_each_with_its_own_pipepool(
         assert row["ratio"] == pytest.approx(sum(row["ratios"]) / 2)
     assert "| tiny | 2 | ppe-submit | rate |" in proc.stdout
     assert (out / "ab.md").read_text() == proc.stdout
+
+
+def test_the_report_says_whether_the_rounds_agree(ab: Any) -> None:
+    """The median ratio alone hides noise: the report gives the same-round ratios'
+    range and how many were below 1, so a split (noise) reads apart from a difference
+    every round shows."""
+    q = ("tiny", "2", "ppe-map1", "parent_cpu_us")
+    split = ("tiny", "2", "ppe-submit", "parent_cpu_us")
+    rounds = [
+        {"A": {q: 0.9, split: 1.2}, "B": {q: 1.0, split: 1.0}},
+        {"A": {q: 1.8, split: 0.5}, "B": {q: 2.0, split: 1.0}},
+        {"A": {q: 0.95, split: 1.1}, "B": {q: 1.0, split: 1.0}},
+    ]
+    rows = {r["contender"]: r for r in ab.compare(rounds)}
+    agreed, noisy = rows["ppe-map1"], rows["ppe-submit"]
+    assert (agreed["low"], agreed["high"], agreed["below"]) == (
+        pytest.approx(0.9),
+        pytest.approx(0.95),
+        3,
+    )
+    assert (noisy["low"], noisy["high"], noisy["below"]) == (0.5, 1.2, 1)
+    table = ab.markdown(
+        ab.Side("A", "a", "a/src"), ab.Side("B", "b", "b/src"), list(rows.values()), 3
+    )
+    assert (
+        "| tiny | 2 | ppe-map1 | parent_cpu_us | 0.95 | 1 | 0.900 | 0.900-0.950 | 3 of 3 |" in table
+    )
+    assert "| 1.100 | 0.500-1.200 | 1 of 3 |" in table
