@@ -14,6 +14,14 @@ own reaped descendants the kernel folds in) plus every live descendant's
 reaps count as ours too. Where there is no ``/proc`` (macOS), only the load average is
 read, and the header says so.
 
+A quiet machine by those counts can still change speed: on a virtual machine the host
+may give its CPUs less (no steal shows), and on the 2-core development machine one fixed
+loop's CPU time was seen 1.6x apart between two processes run one after the other. Every
+ratio of two samples taken apart inherits that drift. So each sample is preceded by a
+speed probe (``speed_probe``: the CPU time of a fixed pure-Python loop in this thread),
+and the header gives the probes' spread (``steadiness``): how far apart in speed the
+samples may have run.
+
 The readings are pipepool's host room (``pipepool.host``: the same ``/proc/stat`` sample,
 process table and load average ``pipepool run`` reads), and other processes' CPU is its
 ``others_cpu``, the one computation ``pipepool run``'s noise and ``--wait-quiet`` make
@@ -25,6 +33,7 @@ from __future__ import annotations
 import importlib
 import os
 import resource
+import statistics
 import time
 from dataclasses import dataclass
 from types import ModuleType
@@ -56,6 +65,56 @@ LOAD_ONLY_METHOD = (
     "os.getloadavg only: no /proc on this platform, so the CPU other processes used "
     "during the run is not measured"
 )
+
+
+PROBE_LOOPS = 100_000  # the speed probe's iterations: a few ms of CPU, once per sample
+STEADY_SPREAD = 1.25  # probes further apart than this (slowest / fastest): unsteady
+
+
+def speed_probe(loops: int = PROBE_LOOPS) -> float:
+    """Seconds of this thread's CPU a fixed pure-Python loop takes now: the machine's
+    speed as interpreted code gets it (a contender's own parent is interpreted code)."""
+    began = time.thread_time()
+    total = 0
+    for i in range(loops):
+        total += i
+    return time.thread_time() - began
+
+
+def steadiness(probes: list[float]) -> dict[str, Any] | None:
+    """The spread of a run's speed probes (seconds each), or None without any: the
+    fastest, the median and the slowest in ms, ``spread`` the slowest over the fastest,
+    and ``steady`` whether that is within ``STEADY_SPREAD``. The first probe is left out:
+    it warms the loop up (the interpreter's caches, a new process's first pages)."""
+    kept = sorted(probes[1:] if len(probes) > 1 else probes)
+    if not kept or kept[0] <= 0:
+        return None
+    spread = kept[-1] / kept[0]
+    return {
+        "probes": len(kept),
+        "loops": PROBE_LOOPS,
+        "fastest_ms": round(kept[0] * 1e3, 3),
+        "median_ms": round(statistics.median(kept) * 1e3, 3),
+        "slowest_ms": round(kept[-1] * 1e3, 3),
+        "spread": round(spread, 3),
+        "steady": spread <= STEADY_SPREAD,
+    }
+
+
+def describe_speed(speed: dict[str, Any]) -> str:
+    """One line for a report's header: how steady the machine's speed was."""
+    return (
+        f"a fixed pure-Python loop ({speed['loops']:,} additions) took "
+        f"{speed['fastest_ms']:.1f}-{speed['slowest_ms']:.1f} ms of CPU (median "
+        f"{speed['median_ms']:.1f}) in the {speed['probes']} probes before the samples: "
+        f"{speed['spread']:.2f}x apart, "
+        + (
+            "a steady machine"
+            if speed["steady"]
+            else f"an unsteady machine (above {STEADY_SPREAD:g}x): ratios of samples "
+            "taken apart carry that drift"
+        )
+    )
 
 
 def loadavg() -> float | None:

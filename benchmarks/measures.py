@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import _cpu
+from . import _cpu, _noise
 from ._calls import CallCounter
 from .config import MEASURE_INFO, Config
 from .contenders import (
@@ -263,6 +263,7 @@ class Suite:
         self.notes: list[str] = []
         self.measures: dict[str, dict[str, Any]] = {}
         self.latency_times: dict[str, dict[str, list[float]]] = {}
+        self.speed_probes: list[float] = []  # before each sample (_noise.speed_probe)
         self.contenders: dict[str, dict[str, str]] = {}
         self.skipped: set[str] = set()
         adaptive = local_adaptive_prefetch()
@@ -331,6 +332,7 @@ class Suite:
                 shift = r % len(specs)
                 for spec in specs[shift:] + specs[:shift]:
                     samples = table.setdefault(_param_key(param), {}).setdefault(spec.key, [])
+                    self.speed_probes.append(_noise.speed_probe())
                     faulthandler.dump_traceback_later(self.cfg.sample_timeout, exit=True)
                     try:
                         s = sample(spec, param)

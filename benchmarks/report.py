@@ -334,6 +334,9 @@ def header_lines(data: dict[str, Any]) -> list[str]:
         f"started {data['started']}, took {data['elapsed_s']:.0f} s",
         f"- **Load**: {load}" + ("" if noise is None or noise["noisy"] else " (a quiet run)"),
     ]
+    speed = None if noise is None else noise.get("speed")
+    if speed is not None:  # (runs from before the speed probes have none)
+        lines.append(f"- **Speed**: {_noise.describe_speed(speed)}")
     return lines
 
 

@@ -52,7 +52,9 @@ Every run records how busy the machine was (``benchmarks/_noise.py``): the 1-min
 average at its start and end, and the CPU time other processes used while it ran. A run
 on a busy machine is marked noisy in its header, its full-configuration results go to
 ``benchmarks/results/noisy/`` instead of replacing the published ones, and it never
-rewrites the README's table (``--readme``, ``benchmarks/readme.py``).
+rewrites the README's table (``--readme``, ``benchmarks/readme.py``). It also records
+how steady the machine's speed was: a speed probe before every sample, their spread in
+the header (``_noise.steadiness``).
 """
 
 from __future__ import annotations
@@ -357,6 +359,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m benchmarks") -> i
             log(f"LocalExecutor configuration for the other measures: {suite.local_why}")
     noise = _noise.verdict(start, _noise.read(), cores)
     noise["measures"] = by_measure
+    noise["speed"] = _noise.steadiness(suite.speed_probes)
     if noise["noisy"]:
         log("NOISY RUN: " + "; ".join(noise["reasons"]))
     out_dir = results_dir(args.out, preset, noise["noisy"])

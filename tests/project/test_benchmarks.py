@@ -281,6 +281,35 @@ def test_verdict_marks_load_above_half_the_cores_or_other_cpu_above_5_percent(
     assert mac_busy["noisy"]  # within a run too: without /proc the load is all there is
 
 
+def test_steadiness_is_the_spread_of_the_speed_probes_after_the_first(bench: Any) -> None:
+    """The first probe warms the loop up and is left out; the spread is the slowest
+    over the fastest, and above 1.25x the header calls the machine unsteady."""
+    n = bench.noise
+    assert n.steadiness([]) is None
+    steady = n.steadiness([0.050, 0.010, 0.011, 0.012])  # 50 ms: the warm-up, left out
+    assert (steady["probes"], steady["fastest_ms"], steady["slowest_ms"]) == (3, 10.0, 12.0)
+    assert (steady["median_ms"], steady["spread"], steady["steady"]) == (11.0, 1.2, True)
+    assert "1.20x apart, a steady machine" in n.describe_speed(steady)
+    drifting = n.steadiness([0.010, 0.010, 0.016])
+    assert drifting["spread"] == 1.6 and not drifting["steady"]
+    assert "1.60x apart, an unsteady machine (above 1.25x)" in n.describe_speed(drifting)
+
+
+def test_the_header_says_how_steady_the_machine_was(smoke_run: tuple[Path, str]) -> None:
+    out, _ = smoke_run
+    data = json.loads((out / "results.json").read_text())
+    samples = sum(
+        len(entry["samples"])
+        for measure in data["measures"].values()
+        for by_key in measure["params"].values()
+        for entry in by_key.values()
+    )
+    speed = data["noise"]["speed"]
+    assert speed["probes"] == samples - 1  # one before each sample, the first left out
+    assert 0 < speed["fastest_ms"] <= speed["median_ms"] <= speed["slowest_ms"]
+    assert "- **Speed**: a fixed pure-Python loop" in (out / "results.md").read_text()
+
+
 def test_results_of_a_noisy_full_run_do_not_replace_the_published_ones(bench: Any) -> None:
     s = bench.suite
     published = os.path.join(s.HERE, "results", "")
