@@ -19,7 +19,7 @@ may give its CPUs less (no steal shows), and on the 2-core development machine o
 loop's CPU time was seen 1.6x apart between two processes run one after the other. Every
 ratio of two samples taken apart inherits that drift. So each sample is preceded by a
 speed probe (``speed_probe``: the CPU time of a fixed pure-Python loop in this thread),
-and the header gives the probes' spread (``steadiness``): how far apart in speed the
+and the header gives the probes' spread (``steadiness``): how far apart in speed most
 samples may have run.
 
 The readings are pipepool's host room (``pipepool.host``: the same ``/proc/stat`` sample,
@@ -83,31 +83,42 @@ def speed_probe(loops: int = PROBE_LOOPS) -> float:
 
 def steadiness(probes: list[float]) -> dict[str, Any] | None:
     """The spread of a run's speed probes (seconds each), or None without any: the
-    fastest, the median and the slowest in ms, ``spread`` the slowest over the fastest,
-    and ``steady`` whether that is within ``STEADY_SPREAD``. The first probe is left out:
-    it warms the loop up (the interpreter's caches, a new process's first pages)."""
+    fastest, the 10th percentile, the median, the 90th percentile and the slowest, in
+    ms; ``spread``, the 90th percentile over the 10th (the middle 80% of the probes: a
+    lone hiccup of the host does not make a run unsteady); and ``steady``, whether that
+    is within ``STEADY_SPREAD``. The first probe is left out: it warms the loop up (the
+    interpreter's caches, a new process's first pages)."""
     kept = sorted(probes[1:] if len(probes) > 1 else probes)
     if not kept or kept[0] <= 0:
         return None
-    spread = kept[-1] / kept[0]
+    low, high = _percentile(kept, 0.1), _percentile(kept, 0.9)
+    spread = high / low
     return {
         "probes": len(kept),
         "loops": PROBE_LOOPS,
         "fastest_ms": round(kept[0] * 1e3, 3),
+        "p10_ms": round(low * 1e3, 3),
         "median_ms": round(statistics.median(kept) * 1e3, 3),
+        "p90_ms": round(high * 1e3, 3),
         "slowest_ms": round(kept[-1] * 1e3, 3),
         "spread": round(spread, 3),
         "steady": spread <= STEADY_SPREAD,
     }
 
 
+def _percentile(ordered: list[float], share: float) -> float:
+    """The value ``share`` of the way through ``ordered`` (nearest rank)."""
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
 def describe_speed(speed: dict[str, Any]) -> str:
     """One line for a report's header: how steady the machine's speed was."""
     return (
         f"a fixed pure-Python loop ({speed['loops']:,} additions) took "
-        f"{speed['fastest_ms']:.1f}-{speed['slowest_ms']:.1f} ms of CPU (median "
-        f"{speed['median_ms']:.1f}) in the {speed['probes']} probes before the samples: "
-        f"{speed['spread']:.2f}x apart, "
+        f"{speed['p10_ms']:.1f}-{speed['p90_ms']:.1f} ms of CPU in the middle 80% of the "
+        f"{speed['probes']} probes before the samples (median {speed['median_ms']:.1f}, "
+        f"all {speed['fastest_ms']:.1f}-{speed['slowest_ms']:.1f}): {speed['spread']:.2f}x "
+        "apart, "
         + (
             "a steady machine"
             if speed["steady"]

@@ -281,16 +281,21 @@ def test_verdict_marks_load_above_half_the_cores_or_other_cpu_above_5_percent(
     assert mac_busy["noisy"]  # within a run too: without /proc the load is all there is
 
 
-def test_steadiness_is_the_spread_of_the_speed_probes_after_the_first(bench: Any) -> None:
-    """The first probe warms the loop up and is left out; the spread is the slowest
-    over the fastest, and above 1.25x the header calls the machine unsteady."""
+def test_steadiness_is_the_spread_of_the_middle_probes_after_the_first(bench: Any) -> None:
+    """The first probe warms the loop up and is left out; the spread is the 90th
+    percentile over the 10th, so one hiccup does not make a run unsteady; above 1.25x
+    the header calls the machine unsteady."""
     n = bench.noise
     assert n.steadiness([]) is None
-    steady = n.steadiness([0.050, 0.010, 0.011, 0.012])  # 50 ms: the warm-up, left out
-    assert (steady["probes"], steady["fastest_ms"], steady["slowest_ms"]) == (3, 10.0, 12.0)
-    assert (steady["median_ms"], steady["spread"], steady["steady"]) == (11.0, 1.2, True)
-    assert "1.20x apart, a steady machine" in n.describe_speed(steady)
-    drifting = n.steadiness([0.010, 0.010, 0.016])
+    ten = [0.010 + 0.0002 * i for i in range(10)]  # 10.0 .. 11.8 ms
+    steady = n.steadiness([0.050, *ten, 0.040])  # 50 ms: the warm-up; 40 ms: a hiccup
+    assert (steady["probes"], steady["fastest_ms"], steady["slowest_ms"]) == (11, 10.0, 40.0)
+    assert (steady["p10_ms"], steady["p90_ms"], steady["steady"]) == (10.2, 11.8, True)
+    assert steady["spread"] == pytest.approx(11.8 / 10.2, abs=1e-3)
+    line = n.describe_speed(steady)
+    assert "took 10.2-11.8 ms of CPU in the middle 80% of the 11 probes" in line
+    assert "(median 11.0, all 10.0-40.0): 1.16x apart, a steady machine" in line
+    drifting = n.steadiness([0.010] + [0.010] * 5 + [0.016] * 5)
     assert drifting["spread"] == 1.6 and not drifting["steady"]
     assert "1.60x apart, an unsteady machine (above 1.25x)" in n.describe_speed(drifting)
 
