@@ -68,7 +68,8 @@ LOAD_ONLY_METHOD = (
 
 
 PROBE_LOOPS = 100_000  # the speed probe's iterations: a few ms of CPU, once per sample
-STEADY_SPREAD = 1.25  # probes further apart than this (slowest / fastest): unsteady
+STEADY_SPREAD = 1.25  # the middle probes further apart than this (90th / 10th percentile):
+# an unsteady machine
 
 
 def speed_probe(loops: int = PROBE_LOOPS) -> float:
