@@ -148,6 +148,13 @@ def map_calls(
     end_time = None if timeout is None else timeout + time.monotonic()
     calls: Iterator[Any]
     task: Callable[..., Any]
+    if chunksize == 1 and not buffersize:
+        # Items made as the pool has room; one iterable's items queued as they are
+        # (their argument tuples made with their records), several zipped.
+        single = len(iterables) == 1
+        args = iter(iterables[0]) if single else zip(*iterables, strict=False)
+        queued = queue_all(fn, args, single)
+        return _results(queued.made, queued, submit, fn, None, end_time)
     if chunksize == 1:
         calls = zip(*iterables, strict=False)  # shortest, as map()
         task = fn
@@ -161,10 +168,6 @@ def map_calls(
     else:
         calls = _chunks(zip(*iterables, strict=False), chunksize)
         task = StarmapChunk(fn)
-    if chunksize == 1 and not buffersize:
-        single = len(iterables) == 1
-        queued = queue_all(task, iter(iterables[0]) if single else calls, single)
-        return _results(queued.made, queued, submit, task, None, end_time)
     first = itertools.islice(calls, buffersize) if buffersize else calls
     if chunksize == 1:
         items = submit_all(task, first)
