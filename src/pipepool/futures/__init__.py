@@ -327,10 +327,7 @@ class ProcessPoolExecutor(Executor):
         if not callable(fn):  # each call fails as its own task, as submit's (``_submit``)
             source.made.extend(self._submit_calls(fn, tuples, timeout))
             return source
-        if d.thread is None:  # the first call starts the pool (``_submit``)
-            for args in tuples:
-                source.made.append(self._submit(fn, args, NO_KWARGS, timeout, MapItem))
-                break
+        source.made.extend(self._first_call(fn, tuples, timeout))
         self._in_bursts(it, functools.partial(d.add_calls, source))
         return source
 
@@ -344,13 +341,9 @@ class ProcessPoolExecutor(Executor):
         raises, the calls read before it are submitted first, as one by one."""
         if not callable(fn):  # each call fails as its own task, as submit's (``_submit``)
             return deque(self._submit(fn, args, NO_KWARGS, timeout, MapItem) for args in calls)
-        items: deque[MapItem] = deque()
         d = self._driver
         it = iter(calls)
-        if d.thread is None:  # the first call starts the pool (``_submit``)
-            for args in it:
-                items.append(self._submit(fn, args, NO_KWARGS, timeout, MapItem))
-                break
+        items = deque(self._first_call(fn, it, timeout))
 
         def add_items(batch: list[Any]) -> bool:
             burst = False
@@ -363,6 +356,16 @@ class ProcessPoolExecutor(Executor):
 
         self._in_bursts(it, add_items)
         return items
+
+    def _first_call(
+        self, fn: Callable[..., Any], calls: Iterator[Any], timeout: float | None
+    ) -> list[MapItem]:
+        """The first of ``calls`` (argument tuples) submitted alone when the pool has not
+        started, as its item (``_submit`` starts the pool); else nothing is read."""
+        if self._driver.thread is None:
+            for args in calls:
+                return [self._submit(fn, args, NO_KWARGS, timeout, MapItem)]
+        return []
 
     def _in_bursts(self, calls: Iterator[Any], queue: Callable[[list[Any]], bool]) -> None:
         """Read ``calls`` a ``BURST`` at a time outside the lock (reading runs the
