@@ -19,10 +19,10 @@ interleaved rounds: ``Suite``, the core measures), ``contenders`` (one adapter p
 and idiom, ``SPECS``; ``peers/`` holds the peers written here or imported when used),
 ``targets`` (the ratios and their goals: one goal per quantity), ``report`` and
 ``readme`` (results.md and .json, the plots, the README's block), ``ab`` (the A/B mode)
-and ``profile``; ``tasks``, ``_heavy``, ``_cpu``, ``_calls``, ``_plots`` and ``_noise``
-are their helpers. The families of measures in modules of their own: ``joblib_adapters``
-(joblib's Parallel), ``pool_life`` (short-lived pools, the recycle gap) and ``idle``
-(an idle parent's wake-ups).
+and ``profile``; ``tasks``, ``_heavy``, ``_cpu``, ``_calls``, ``_plots``, ``_noise``
+and ``_stats`` are their helpers. The families of measures in modules of their own:
+``joblib_adapters`` (joblib's Parallel), ``pool_life`` (short-lived pools, the recycle
+gap) and ``idle`` (an idle parent's wake-ups).
 
 A new family of measures is one module plus registry lines: the module defines its
 samples and a ``run_NAME(suite)`` per measure that calls ``suite.interleave`` with its

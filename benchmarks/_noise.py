@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from ._stats import percentile
+
 
 def _host_room() -> ModuleType | None:
     """pipepool's host room, or None in an older pipepool without it (the A/B mode's
@@ -92,7 +94,7 @@ def steadiness(probes: list[float]) -> dict[str, Any] | None:
     kept = sorted(probes[1:] if len(probes) > 1 else probes)
     if not kept or kept[0] <= 0:
         return None
-    low, high = _percentile(kept, 0.1), _percentile(kept, 0.9)
+    low, high = percentile(kept, 10), percentile(kept, 90)
     spread = high / low
     return {
         "probes": len(kept),
@@ -105,11 +107,6 @@ def steadiness(probes: list[float]) -> dict[str, Any] | None:
         "spread": round(spread, 3),
         "steady": spread <= STEADY_SPREAD,
     }
-
-
-def _percentile(ordered: list[float], share: float) -> float:
-    """The value ``share`` of the way through ``ordered`` (nearest rank)."""
-    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
 def describe_speed(speed: dict[str, Any]) -> str:

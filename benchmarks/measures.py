@@ -7,7 +7,6 @@ import dataclasses
 import faulthandler
 import gc
 import importlib
-import math
 import statistics
 import time
 from collections.abc import Callable
@@ -15,6 +14,7 @@ from typing import Any
 
 from . import _cpu, _noise
 from ._calls import CallCounter
+from ._stats import percentile
 from .config import MEASURE_INFO, Config
 from .contenders import (
     COPY_BOUND,
@@ -237,13 +237,6 @@ def cancel_sample(calls: int) -> dict[str, float]:
         "cancelled": cancelled / len(times),
         "timed": len(times) / calls,
     }
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100) of unsorted values."""
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[min(rank, len(ordered)) - 1]
 
 
 # -- the run ---------------------------------------------------------------------------------
